@@ -1,0 +1,24 @@
+# The two commands of README.md: `make demo` runs the main job, `make test` runs
+# every check CI runs. Both install what they need (see scripts/bootstrap.sh).
+.PHONY: demo test lint crds e2e-up e2e-down clean
+
+demo:
+	bash scripts/demo.sh
+
+test:
+	bash scripts/test.sh
+
+lint:
+	bash scripts/test.sh lint
+
+crds:
+	bash scripts/bootstrap.sh python >/dev/null && .venv/bin/hybrid-scaler crd > crds/hybridscalingpolicy.yaml
+
+e2e-up:
+	bash scripts/bootstrap.sh all >/dev/null && .venv/bin/python -m e2e.stack up
+
+e2e-down:
+	.venv/bin/python -m e2e.stack down
+
+clean:
+	rm -rf .venv flink-plugin/target

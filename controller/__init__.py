@@ -1,0 +1,1 @@
+"""The kopf operator: a thin shell between Kubernetes/Prometheus/Flink and the core."""

@@ -1,0 +1,1 @@
+"""Placement of heterogeneous task slots onto TaskManagers. Pure: no I/O."""

@@ -1,0 +1,113 @@
+"""Decision records: what the core decided, why, and what Justin must remember.
+
+These are pydantic models so the controller stores them in the policy's status
+verbatim (`status.lastDecision`, `status.history`): a restarted controller reads
+them back and Justin continues where it stopped.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+from pydantic import BaseModel, ConfigDict, Field
+from pydantic.alias_generators import to_camel
+
+
+class Action(StrEnum):
+    """The kind of change a decision makes to one vertex."""
+
+    NONE = "none"
+    SCALE_OUT = "scale-out"
+    SCALE_IN = "scale-in"
+    SCALE_UP = "scale-up"
+    MEMORY_ROLLBACK = "memory-rollback"
+    STRIP_MEMORY = "strip-memory"
+
+
+class Branch(StrEnum):
+    """Which branch of Algorithm 1 (or of DS2 alone) produced a vertex's decision."""
+
+    NOT_TRIGGERED = "not-triggered"  # DS2 saw every vertex within its utilization bounds
+    MEMORY_DISABLED = "memory-disabled"  # spec.memory.enabled is false: DS2 only
+    STATELESS = "stateless"  # line 3-4: no RocksDB metrics -> m = ⊥
+    UNCHANGED = "unchanged"  # line 6 false: DS2 keeps p; memory stays
+    SCALE_IN = "scale-in"  # DS2 lowers p; Justin never answers excess capacity with memory
+    SCALED_UP_HELPED = "scaled-up-helped"  # lines 8-12: improved, scale up again
+    SCALED_UP_HELPED_AT_MAX = "scaled-up-helped-at-max"  # line 9 false: DS2's p, memory stays
+    SCALED_UP_NO_GAIN = "scaled-up-no-gain"  # line 14: roll back memory, DS2's p
+    MEMORY_PRESSURE = "memory-pressure"  # lines 16-19: cancel scale-out, scale up
+    MEMORY_PRESSURE_AT_MAX = "memory-pressure-at-max"  # line 16 false on maxLevel: scale out
+    NO_MEMORY_PRESSURE = "no-memory-pressure"  # line 16 false on thresholds: scale out
+    CLIPPED = "clipped"  # spec.limits lowered what the policy asked for
+
+
+class RecordModel(BaseModel):
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, frozen=True)
+
+
+class VertexDecision(RecordModel):
+    vertex_id: str
+    vertex_name: str = ""
+    action: Action
+    branch: Branch
+    reason: str = Field(description="one sentence with the numbers that made the branch fire")
+    parallelism_before: int
+    parallelism_after: int
+    memory_level_before: int | None
+    memory_level_after: int | None
+    scaled_up: bool = Field(False, description="the paper's v: this step raised the memory level")
+    busyness: float | None = None
+    true_processing_rate: float | None = None
+    target_rate: float | None = None
+    cache_hit_rate: float | None = None
+    state_latency_ns: float | None = None
+
+
+class Totals(RecordModel):
+    cpu_cores: float
+    memory_mib: float
+
+
+class Decision(RecordModel):
+    """One evaluation's outcome. `reconfigures` is true when any vertex changes."""
+
+    time: float = Field(description="seconds since the epoch, as passed to the core")
+    step: int = Field(description="count of reconfigurations so far, this one included")
+    reconfigures: bool
+    reason: str
+    vertices: tuple[VertexDecision, ...]
+    before: Totals
+    after: Totals
+    clipped: bool = False
+    clip_reason: str = ""
+
+    def vertex(self, vertex_id: str) -> VertexDecision:
+        for v in self.vertices:
+            if v.vertex_id == vertex_id:
+                return v
+        raise KeyError(vertex_id)
+
+
+class VertexHistory(RecordModel):
+    """Per vertex, what Justin's next step needs: o.v, θ and τ of the previous step."""
+
+    vertex_id: str
+    parallelism: int
+    memory_level: int | None
+    scaled_up: bool
+    cache_hit_rate: float | None
+    state_latency_ns: float | None
+    # DS2's scale-down delay: when this vertex first wanted fewer tasks, still pending.
+    scale_down_wanted_since: float | None = None
+
+
+class HistoryRecord(RecordModel):
+    time: float
+    step: int
+    vertices: tuple[VertexHistory, ...]
+
+    def vertex(self, vertex_id: str) -> VertexHistory | None:
+        for v in self.vertices:
+            if v.vertex_id == vertex_id:
+                return v
+        return None

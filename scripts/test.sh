@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# README's test command (`make test`), and what .ci/run calls: installs what is
+# missing, then lints, type-checks and runs every test, unit and end-to-end,
+# Python and Java. Any failure, or a pytest run that collected no test, fails.
+#   test.sh        everything
+#   test.sh lint   ruff and mypy only
+set -euo pipefail
+cd "$(dirname "$0")/.."
+what="${1:-all}"
+
+section() { printf '\n==> %s\n' "$*"; }
+
+section "bootstrap"
+if [ "$what" = lint ]; then bash scripts/bootstrap.sh python; else bash scripts/bootstrap.sh all; fi
+PY=.venv/bin
+
+section "ruff"
+$PY/ruff check .
+section "mypy (strict on policies/ and packer/)"
+$PY/mypy policies packer controller simulator
+[ "$what" = lint ] && exit 0
+
+if [ -f flink-plugin/pom.xml ]; then
+  section "flink-plugin (Maven, real Flink MiniCluster)"
+  mvn -B -q -f flink-plugin/pom.xml verify
+fi
+
+section "pytest (unit, integration and e2e)"
+set +e
+$PY/pytest
+rc=$?
+set -e
+if [ $rc -eq 5 ]; then echo "pytest collected no tests: that is a failure" >&2; exit 1; fi
+exit $rc
