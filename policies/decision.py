@@ -39,6 +39,7 @@ class Branch(StrEnum):
     MEMORY_PRESSURE_AT_MAX = "memory-pressure-at-max"  # line 16 false on maxLevel: scale out
     NO_MEMORY_PRESSURE = "no-memory-pressure"  # line 16 false on thresholds: scale out
     CLIPPED = "clipped"  # spec.limits lowered what the policy asked for
+    NO_METRICS = "no-metrics"  # the observation lacks this vertex: nothing is decided
 
 
 class RecordModel(BaseModel):
@@ -59,6 +60,9 @@ class VertexDecision(RecordModel):
     busyness: float | None = None
     true_processing_rate: float | None = None
     target_rate: float | None = None
+    utilization: float | None = Field(
+        None, description="target rate / true processing rate: the busyness DS2 expects"
+    )
     cache_hit_rate: float | None = None
     state_latency_ns: float | None = None
 

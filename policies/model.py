@@ -11,6 +11,7 @@ of tasks; its *memory level* m gives each task ``base × 2**m`` managed memory, 
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
@@ -227,7 +228,7 @@ def estimate_mean_from_quantiles(quantiles: Mapping[float, float]) -> float | No
     if not points:
         return None
     total = points[0][0] * points[0][1]
-    for (q0, v0), (q1, v1) in zip(points, points[1:], strict=False):
+    for (q0, v0), (q1, v1) in itertools.pairwise(points):
         total += (q1 - q0) * (v0 + v1) / 2.0
     total += (1.0 - points[-1][0]) * points[-1][1]
     return total

@@ -152,7 +152,8 @@ class CpuScaling(SpecModel):
         """[min, max] parallelism for a vertex: the last matching override wins per field."""
         low, high = self.min_parallelism, self.max_parallelism
         for o in self.overrides:
-            if o.vertex_id == vertex_id or (o.operator_uid is not None and o.operator_uid in operator_uids):
+            by_uid = o.operator_uid is not None and o.operator_uid in operator_uids
+            if o.vertex_id == vertex_id or by_uid:
                 low = o.min_parallelism if o.min_parallelism is not None else low
                 high = o.max_parallelism if o.max_parallelism is not None else high
         return low, max(low, high)

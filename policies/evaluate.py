@@ -1,0 +1,172 @@
+"""One scaling step: DS2, then Justin, then the limits; the decision and the state to keep."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
+from types import MappingProxyType
+
+from policies import ds2, explain, justin, limits
+from policies.decision import (
+    Action,
+    Branch,
+    Decision,
+    HistoryRecord,
+    VertexDecision,
+    VertexHistory,
+)
+from policies.model import Configuration, JobGraph, Observation, VertexConfig
+from policies.params import HISTORY_LIMIT, Evaluation, PolicyState, ScalingParams, totals
+
+
+def evaluate(
+    graph: JobGraph,
+    observation: Observation,
+    state: PolicyState,
+    params: ScalingParams,
+    now: float,
+) -> Evaluation:
+    """Decide the next configuration of `graph` from one observation window.
+
+    Never scales on partial data: a vertex without metrics means no decision.
+    """
+    current = graph.configuration()
+    before = totals(current, params)
+
+    missing = observation.missing(graph)
+    if missing:
+        names = ", ".join(graph.vertex(vid).name or vid for vid in missing)
+        reason = f"no metrics for {len(missing)} vertices ({names}): not scaling"
+        decisions = tuple(
+            explain.vertex_decision(
+                v, observation.vertices.get(v.id), current[v.id], Branch.NO_METRICS,
+                "no metrics in this window" if v.id in missing
+                else "waiting for metrics of the other vertices",
+            )
+            for v in graph.vertices
+        )
+        return _unchanged(current, state, params, now, reason, decisions)
+
+    proposal = ds2.propose(
+        graph, observation, params.cpu,
+        scale_down_wanted_since=state.scale_down_wanted_since, now=now,
+    )
+    state = replace(state, scale_down_wanted_since=proposal.scale_down_wanted_since)
+    if not proposal.triggered:
+        decisions = tuple(
+            explain.vertex_decision(
+                v, observation.vertices[v.id], current[v.id], Branch.NOT_TRIGGERED,
+                vp.reason, target_rate=vp.target_rate, utilization=vp.utilization,
+            )
+            for v in graph.vertices
+            for vp in (proposal.vertices[v.id],)
+        )
+        return _unchanged(current, state, params, now, proposal.reason, decisions)
+
+    if params.memory.enabled:
+        previous = state.history[-1] if state.history else None
+        result = justin.apply(graph, observation, proposal, params.memory, previous)
+        decisions, config = result.vertices, result.configuration
+    else:
+        config = proposal.configuration(graph)
+        decisions = tuple(
+            explain.vertex_decision(
+                v, observation.vertices[v.id], config[v.id], Branch.MEMORY_DISABLED,
+                f"memory scaling disabled: DS2 only. {vp.reason}",
+                target_rate=vp.target_rate, utilization=vp.utilization,
+            )
+            for v in graph.vertices
+            for vp in (proposal.vertices[v.id],)
+        )
+
+    clip = limits.clip(graph, config, params)
+    decisions = tuple(_clipped(d, clip.configuration[d.vertex_id], clip.notes) for d in decisions)
+    config = clip.configuration
+
+    changed = [d for d in decisions if d.action is not Action.NONE]
+    reconfigures = bool(changed)
+    reason = proposal.reason + "; " + (
+        ", ".join(f"{d.vertex_name or d.vertex_id} {d.action}" for d in changed)
+        if changed else "no vertex changes"
+    )
+    if clip.clipped:
+        reason += "; " + clip.reason
+    step = state.step + 1 if reconfigures else state.step
+    decision = Decision(
+        time=now,
+        step=step,
+        reconfigures=reconfigures,
+        reason=reason,
+        vertices=decisions,
+        before=before,
+        after=totals(config, params),
+        clipped=clip.clipped,
+        clip_reason=clip.reason,
+    )
+    if reconfigures:
+        state = _record(state, decision, observation, now)
+    return Evaluation(decision, MappingProxyType(dict(config)), state)
+
+
+def _clipped(d: VertexDecision, after: VertexConfig, notes: Mapping[str, str]) -> VertexDecision:
+    """Mark a vertex the limits changed: branch CLIPPED, the original branch kept in the text."""
+    if d.vertex_id not in notes:
+        return d
+    before = VertexConfig(d.parallelism_before, d.memory_level_before)
+    return d.model_copy(update={
+        "branch": Branch.CLIPPED,
+        "reason": f"clipped by limits: {notes[d.vertex_id]} (was {d.branch}: {d.reason})",
+        "action": explain.action(before, after),
+        "parallelism_after": after.parallelism,
+        "memory_level_after": after.memory_level,
+        "scaled_up": d.scaled_up and after.memory_level != d.memory_level_before,
+    })
+
+
+def _record(
+    state: PolicyState, decision: Decision, observation: Observation, now: float
+) -> PolicyState:
+    """Append what Justin's next step needs; forget delays of vertices that just scaled in."""
+    since = {
+        vid: t for vid, t in state.scale_down_wanted_since.items()
+        if not any(d.vertex_id == vid and d.parallelism_after < d.parallelism_before
+                   for d in decision.vertices)
+    }
+    record = HistoryRecord(
+        time=now,
+        step=decision.step,
+        vertices=tuple(
+            VertexHistory(
+                vertex_id=d.vertex_id,
+                parallelism=d.parallelism_after,
+                memory_level=d.memory_level_after,
+                scaled_up=d.scaled_up,
+                cache_hit_rate=observation.vertices[d.vertex_id].cache_hit_rate,
+                state_latency_ns=observation.vertices[d.vertex_id].state_latency_ns,
+                scale_down_wanted_since=since.get(d.vertex_id),
+            )
+            for d in decision.vertices
+        ),
+    )
+    return PolicyState(
+        step=decision.step,
+        history=(*state.history, record)[-HISTORY_LIMIT:],
+        scale_down_wanted_since=MappingProxyType(since),
+        last_reconfiguration_time=now,
+    )
+
+
+def _unchanged(
+    current: Configuration,
+    state: PolicyState,
+    params: ScalingParams,
+    now: float,
+    reason: str,
+    decisions: Sequence[VertexDecision],
+) -> Evaluation:
+    t = totals(current, params)
+    decision = Decision(
+        time=now, step=state.step, reconfigures=False, reason=reason,
+        vertices=tuple(decisions), before=t, after=t,
+    )
+    return Evaluation(decision, current, state)

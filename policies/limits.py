@@ -1,0 +1,107 @@
+"""spec.limits: bring a proposal within max CPU cores and max memory, or keep the job as is."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+
+from policies.decision import Totals
+from policies.model import Configuration, JobGraph, VertexConfig
+from policies.params import ScalingParams, totals, within_limits
+
+
+@dataclass(frozen=True)
+class Clip:
+    configuration: Configuration
+    clipped: bool  # the proposal was changed (or dropped) to respect the limits
+    feasible: bool  # False: even the smallest allowed proposal exceeds them; job kept as is
+    reason: str = ""
+    notes: Mapping[str, str] = field(default_factory=dict)  # vertex id -> what clipping did
+
+
+def describe(t: Totals, params: ScalingParams) -> str:
+    parts = []
+    if params.limits.max_cpu_cores is not None:
+        parts.append(f"CPU {t.cpu_cores:g} of max {params.limits.max_cpu_cores:g} cores")
+    if params.limits.max_memory is not None:
+        parts.append(f"memory {t.memory_mib:.0f} of max {params.limits.max_memory:.0f} MiB")
+    return ", ".join(parts)
+
+
+def clip(graph: JobGraph, proposed: Configuration, params: ScalingParams) -> Clip:
+    """Reduce `proposed` until its totals fit spec.limits.
+
+    First cancel scale-ups (memory only, so only while memory is over), then take
+    tasks one at a time from the largest parallelism increase (ties: declaration
+    order), never below the current or the minimum parallelism. Scale-ins and
+    memory reductions are kept: they only help. If that is not enough, the
+    current configuration is kept.
+    """
+    limits = params.limits
+    if within_limits(totals(proposed, params), limits):
+        return Clip(MappingProxyType(dict(proposed)), clipped=False, feasible=True)
+
+    current = graph.configuration()
+    config = dict(proposed)
+    notes: dict[str, str] = {}
+
+    def memory_over() -> bool:
+        mem = limits.max_memory
+        return mem is not None and totals(config, params).memory_mib > mem * (1 + 1e-9)
+
+    def extra_managed(vid: str) -> float:
+        c, now = config[vid], current[vid]
+        managed = params.memory.managed_mib
+        return c.parallelism * (managed(c.memory_level) - managed(now.memory_level))
+
+    scale_ups = [v.id for v in graph.vertices if extra_managed(v.id) > 0]
+    for vid in sorted(scale_ups, key=lambda i: -extra_managed(i)):  # stable: ties keep order
+        if not memory_over():
+            break
+        c = config[vid]
+        config[vid] = VertexConfig(c.parallelism, current[vid].memory_level)
+        notes[vid] = f"scale-up to level {c.memory_level} cancelled"
+
+    floors: dict[str, int] = {}
+    for v in graph.vertices:
+        low, _ = params.cpu.bounds_for(v.id, v.operator_uids)
+        floors[v.id] = min(config[v.id].parallelism, max(current[v.id].parallelism, low))
+    wanted = {vid: c.parallelism for vid, c in config.items()}
+    while not within_limits(totals(config, params), limits):
+        candidates = [v.id for v in graph.vertices if config[v.id].parallelism > floors[v.id]]
+        if not candidates:
+            break
+        vid = max(candidates, key=lambda i: config[i].parallelism - current[i].parallelism)
+        c = config[vid]
+        config[vid] = VertexConfig(c.parallelism - 1, c.memory_level)
+    for vid, p in wanted.items():
+        if config[vid].parallelism != p:
+            before = current[vid].parallelism
+            notes[vid] = f"scale-out {before}→{p} trimmed to {before}→{config[vid].parallelism}"
+
+    after = totals(config, params)
+    if not within_limits(after, limits):
+        kept = {vid: "limits cannot be met: configuration kept" for vid in proposed
+                if proposed[vid] != current[vid]}
+        return Clip(
+            current,
+            clipped=True,
+            feasible=False,
+            reason=(
+                "limits cannot be met even with scale-ups cancelled and scale-outs trimmed "
+                f"({describe(after, params)}): configuration kept"
+            ),
+            notes=MappingProxyType(kept),
+        )
+    asked = totals(proposed, params)
+    return Clip(
+        MappingProxyType(config),
+        clipped=True,
+        feasible=True,
+        reason=(
+            f"clipped to the limits: asked {describe(asked, params)}; "
+            f"got {describe(after, params)}"
+        ),
+        notes=MappingProxyType(notes),
+    )

@@ -1,0 +1,63 @@
+"""The core's inputs besides the job: policy parameters, persisted state, and resource totals."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+
+from policies.decision import Decision, HistoryRecord, Totals
+from policies.model import Configuration
+from policies.spec import CpuScaling, Limits, MemoryScaling, TaskFootprint
+
+HISTORY_LIMIT = 10  # decision records kept in PolicyState (and in the policy's status)
+
+
+def _empty() -> Mapping[str, float]:
+    return MappingProxyType({})
+
+
+@dataclass(frozen=True)
+class ScalingParams:
+    cpu: CpuScaling = field(default_factory=CpuScaling)
+    memory: MemoryScaling = field(default_factory=MemoryScaling)
+    limits: Limits = field(default_factory=Limits)
+    # cpu/heap/network per task, for totals and limits
+    footprint: TaskFootprint = field(default_factory=TaskFootprint)
+
+
+@dataclass(frozen=True)
+class PolicyState:
+    """Everything that must survive a controller restart (stored in the policy's status)."""
+
+    step: int = 0  # reconfigurations so far
+    history: tuple[HistoryRecord, ...] = ()  # newest last, at most HISTORY_LIMIT
+    # vertex id -> first time DS2 wanted fewer tasks for it (the scale-down delay)
+    scale_down_wanted_since: Mapping[str, float] = field(default_factory=_empty)
+    last_reconfiguration_time: float | None = None
+
+
+@dataclass(frozen=True)
+class Evaluation:
+    decision: Decision  # always set, also when nothing changes (reconfigures=False)
+    configuration: Configuration  # the target configuration (== current when nothing changes)
+    state: PolicyState  # the state to persist
+
+
+def totals(configuration: Configuration, params: ScalingParams) -> Totals:
+    """CPU cores and memory (MiB) of all tasks; a task at ⊥ has no managed memory."""
+    fp = params.footprint
+    cpu = 0.0
+    memory = 0.0
+    for c in configuration.values():
+        cpu += c.parallelism * fp.cpu_cores
+        managed = params.memory.managed_mib(c.memory_level)
+        memory += c.parallelism * (fp.heap_mib + fp.network_mib + managed)
+    return Totals(cpu_cores=cpu, memory_mib=memory)
+
+
+def within_limits(t: Totals, limits: Limits) -> bool:
+    # A relative tolerance: sums of float footprints must not fail an exact limit.
+    cpu_ok = limits.max_cpu_cores is None or t.cpu_cores <= limits.max_cpu_cores * (1 + 1e-9)
+    mem_ok = limits.max_memory is None or t.memory_mib <= limits.max_memory * (1 + 1e-9)
+    return cpu_ok and mem_ok
