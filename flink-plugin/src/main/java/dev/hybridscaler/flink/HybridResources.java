@@ -1,0 +1,277 @@
+package dev.hybridscaler.flink;
+
+import org.apache.flink.api.common.operators.SlotSharingGroup;
+import org.apache.flink.api.dag.Transformation;
+import org.apache.flink.configuration.ConfigOption;
+import org.apache.flink.configuration.ConfigOptions;
+import org.apache.flink.configuration.IllegalConfigurationException;
+import org.apache.flink.configuration.ReadableConfig;
+import org.apache.flink.core.memory.ManagedMemoryUseCase;
+import org.apache.flink.streaming.api.environment.StreamExecutionEnvironment;
+import org.apache.flink.streaming.api.transformations.PartitionTransformation;
+import org.apache.flink.streaming.api.transformations.SideOutputTransformation;
+import org.apache.flink.streaming.api.transformations.UnionTransformation;
+
+import org.apache.flink.shaded.jackson2.com.fasterxml.jackson.core.JsonProcessingException;
+import org.apache.flink.shaded.jackson2.com.fasterxml.jackson.databind.JsonNode;
+import org.apache.flink.shaded.jackson2.com.fasterxml.jackson.databind.ObjectMapper;
+
+import org.slf4j.Logger;
+import org.slf4j.LoggerFactory;
+
+import java.util.ArrayDeque;
+import java.util.ArrayList;
+import java.util.Deque;
+import java.util.HashMap;
+import java.util.HashSet;
+import java.util.Iterator;
+import java.util.LinkedHashMap;
+import java.util.LinkedHashSet;
+import java.util.List;
+import java.util.Map;
+import java.util.Set;
+import java.util.TreeMap;
+
+/**
+ * Makes Flink honour the per-operator CPU, heap and managed memory that the hybrid scaler writes
+ * into the job's configuration. Call {@link #apply(StreamExecutionEnvironment)} once, after the
+ * pipeline is built and before {@code execute()}.
+ *
+ * <p>Flink has no per-operator memory; it has per-slot-sharing-group resources (fine-grained
+ * resource management, honoured by the default scheduler). So each predicted operator chain
+ * (JobVertex) that the configuration names gets its own slot-sharing group with those resources.
+ * The rules, in docs/flink-plugin.md:
+ *
+ * <ul>
+ *   <li>A chain starts at a source, at a keyed (stateful) operator, after a keyBy/rebalance/other
+ *       repartitioning, and at an operator with several inputs. Any other operator joins the chain
+ *       of its only input, so applying the plugin never breaks a chain Flink would have built, and
+ *       JobVertex ids (which the controller keys parallelism by) stay what they were.
+ *   <li>A chain whose operators' uids are named in the configuration becomes group {@code
+ *       hybridscaler:<uid>} with that entry's resources; a stateless chain named with {@code
+ *       managedMemoryMb: 0} therefore holds no managed memory.
+ *   <li>A chain named by none of its uids keeps the group it had (Flink's "default" unless the
+ *       author chose one) and Flink's default slot size.
+ * </ul>
+ */
+public final class HybridResources {
+
+    /** The configuration key the controller writes; JSON keyed by operator uid. */
+    public static final ConfigOption<String> OPERATOR_RESOURCES =
+            ConfigOptions.key("hybridscaler.operator-resources")
+                    .stringType()
+                    .noDefaultValue()
+                    .withDescription(
+                            "JSON object: operator uid -> {cpuCores, taskHeapMb, managedMemoryMb}"
+                                    + " for one task of that operator's slot-sharing group.");
+
+    /** Prefix of the slot-sharing groups this class creates. */
+    public static final String GROUP_PREFIX = "hybridscaler:";
+
+    private static final Logger LOG = LoggerFactory.getLogger(HybridResources.class);
+    private static final String DEFAULT_GROUP = "default";
+    private static final ObjectMapper JSON = new ObjectMapper();
+    private static final Set<String> FIELDS = Set.of("cpuCores", "taskHeapMb", "managedMemoryMb");
+
+    private HybridResources() {}
+
+    /** What {@link #apply} did: the groups it created, and configured uids it found no operator for. */
+    public record Applied(List<Group> groups, Set<String> unmatchedUids) {
+        public static final Applied NOTHING = new Applied(List.of(), Set.of());
+    }
+
+    /** One slot-sharing group: a predicted chain of operators and its resources. */
+    public record Group(String name, OperatorResources resources, List<String> operatorNames) {}
+
+    /** Reads {@code hybridscaler.operator-resources} from the environment's configuration. */
+    public static Applied apply(StreamExecutionEnvironment env) {
+        return apply(env, env.getConfiguration());
+    }
+
+    /**
+     * Assigns slot-sharing groups from {@code config}; leaves the job untouched when the key is
+     * absent or blank.
+     *
+     * @throws IllegalConfigurationException when the value is not valid; the message names the key
+     *     and the operator uid
+     */
+    public static Applied apply(StreamExecutionEnvironment env, ReadableConfig config) {
+        String value = config.get(OPERATOR_RESOURCES);
+        if (value == null || value.isBlank()) {
+            return Applied.NOTHING;
+        }
+        Map<String, OperatorResources> wanted = parse(value);
+        Applied applied = assign(env.getTransformations(), wanted);
+        for (Group g : applied.groups()) {
+            LOG.info("{}: group {} {} for {}", OPERATOR_RESOURCES.key(), g.name(), g.resources(),
+                    g.operatorNames());
+        }
+        if (!applied.unmatchedUids().isEmpty()) {
+            // A stale entry (e.g. after an operator was removed) must not stop the job.
+            LOG.warn("{}: no operator has uid {}; those entries are ignored",
+                    OPERATOR_RESOURCES.key(), applied.unmatchedUids());
+        }
+        return applied;
+    }
+
+    /**
+     * Parses the JSON value of {@link #OPERATOR_RESOURCES}.
+     *
+     * @throws IllegalConfigurationException naming the key, and the uid and field at fault
+     */
+    public static Map<String, OperatorResources> parse(String value) {
+        JsonNode root;
+        try {
+            root = JSON.readTree(value);
+        } catch (JsonProcessingException e) {
+            throw invalid("is not valid JSON: " + e.getOriginalMessage());
+        }
+        if (root == null || !root.isObject()) {
+            throw invalid("must be a JSON object keyed by operator uid");
+        }
+        Map<String, OperatorResources> out = new LinkedHashMap<>();
+        for (Iterator<Map.Entry<String, JsonNode>> it = root.fields(); it.hasNext(); ) {
+            Map.Entry<String, JsonNode> e = it.next();
+            out.put(e.getKey(), parseEntry(e.getKey(), e.getValue()));
+        }
+        return out;
+    }
+
+    private static OperatorResources parseEntry(String uid, JsonNode node) {
+        if (!node.isObject()) {
+            throw invalid(uid, "must be an object with " + FIELDS);
+        }
+        for (Iterator<String> it = node.fieldNames(); it.hasNext(); ) {
+            String field = it.next();
+            if (!FIELDS.contains(field)) {
+                throw invalid(uid, "unknown field \"" + field + "\" (known: " + FIELDS + ")");
+            }
+        }
+        JsonNode cpu = node.get("cpuCores");
+        if (cpu == null || !cpu.isNumber() || !Double.isFinite(cpu.doubleValue())
+                || cpu.doubleValue() <= 0) {
+            throw invalid(uid, "cpuCores must be a number > 0, got " + cpu);
+        }
+        int heap = integer(uid, node, "taskHeapMb", 1);
+        int managed = integer(uid, node, "managedMemoryMb", 0);
+        return new OperatorResources(cpu.doubleValue(), heap, managed);
+    }
+
+    private static int integer(String uid, JsonNode node, String field, int min) {
+        JsonNode v = node.get(field);
+        if (v == null || !v.isNumber() || !v.canConvertToExactIntegral()
+                || !v.canConvertToInt() || v.intValue() < min) {
+            throw invalid(uid, field + " must be an integer >= " + min + ", got " + v);
+        }
+        return v.intValue();
+    }
+
+    private static IllegalConfigurationException invalid(String what) {
+        return new IllegalConfigurationException(
+                "Invalid value of " + OPERATOR_RESOURCES.key() + ": it " + what);
+    }
+
+    private static IllegalConfigurationException invalid(String uid, String what) {
+        return new IllegalConfigurationException(
+                "Invalid value of " + OPERATOR_RESOURCES.key() + " for operator uid \"" + uid
+                        + "\": " + what);
+    }
+
+    /** Groups the job's transformations into predicted chains and sets their slot-sharing groups. */
+    static Applied assign(List<Transformation<?>> sinks, Map<String, OperatorResources> wanted) {
+        Map<Integer, Transformation<?>> byId = physicalTransformations(sinks);
+        // Chain head id per transformation id; ids grow in creation order, so inputs come first.
+        Map<Integer, Integer> headOf = new HashMap<>();
+        Map<Integer, List<Transformation<?>>> chains = new LinkedHashMap<>();
+        for (Transformation<?> t : byId.values()) {
+            List<Input> inputs = new ArrayList<>();
+            for (Transformation<?> in : t.getInputs()) {
+                collectInputs(in, true, inputs);
+            }
+            boolean joins = !isStateful(t) && inputs.size() == 1 && inputs.get(0).direct();
+            int head = joins ? headOf.get(inputs.get(0).physical().getId()) : t.getId();
+            headOf.put(t.getId(), head);
+            chains.computeIfAbsent(head, h -> new ArrayList<>()).add(t);
+        }
+
+        Set<String> unmatched = new LinkedHashSet<>(wanted.keySet());
+        List<Group> groups = new ArrayList<>();
+        for (List<Transformation<?>> chain : chains.values()) {
+            String owner = null;
+            for (Transformation<?> t : chain) {
+                String uid = t.getUid();
+                if (uid == null || !wanted.containsKey(uid)) {
+                    continue;
+                }
+                unmatched.remove(uid);
+                if (owner == null) {
+                    owner = uid;
+                } else if (!wanted.get(uid).equals(wanted.get(owner))) {
+                    throw invalid(uid, "operators \"" + owner + "\" and \"" + uid + "\" are chained"
+                            + " into one task, so their entries must be equal");
+                }
+            }
+            if (owner == null) {
+                // Pin the group: Flink would otherwise inherit a named input's group.
+                chain.stream().filter(t -> t.getSlotSharingGroup().isEmpty())
+                        .forEach(t -> t.setSlotSharingGroup(DEFAULT_GROUP));
+                continue;
+            }
+            OperatorResources resources = wanted.get(owner);
+            SlotSharingGroup group = resources.toSlotSharingGroup(GROUP_PREFIX + owner);
+            List<String> names = new ArrayList<>();
+            for (Transformation<?> t : chain) {
+                t.setSlotSharingGroup(group);
+                names.add(t.getName());
+            }
+            if (resources.managedMemoryMb() == 0 && chain.stream().anyMatch(HybridResources::isStateful)) {
+                LOG.warn("{}: uid {} has keyed state but managedMemoryMb 0",
+                        OPERATOR_RESOURCES.key(), owner);
+            }
+            groups.add(new Group(group.getName(), resources, names));
+        }
+        return new Applied(List.copyOf(groups), Set.copyOf(unmatched));
+    }
+
+    private record Input(Transformation<?> physical, boolean direct) {}
+
+    /** Follows virtual nodes to the physical inputs; any repartitioning makes the edge indirect. */
+    private static void collectInputs(Transformation<?> t, boolean direct, List<Input> out) {
+        if (t instanceof PartitionTransformation) {
+            t.getInputs().forEach(in -> collectInputs(in, false, out));
+        } else if (t instanceof UnionTransformation || t instanceof SideOutputTransformation) {
+            t.getInputs().forEach(in -> collectInputs(in, direct, out));
+        } else {
+            out.add(new Input(t, direct));
+        }
+    }
+
+    private static boolean isVirtual(Transformation<?> t) {
+        return t instanceof PartitionTransformation
+                || t instanceof UnionTransformation
+                || t instanceof SideOutputTransformation;
+    }
+
+    /** Keyed operators declare the state backend's slot-scoped use of managed memory. */
+    private static boolean isStateful(Transformation<?> t) {
+        return t.getManagedMemorySlotScopeUseCases().contains(ManagedMemoryUseCase.STATE_BACKEND);
+    }
+
+    private static Map<Integer, Transformation<?>> physicalTransformations(
+            List<Transformation<?>> sinks) {
+        Map<Integer, Transformation<?>> byId = new TreeMap<>();
+        Deque<Transformation<?>> todo = new ArrayDeque<>(sinks);
+        Set<Integer> seen = new HashSet<>();
+        while (!todo.isEmpty()) {
+            Transformation<?> t = todo.pop();
+            if (!seen.add(t.getId())) {
+                continue;
+            }
+            if (!isVirtual(t)) {
+                byId.put(t.getId(), t);
+            }
+            todo.addAll(t.getInputs());
+        }
+        return byId;
+    }
+}

@@ -1,0 +1,182 @@
+package dev.hybridscaler.flink;
+
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertFalse;
+import static org.junit.jupiter.api.Assertions.assertSame;
+import static org.junit.jupiter.api.Assertions.assertThrows;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+
+import org.apache.flink.api.common.functions.MapFunction;
+import org.apache.flink.configuration.Configuration;
+import org.apache.flink.configuration.IllegalConfigurationException;
+import org.apache.flink.runtime.jobgraph.JobGraph;
+import org.apache.flink.runtime.jobgraph.JobVertex;
+import org.apache.flink.runtime.jobgraph.JobVertexID;
+import org.apache.flink.streaming.api.datastream.DataStream;
+import org.apache.flink.streaming.api.environment.StreamExecutionEnvironment;
+import org.apache.flink.streaming.api.functions.sink.v2.DiscardingSink;
+
+import org.junit.jupiter.api.Test;
+import org.junit.jupiter.params.ParameterizedTest;
+import org.junit.jupiter.params.provider.CsvSource;
+
+import java.util.HashMap;
+import java.util.List;
+import java.util.Map;
+import java.util.stream.Collectors;
+
+/** The key's parsing and the grouping rules, on job graphs built without a cluster. */
+class HybridResourcesTest {
+
+    private static final String KEY = HybridResources.OPERATOR_RESOURCES.key();
+
+    @ParameterizedTest(name = "{0}")
+    @CsvSource(
+            delimiter = '|',
+            value = {
+                "not json                      | [1, 2]                                                  | must be a JSON object",
+                "broken json                   | {\"a\":                                                 | not valid JSON",
+                "entry not an object           | {\"counter\": 3}                                        | \"counter\": must be an object",
+                "unknown field                 | {\"counter\": {\"cpuCores\":1,\"taskHeapMb\":64,\"managedMemoryMb\":1,\"memMb\":1}} | unknown field \"memMb\"",
+                "zero cpu                      | {\"counter\": {\"cpuCores\":0,\"taskHeapMb\":64,\"managedMemoryMb\":1}} | cpuCores must be a number > 0",
+                "cpu as string                 | {\"counter\": {\"cpuCores\":\"1\",\"taskHeapMb\":64,\"managedMemoryMb\":1}} | cpuCores must be a number > 0",
+                "missing heap                  | {\"counter\": {\"cpuCores\":1,\"managedMemoryMb\":1}}   | taskHeapMb must be an integer >= 1",
+                "zero heap                     | {\"counter\": {\"cpuCores\":1,\"taskHeapMb\":0,\"managedMemoryMb\":1}} | taskHeapMb must be an integer >= 1",
+                "fractional managed            | {\"counter\": {\"cpuCores\":1,\"taskHeapMb\":64,\"managedMemoryMb\":1.5}} | managedMemoryMb must be an integer >= 0",
+                "negative managed              | {\"counter\": {\"cpuCores\":1,\"taskHeapMb\":64,\"managedMemoryMb\":-1}} | managedMemoryMb must be an integer >= 0",
+                "managed beyond int            | {\"counter\": {\"cpuCores\":1,\"taskHeapMb\":64,\"managedMemoryMb\":3000000000}} | managedMemoryMb must be an integer >= 0",
+            })
+    void invalidValuesFailAtJobStartNamingKeyAndUid(String why, String value, String expected) {
+        StreamExecutionEnvironment env = new StreamExecutionEnvironment(config(value));
+        CounterJob.build(env);
+        IllegalConfigurationException e =
+                assertThrows(IllegalConfigurationException.class, () -> HybridResources.apply(env));
+        assertTrue(e.getMessage().contains(KEY), e.getMessage());
+        assertTrue(e.getMessage().contains(expected), e.getMessage());
+        if (value.contains("counter")) {
+            assertTrue(e.getMessage().contains("\"counter\""), e.getMessage());
+        }
+    }
+
+    @Test
+    void absentOrBlankKeyLeavesTheJobUntouched() {
+        for (Configuration conf : List.of(new Configuration(), config("  "))) {
+            StreamExecutionEnvironment env = new StreamExecutionEnvironment(conf);
+            CounterJob.build(env);
+            assertSame(HybridResources.Applied.NOTHING, HybridResources.apply(env));
+            JobGraph graph = env.getStreamGraph().getJobGraph();
+            assertTrue(graph.getSlotSharingGroups().stream()
+                    .allMatch(g -> g.getResourceProfile().equals(
+                            org.apache.flink.runtime.clusterframework.types.ResourceProfile.UNKNOWN)));
+        }
+    }
+
+    @Test
+    void statefulChainGetsItsOwnGroupAndStatelessChainsTheirEntries() {
+        String value = "{\"key-map\": {\"cpuCores\": 0.25, \"taskHeapMb\": 32, \"managedMemoryMb\": 0},"
+                + " \"counter\": {\"cpuCores\": 0.5, \"taskHeapMb\": 64, \"managedMemoryMb\": 96},"
+                + " \"gone\": {\"cpuCores\": 1, \"taskHeapMb\": 64, \"managedMemoryMb\": 1}}";
+        StreamExecutionEnvironment env = new StreamExecutionEnvironment(config(value));
+        CounterJob.build(env);
+        Map<JobVertexID, String> before = vertexNames(plainGraph());
+
+        HybridResources.Applied applied = HybridResources.apply(env);
+        JobGraph graph = env.getStreamGraph().getJobGraph();
+
+        // Same vertices (ids and chains) as without the plugin: chains are kept.
+        assertEquals(before, vertexNames(graph));
+        assertEquals(java.util.Set.of("gone"), applied.unmatchedUids());
+        Map<String, HybridResources.Group> groups = applied.groups().stream()
+                .collect(Collectors.toMap(HybridResources.Group::name, g -> g));
+        assertEquals(2, groups.size());
+        HybridResources.Group counter = groups.get("hybridscaler:counter");
+        assertEquals(new OperatorResources(0.5, 64, 96), counter.resources());
+        // The stateless format map and the sink writer are chained to the counter: same group.
+        assertEquals(List.of(CounterJob.COUNTER, CounterJob.FORMAT, CounterJob.SINK),
+                counter.operatorNames().subList(0, 3));
+        assertEquals(List.of(CounterJob.SOURCE, CounterJob.KEY_MAP),
+                groups.get("hybridscaler:key-map").operatorNames());
+
+        for (JobVertex v : graph.getVertices()) {
+            var profile = v.getSlotSharingGroup().getResourceProfile();
+            if (v.getName().startsWith(CounterJob.COUNTER)) {
+                assertEquals(96, profile.getManagedMemory().getMebiBytes());
+                assertEquals(64, profile.getTaskHeapMemory().getMebiBytes());
+                assertEquals(0.5, profile.getCpuCores().getValue().doubleValue(), 1e-9);
+            } else {
+                assertEquals(0, profile.getManagedMemory().getBytes(), v.getName());
+            }
+        }
+    }
+
+    @Test
+    void unnamedChainIsPinnedToTheDefaultGroupInsteadOfInheritingANamedOne() {
+        // Only the source chain is named; the keyed counter downstream would otherwise inherit it.
+        String value = "{\"gen\": {\"cpuCores\": 0.25, \"taskHeapMb\": 32, \"managedMemoryMb\": 0}}";
+        StreamExecutionEnvironment env = new StreamExecutionEnvironment(config(value));
+        CounterJob.build(env);
+        HybridResources.apply(env);
+        JobGraph graph = env.getStreamGraph().getJobGraph();
+        for (JobVertex v : graph.getVertices()) {
+            boolean named = v.getName().startsWith("Source");
+            assertEquals(named, !v.getSlotSharingGroup().getResourceProfile().equals(
+                    org.apache.flink.runtime.clusterframework.types.ResourceProfile.UNKNOWN),
+                    v.getName());
+        }
+    }
+
+    @Test
+    void chainedOperatorsNamedWithDifferentResourcesAreRejected() {
+        String value = "{\"counter\": {\"cpuCores\": 0.5, \"taskHeapMb\": 64, \"managedMemoryMb\": 96},"
+                + " \"sink\": {\"cpuCores\": 0.5, \"taskHeapMb\": 64, \"managedMemoryMb\": 0}}";
+        StreamExecutionEnvironment env = new StreamExecutionEnvironment(config(value));
+        CounterJob.build(env);
+        IllegalConfigurationException e =
+                assertThrows(IllegalConfigurationException.class, () -> HybridResources.apply(env));
+        assertTrue(e.getMessage().contains("\"sink\"") && e.getMessage().contains("chained"),
+                e.getMessage());
+    }
+
+    @Test
+    void operatorAfterRebalanceStartsANewChainAndUnionJoinsNothing() {
+        String value = "{\"a\": {\"cpuCores\": 1, \"taskHeapMb\": 16, \"managedMemoryMb\": 0},"
+                + " \"after-rebalance\": {\"cpuCores\": 2, \"taskHeapMb\": 16, \"managedMemoryMb\": 0},"
+                + " \"union\": {\"cpuCores\": 3, \"taskHeapMb\": 16, \"managedMemoryMb\": 0}}";
+        StreamExecutionEnvironment env = new StreamExecutionEnvironment(config(value));
+        DataStream<Long> a = env.fromSequence(0, 10).uid("a").name("a");
+        DataStream<Long> b = env.fromSequence(0, 10).uid("b").name("b");
+        a.rebalance().map(identity()).uid("after-rebalance").name("after-rebalance")
+                .sinkTo(new DiscardingSink<>()).uid("sink-1");
+        a.union(b).map(identity()).uid("union").name("union")
+                .sinkTo(new DiscardingSink<>()).uid("sink-2");
+        HybridResources.Applied applied = HybridResources.apply(env);
+        Map<String, List<String>> members = new HashMap<>();
+        applied.groups().forEach(g -> members.put(g.name(), g.operatorNames()));
+        assertEquals(List.of("a"), members.get("hybridscaler:a"));
+        assertEquals("after-rebalance", members.get("hybridscaler:after-rebalance").get(0));
+        assertEquals("union", members.get("hybridscaler:union").get(0));
+        assertFalse(members.get("hybridscaler:union").contains("b"));
+    }
+
+    private static MapFunction<Long, Long> identity() {
+        return x -> x;
+    }
+
+    private static JobGraph plainGraph() {
+        StreamExecutionEnvironment env = new StreamExecutionEnvironment(new Configuration());
+        CounterJob.build(env);
+        return env.getStreamGraph().getJobGraph();
+    }
+
+    private static Map<JobVertexID, String> vertexNames(JobGraph graph) {
+        Map<JobVertexID, String> out = new HashMap<>();
+        graph.getVertices().forEach(v -> out.put(v.getID(), v.getName()));
+        return out;
+    }
+
+    static Configuration config(String value) {
+        Configuration conf = new Configuration();
+        conf.set(HybridResources.OPERATOR_RESOURCES, value);
+        return conf;
+    }
+}
