@@ -1,0 +1,111 @@
+package dev.hybridscaler.flink;
+
+import org.apache.flink.api.common.JobID;
+import org.apache.flink.configuration.Configuration;
+import org.apache.flink.configuration.MemorySize;
+import org.apache.flink.configuration.RestOptions;
+import org.apache.flink.configuration.TaskManagerOptions;
+import org.apache.flink.runtime.minicluster.MiniCluster;
+import org.apache.flink.runtime.minicluster.MiniClusterConfiguration;
+
+import org.apache.flink.shaded.jackson2.com.fasterxml.jackson.databind.JsonNode;
+import org.apache.flink.shaded.jackson2.com.fasterxml.jackson.databind.ObjectMapper;
+
+import java.io.IOException;
+import java.net.ServerSocket;
+import java.net.URI;
+import java.net.http.HttpClient;
+import java.net.http.HttpRequest;
+import java.net.http.HttpResponse;
+import java.time.Duration;
+import java.util.ArrayList;
+import java.util.List;
+import java.util.function.BooleanSupplier;
+
+/**
+ * A real Flink MiniCluster (from flink-runtime) with one TaskManager, RocksDB and the Prometheus
+ * reporter, seen through its REST API and the reporter's /metrics, as a user would see it.
+ */
+final class FlinkCluster implements AutoCloseable {
+    private static final ObjectMapper JSON = new ObjectMapper();
+    private final HttpClient http = HttpClient.newHttpClient();
+    private final MiniCluster cluster;
+    private final URI rest;
+    private final URI metrics;
+
+    FlinkCluster(int managedMemoryMb, int slots) throws Exception {
+        int promPort = freePort();
+        Configuration conf = new Configuration();
+        conf.set(TaskManagerOptions.MANAGED_MEMORY_SIZE, MemorySize.ofMebiBytes(managedMemoryMb));
+        conf.set(TaskManagerOptions.NUM_TASK_SLOTS, slots);
+        conf.set(RestOptions.BIND_PORT, "0");
+        for (String[] kv : Metrics.CONFIG) {
+            conf.setString(kv[0], kv[1]);
+        }
+        conf.setString("metrics.reporter.prom.port", Integer.toString(promPort));
+        cluster = new MiniCluster(new MiniClusterConfiguration.Builder()
+                .setConfiguration(conf)
+                .setNumTaskManagers(1)
+                .setNumSlotsPerTaskManager(slots)
+                .build());
+        cluster.start();
+        rest = cluster.getRestAddress().get();
+        metrics = URI.create("http://localhost:" + promPort + "/metrics");
+    }
+
+    MiniCluster mini() {
+        return cluster;
+    }
+
+    JsonNode rest(String path) throws IOException, InterruptedException {
+        return JSON.readTree(get(rest.resolve(path)));
+    }
+
+    List<PromSample> scrape() throws IOException, InterruptedException {
+        return PromSample.parse(get(metrics));
+    }
+
+    /** {@code allocatedSlots[].resource} of every TaskManager, for one job. */
+    List<JsonNode> allocatedSlots(JobID job) throws IOException, InterruptedException {
+        List<JsonNode> out = new ArrayList<>();
+        for (JsonNode tm : rest("/taskmanagers").get("taskmanagers")) {
+            for (JsonNode slot : rest("/taskmanagers/" + tm.get("id").asText()).get("allocatedSlots")) {
+                if (slot.get("jobId").asText().equals(job.toHexString())) {
+                    out.add(slot.get("resource"));
+                }
+            }
+        }
+        return out;
+    }
+
+    private String get(URI uri) throws IOException, InterruptedException {
+        HttpResponse<String> r = http.send(
+                HttpRequest.newBuilder(uri).timeout(Duration.ofSeconds(10)).build(),
+                HttpResponse.BodyHandlers.ofString());
+        if (r.statusCode() != 200) {
+            throw new IOException(uri + " -> HTTP " + r.statusCode() + ": " + r.body());
+        }
+        return r.body();
+    }
+
+    static void await(String what, Duration timeout, BooleanSupplier done) throws InterruptedException {
+        long deadline = System.nanoTime() + timeout.toNanos();
+        while (!done.getAsBoolean()) {
+            if (System.nanoTime() > deadline) {
+                throw new AssertionError("timed out waiting for " + what);
+            }
+            Thread.sleep(200);
+        }
+    }
+
+    private static int freePort() throws IOException {
+        try (ServerSocket s = new ServerSocket(0)) {
+            return s.getLocalPort();
+        }
+    }
+
+    @Override
+    public void close() throws Exception {
+        cluster.close();
+    }
+}

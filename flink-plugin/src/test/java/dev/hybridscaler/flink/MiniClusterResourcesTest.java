@@ -1,0 +1,199 @@
+package dev.hybridscaler.flink;
+
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertFalse;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+
+import org.apache.flink.api.common.JobID;
+import org.apache.flink.configuration.Configuration;
+import org.apache.flink.core.execution.SavepointFormatType;
+import org.apache.flink.runtime.jobgraph.JobGraph;
+import org.apache.flink.runtime.jobgraph.SavepointRestoreSettings;
+import org.apache.flink.streaming.api.environment.StreamExecutionEnvironment;
+
+import org.apache.flink.shaded.jackson2.com.fasterxml.jackson.databind.JsonNode;
+
+import org.junit.jupiter.api.AfterAll;
+import org.junit.jupiter.api.BeforeAll;
+import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.io.TempDir;
+
+import java.io.IOException;
+import java.io.UncheckedIOException;
+import java.nio.file.Path;
+import java.time.Duration;
+import java.util.ArrayList;
+import java.util.HashMap;
+import java.util.List;
+import java.util.Map;
+import java.util.concurrent.TimeUnit;
+
+/**
+ * The plugin on a real MiniCluster with RocksDB and the Prometheus reporter: the slots Flink
+ * allocates, RocksDB's cache size and the TaskManager's managed memory follow the configuration,
+ * also after a savepoint and a restart with changed values.
+ */
+class MiniClusterResourcesTest {
+    private static final Duration TIMEOUT = Duration.ofSeconds(60);
+    private static final String STATELESS = "{\"cpuCores\": 0.25, \"taskHeapMb\": 32, \"managedMemoryMb\": 0}";
+    private static FlinkCluster flink;
+
+    @BeforeAll
+    static void start() throws Exception {
+        flink = new FlinkCluster(512, 4);
+    }
+
+    @AfterAll
+    static void stop() throws Exception {
+        flink.close();
+    }
+
+    @Test
+    void slotsCacheAndStateFollowTheConfigurationAcrossASavepointRestart(@TempDir Path dir)
+            throws Exception {
+        // First run: counter tasks with 96 MiB each, stateless source chain with none.
+        CounterJob.reset();
+        JobID first = submit(resources(0.5, 64, 96), null);
+        assertRunningWith(first, 0.5, 64, 96);
+        Map<Long, Long> lastCounts = await(CounterJob.KEYS);
+        String savepoint = flink.mini()
+                .stopWithSavepoint(first, dir.toUri().toString(), false, SavepointFormatType.CANONICAL)
+                .get(60, TimeUnit.SECONDS);
+        lastCounts = lastCounts(); // everything counted before the savepoint barrier
+
+        // Second run from the savepoint, with more memory and CPU for the counter.
+        CounterJob.reset();
+        JobID second = submit(resources(1.0, 96, 160), savepoint);
+        assertRunningWith(second, 1.0, 96, 160);
+        await(CounterJob.KEYS);
+        for (Map.Entry<Long, long[]> e : CounterJob.SEEN.entrySet()) {
+            assertEquals(lastCounts.get(e.getKey()) + 1, e.getValue()[0],
+                    "key " + e.getKey() + " must continue counting from the savepoint");
+        }
+        flink.mini().cancelJob(second).get(30, TimeUnit.SECONDS);
+    }
+
+    private static String resources(double cpu, int heap, int managed) {
+        return "{\"gen\": " + STATELESS + ", \"counter\": {\"cpuCores\": " + cpu
+                + ", \"taskHeapMb\": " + heap + ", \"managedMemoryMb\": " + managed + "}}";
+    }
+
+    private static JobID submit(String value, String savepoint) throws Exception {
+        Configuration conf = new Configuration();
+        conf.set(HybridResources.OPERATOR_RESOURCES, value);
+        StreamExecutionEnvironment env = new StreamExecutionEnvironment(conf);
+        CounterJob.build(env);
+        HybridResources.apply(env);
+        JobGraph graph = env.getStreamGraph().getJobGraph();
+        if (savepoint != null) {
+            graph.setSavepointRestoreSettings(SavepointRestoreSettings.forPath(savepoint, false));
+        }
+        return flink.mini().submitJob(graph).get(30, TimeUnit.SECONDS).getJobID();
+    }
+
+    /** Checks what a user of the REST API and of Prometheus sees for a running job. */
+    private static void assertRunningWith(JobID job, double cpu, int heapMb, int managedMb)
+            throws Exception {
+        FlinkCluster.await("3 slots for " + job, TIMEOUT, () -> slots(job).size() == 3 && running(job));
+
+        // Slot profiles: one source-chain slot without managed memory, two counter slots.
+        List<String> profiles = new ArrayList<>();
+        for (JsonNode r : slots(job)) {
+            profiles.add(r.get("cpuCores").asDouble() + "/" + r.get("taskHeapMemory").asInt()
+                    + "/" + r.get("managedMemory").asInt());
+        }
+        profiles.sort(null);
+        String counter = cpu + "/" + heapMb + "/" + managedMb;
+        assertEquals(List.of(counter, counter, "0.25/32/0").stream().sorted().toList(), profiles);
+
+        // RocksDB sizes its block cache from the slot's managed memory, in each counter task.
+        String capacity = "flink_taskmanager_job_task_operator_" + CounterJob.STATE
+                + "_rocksdb_block_cache_capacity";
+        // RocksDB's native metrics are Flink "views", refreshed every 5 s and 0 before that.
+        FlinkCluster.await("cache capacity metrics", TIMEOUT, () -> {
+            List<PromSample> found = samples(job, capacity);
+            return found.size() == 2 && found.stream().allMatch(s -> s.value() > 0);
+        });
+        for (PromSample s : samples(job, capacity)) {
+            assertEquals(CounterJob.COUNTER, s.label("operator_name"));
+            assertEquals(Metrics.expectedBlockCacheBytes(managedMb), (long) s.value(), s.toString());
+        }
+        // Only the counter has RocksDB: the stateless chain has no state-backend metric at all.
+        for (PromSample s : samplesOf(job)) {
+            if (s.name().contains("rocksdb")) {
+                assertEquals(CounterJob.COUNTER, s.label("operator_name"), s.toString());
+            }
+        }
+        // RocksDB reserves its slot's managed memory up front; nothing else reserves any.
+        double used = onlyValue("flink_taskmanager_Status_Flink_Memory_Managed_Used");
+        assertEquals(2L * managedMb * 1024 * 1024, (long) used);
+    }
+
+    private static boolean running(JobID job) {
+        try {
+            JsonNode j = flink.rest("/jobs/" + job.toHexString());
+            if (!"RUNNING".equals(j.get("state").asText())) {
+                return false;
+            }
+            for (JsonNode v : j.get("vertices")) {
+                if (!"RUNNING".equals(v.get("status").asText())) {
+                    return false;
+                }
+            }
+            return true;
+        } catch (IOException e) {
+            throw new UncheckedIOException(e);
+        } catch (InterruptedException e) {
+            Thread.currentThread().interrupt();
+            return false;
+        }
+    }
+
+    private static List<JsonNode> slots(JobID job) {
+        try {
+            return flink.allocatedSlots(job);
+        } catch (IOException e) {
+            throw new UncheckedIOException(e);
+        } catch (InterruptedException e) {
+            Thread.currentThread().interrupt();
+            return List.of();
+        }
+    }
+
+    private static List<PromSample> samplesOf(JobID job) {
+        try {
+            return flink.scrape().stream()
+                    .filter(s -> s.label("job_id").equals(job.toHexString()))
+                    .toList();
+        } catch (IOException e) {
+            throw new UncheckedIOException(e);
+        } catch (InterruptedException e) {
+            Thread.currentThread().interrupt();
+            return List.of();
+        }
+    }
+
+    private static List<PromSample> samples(JobID job, String name) {
+        return samplesOf(job).stream().filter(s -> s.name().equals(name)).toList();
+    }
+
+    private static double onlyValue(String name) throws Exception {
+        List<PromSample> found = flink.scrape().stream().filter(s -> s.name().equals(name)).toList();
+        assertEquals(1, found.size(), name);
+        return found.get(0).value();
+    }
+
+    /** Waits until the counter has counted every key at least once; returns the last counts. */
+    private static Map<Long, Long> await(int keys) throws InterruptedException {
+        FlinkCluster.await("all keys counted", TIMEOUT, () -> CounterJob.SEEN.size() == keys);
+        return lastCounts();
+    }
+
+    private static Map<Long, Long> lastCounts() {
+        Map<Long, Long> out = new HashMap<>();
+        CounterJob.SEEN.forEach((k, v) -> out.put(k, v[1]));
+        assertFalse(out.isEmpty());
+        assertTrue(out.values().stream().allMatch(c -> c >= 1));
+        return out;
+    }
+}
