@@ -1,0 +1,153 @@
+"""evaluate(): DS2, Justin and the limits together, over several steps with persisted state."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from policies import Evaluation, PolicyState, ScalingParams, evaluate
+from policies.decision import Action, Branch
+from policies.model import JobGraph, Observation, VertexMetrics
+from policies.spec import CpuScaling, Limits, MemoryScaling
+from tests.policies.builders import NOW, chain, metrics, observe, source, vertex
+
+PARAMS = ScalingParams(cpu=CpuScaling(scale_down_delay=0))
+GRAPH = chain(vertex("src", 2), vertex("counter", 2, 0), vertex("sink", 2))
+
+
+def counter(theta: float, busy: float = 900) -> VertexMetrics:
+    return metrics(busy, 1000, hits=theta * 1000, misses=(1 - theta) * 1000)
+
+
+def job(theta: float, busy: float = 900, now: float = NOW) -> Observation:
+    """The counter runs at `busy` (0.9: above 0.8, DS2 wants 2→4) with hit rate θ."""
+    return observe(now, src=source(500, 1000), counter=counter(theta, busy),
+                   sink=metrics(500, 1000, 0))
+
+
+def step(graph: JobGraph, obs: Observation, state: PolicyState,
+         params: ScalingParams = PARAMS) -> tuple[JobGraph, Evaluation]:
+    e = evaluate(graph, obs, state, params, obs.time)
+    return graph.with_configuration(e.configuration), e
+
+
+def test_missing_metrics_mean_no_decision_and_name_the_vertices() -> None:
+    obs = observe(src=source(500, 1000), sink=metrics(900, 1000, 0))
+    state = PolicyState(step=3)
+    e = evaluate(GRAPH, obs, state, PARAMS, NOW)
+    assert not e.decision.reconfigures
+    assert "no metrics for 1 vertices (Counter)" in e.decision.reason
+    assert e.decision.vertex("counter").branch is Branch.NO_METRICS
+    assert e.state == state
+    assert dict(e.configuration) == dict(GRAPH.configuration())
+
+
+def test_not_triggered_changes_nothing() -> None:
+    e = evaluate(GRAPH, job(0.3, busy=500), PolicyState(), PARAMS, NOW)
+    assert not e.decision.reconfigures
+    assert {d.branch for d in e.decision.vertices} == {Branch.NOT_TRIGGERED}
+    assert e.state.step == 0 and e.state.history == ()
+    assert e.decision.before == e.decision.after
+
+
+def test_memory_disabled_is_plain_ds2_and_leaves_memory_levels_alone() -> None:
+    params = replace(PARAMS, memory=MemoryScaling(enabled=False))
+    e = evaluate(GRAPH, job(0.3), PolicyState(), params, NOW)
+    assert {d.branch for d in e.decision.vertices} == {Branch.MEMORY_DISABLED}
+    assert {vid: (c.parallelism, c.memory_level) for vid, c in e.configuration.items()} == {
+        "src": (2, 0), "counter": (4, 0), "sink": (2, 0)}
+
+
+def test_a_memory_only_change_is_a_decision_like_any_other() -> None:  # flaw 2
+    e = evaluate(GRAPH, job(0.42), PolicyState(), PARAMS, NOW)
+    d = e.decision
+    assert d.reconfigures and d.step == 1
+    c = d.vertex("counter")
+    assert (c.action, c.branch, c.parallelism_after, c.memory_level_after) == (
+        Action.SCALE_UP, Branch.MEMORY_PRESSURE, 2, 1)
+    # the stateless vertices lose their managed memory in the same step
+    assert d.vertex("src").action is Action.STRIP_MEMORY
+    assert d.after.memory_mib == 2 * 316  # only the counter keeps managed memory
+    assert e.state.step == 1 and e.state.last_reconfiguration_time == NOW
+    (record,) = e.state.history
+    h = record.vertex("counter")
+    assert h is not None and h.scaled_up and h.memory_level == 1
+    assert h.cache_hit_rate == pytest.approx(0.42)
+
+
+def test_a_vertex_ds2_leaves_alone_keeps_its_memory_level() -> None:  # flaw 3
+    graph = chain(vertex("src", 1, None), vertex("counter", 2, 2), vertex("sink", 2, None))
+    obs = observe(src=source(1000, 1000),  # the source is overloaded: DS2 triggers
+                  counter=counter(0.3, busy=500), sink=metrics(500, 1000, 0))
+    e = evaluate(graph, obs, PolicyState(), PARAMS, NOW)
+    c = e.decision.vertex("counter")
+    assert (c.branch, c.parallelism_after, c.memory_level_after) == (Branch.UNCHANGED, 2, 2)
+    assert e.decision.vertex("src").action is Action.SCALE_OUT
+
+
+def test_justin_over_several_steps_scales_up_while_it_helps_then_out() -> None:
+    graph, state = GRAPH, PolicyState()
+    branches = []
+    for i, theta in enumerate([0.42, 0.60, 0.70, 0.70]):
+        graph, e = step(graph, job(theta, now=NOW + 300 * i), state)
+        state = e.state
+        branches.append(e.decision.vertex("counter").branch)
+    assert branches == [
+        Branch.MEMORY_PRESSURE,  # level 0 -> 1, p stays 2
+        Branch.SCALED_UP_HELPED,  # θ 0.42 -> 0.60: level 1 -> 2
+        Branch.SCALED_UP_HELPED_AT_MAX,  # θ 0.60 -> 0.70 but level 2 is maxLevel-1: scale out
+        Branch.MEMORY_PRESSURE_AT_MAX,  # last step was no scale-up; θ < Δθ; at max: scale out
+    ]
+    assert graph.vertex("counter").memory_level == 2
+    assert state.step == 4 and len(state.history) == 4
+
+
+def test_a_scale_up_that_did_not_help_is_rolled_back() -> None:
+    graph, first = step(GRAPH, job(0.42), PolicyState())
+    graph, second = step(graph, job(0.42, now=NOW + 300), first.state)
+    c = second.decision.vertex("counter")
+    assert (c.action, c.branch) == (Action.MEMORY_ROLLBACK, Branch.SCALED_UP_NO_GAIN)
+    assert (graph.vertex("counter").parallelism, graph.vertex("counter").memory_level) == (4, 0)
+
+
+def test_history_is_bounded() -> None:
+    graph, state = GRAPH, PolicyState()
+    for i in range(12):  # alternate overload and idle-ish load: every step reconfigures
+        busy = 900 if i % 2 == 0 else 100
+        graph, e = step(graph, job(0.95, busy=busy, now=NOW + 60 * i), state)
+        assert e.decision.reconfigures
+        state = e.state
+    assert state.step == 12
+    assert [r.step for r in state.history] == list(range(3, 13))
+
+
+def test_scale_down_delay_survives_between_evaluations() -> None:
+    params = ScalingParams(cpu=CpuScaling(scale_down_delay=120))
+    graph = chain(vertex("src", 1, None), vertex("sink", 8, None))
+    calm = {"src": source(500, 1000), "sink": metrics(50, 1000, 0)}  # sink wants 2→ fewer
+    first = evaluate(graph, observe(NOW, **calm), PolicyState(), params, NOW)
+    assert not first.decision.reconfigures
+    assert dict(first.state.scale_down_wanted_since) == {"sink": NOW}
+    later = evaluate(graph, observe(NOW + 120, **calm), first.state, params, NOW + 120)
+    assert later.decision.reconfigures
+    assert later.configuration["sink"].parallelism == 4  # ceil(8 * 0.4): max scale-down factor
+    assert dict(later.state.scale_down_wanted_since) == {}
+
+
+def test_clipping_is_reported_on_the_decision_and_the_vertex() -> None:
+    params = replace(PARAMS, limits=Limits(max_cpu_cores=7), memory=MemoryScaling(enabled=False))
+    e = evaluate(GRAPH, job(0.95, busy=1000), PolicyState(), params, NOW)  # counter wants 2→4
+    assert e.decision.clipped
+    assert "max 7 cores" in e.decision.clip_reason and e.decision.clip_reason in e.decision.reason
+    c = e.decision.vertex("counter")
+    assert c.branch is Branch.CLIPPED
+    assert c.parallelism_after == 3 and e.configuration["counter"].parallelism == 3
+    assert "scale-out 2→4 trimmed to 2→3" in c.reason and "was memory-disabled" in c.reason
+    assert e.decision.after.cpu_cores == 7
+
+
+def test_evaluate_is_deterministic() -> None:
+    a = evaluate(GRAPH, job(0.42), PolicyState(), PARAMS, NOW)
+    b = evaluate(GRAPH, job(0.42), PolicyState(), PARAMS, NOW)
+    assert a == b
