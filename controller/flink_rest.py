@@ -1,0 +1,170 @@
+"""Read a running job's graph from the JobManager REST API into `policies.model.JobGraph`.
+
+Endpoints (shapes pinned by the golden samples of Flink 1.20.5):
+`/jobs/overview` (which job, its state), `/jobs/<jid>` (vertices, parallelism, max
+parallelism), `/jobs/<jid>/plan` (edges and ship strategies), `/jobs/<jid>/config`
+(user config, where flink-plugin lists operator uids).
+
+Flink never reports operator uids, but it derives ids from them: a vertex id is the
+128-bit murmur3 (seed 0) of its chain head's uid, and every chained operator's
+`operator_id` is the hash of its own uid (StreamGraphHasherV2). So a uid we know of
+(from the job config, the FlinkDeployment or the policy) is attached to the vertex
+whose id, or one of whose operator ids, equals its hash.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import mmh3
+import requests
+
+from policies.model import Edge, JobGraph, ShipStrategy, Vertex
+
+# flink-plugin publishes the uids it manages here, comma separated (docs/flink-contract.md).
+OPERATOR_UIDS_KEY = "hybridscaler.operator-uids"
+# Job states in which a job can be measured and reconfigured.
+RUNNING = "RUNNING"
+
+
+class FlinkRestError(RuntimeError):
+    """The JobManager could not be reached or answered with something we cannot use."""
+
+
+@dataclass(frozen=True)
+class JobSummary:
+    jid: str
+    name: str
+    state: str
+    start_time_ms: int
+    last_modification_ms: int
+
+
+def operator_id(uid: str) -> str:
+    """The OperatorID (and, for a chain head, JobVertexID) Flink derives from a uid."""
+    return mmh3.hash_bytes(uid.encode("utf-8"), 0, True).hex()
+
+
+def pick_job(overview: Mapping[str, Any]) -> JobSummary | None:
+    """The job a FlinkDeployment runs: the running one, else the most recently started."""
+    jobs = [
+        JobSummary(
+            jid=str(j["jid"]),
+            name=str(j.get("name", "")),
+            state=str(j.get("state", "")),
+            start_time_ms=int(j.get("start-time", 0)),
+            last_modification_ms=int(j.get("last-modification", j.get("start-time", 0))),
+        )
+        for j in overview.get("jobs", [])
+    ]
+    if not jobs:
+        return None
+    return max(jobs, key=lambda j: (j.state == RUNNING, j.start_time_ms))
+
+
+def uids_from_config(config: Mapping[str, Any]) -> tuple[str, ...]:
+    user = config.get("execution-config", {}).get("user-config", {}) or {}
+    raw = str(user.get(OPERATOR_UIDS_KEY, ""))
+    return tuple(u.strip() for u in raw.split(",") if u.strip())
+
+
+def parse_job_graph(
+    job: Mapping[str, Any],
+    plan: Mapping[str, Any],
+    uid_candidates: Iterable[str] = (),
+    operator_ids: Mapping[str, Iterable[str]] | None = None,
+) -> JobGraph:
+    """Build the job graph from `/jobs/<jid>` and `/jobs/<jid>/plan`.
+
+    `operator_ids` maps a vertex id to the operator ids of its chain (from the
+    `operator_id` Prometheus label), so uids of chained operators are found too.
+    Memory levels are unknown to Flink; they are left at 0 for the caller to set.
+    """
+    chains: dict[str, set[str]] = {}
+    for vertex in job.get("vertices", []):
+        vid = str(vertex["id"])
+        chains[vid] = {vid, *((operator_ids or {}).get(vid, ()))}
+    uids_by_vertex: dict[str, list[str]] = {vid: [] for vid in chains}
+    for uid in dict.fromkeys(uid_candidates):
+        hashed = operator_id(uid)
+        for vid, ids in chains.items():
+            if hashed in ids:
+                uids_by_vertex[vid].append(uid)
+    vertices = tuple(
+        Vertex(
+            id=str(v["id"]),
+            name=str(v.get("name", v["id"])),
+            max_parallelism=_max_parallelism(v, job),
+            parallelism=int(v["parallelism"]),
+            memory_level=0,
+            operator_uids=tuple(uids_by_vertex[str(v["id"])]),
+        )
+        for v in job.get("vertices", [])
+    )
+    edges = tuple(
+        Edge(
+            source=str(i["id"]),
+            target=str(node["id"]),
+            ship_strategy=ShipStrategy.parse(str(i.get("ship_strategy", ""))),
+        )
+        for node in plan.get("plan", plan).get("nodes", [])
+        for i in node.get("inputs", []) or []
+    )
+    return JobGraph(vertices=vertices, edges=edges)
+
+
+def _max_parallelism(vertex: Mapping[str, Any], job: Mapping[str, Any]) -> int:
+    for value in (vertex.get("maxParallelism"), job.get("maxParallelism")):
+        if isinstance(value, int) and value > 0:
+            return value
+    # Flink's default when nothing is set: 128 for small parallelism (KeyGroupRangeAssignment).
+    return max(128, int(vertex["parallelism"]))
+
+
+class FlinkRest:
+    """A small synchronous client of one JobManager's REST API."""
+
+    def __init__(self, base_url: str, timeout_s: float = 5.0,
+                 session: requests.Session | None = None) -> None:
+        self.base_url = base_url.rstrip("/")
+        self.timeout_s = timeout_s
+        self._session = session or requests.Session()
+
+    def _get(self, path: str) -> dict[str, Any]:
+        url = f"{self.base_url}{path}"
+        try:
+            response = self._session.get(url, timeout=self.timeout_s)
+        except requests.RequestException as e:
+            raise FlinkRestError(f"Flink REST {url} unreachable: {e}") from e
+        if response.status_code != 200:
+            raise FlinkRestError(f"Flink REST {url} answered {response.status_code}")
+        try:
+            body = response.json()
+        except ValueError as e:
+            raise FlinkRestError(f"Flink REST {url} did not answer JSON") from e
+        if not isinstance(body, dict):
+            raise FlinkRestError(f"Flink REST {url} answered {type(body).__name__}, not an object")
+        return body
+
+    def job(self) -> JobSummary | None:
+        return pick_job(self._get("/jobs/overview"))
+
+    def job_graph(
+        self,
+        jid: str,
+        uid_candidates: Iterable[str] = (),
+        operator_ids: Mapping[str, Iterable[str]] | None = None,
+    ) -> JobGraph:
+        job = self._get(f"/jobs/{jid}")
+        plan = self._get(f"/jobs/{jid}/plan") if "plan" not in job else {"plan": job["plan"]}
+        try:
+            config = self._get(f"/jobs/{jid}/config")
+        except FlinkRestError:
+            config = {}
+        candidates = (*uids_from_config(config), *uid_candidates)
+        try:
+            return parse_job_graph(job, plan, candidates, operator_ids)
+        except (KeyError, ValueError, TypeError) as e:
+            raise FlinkRestError(f"job {jid}: unusable job graph: {e}") from e

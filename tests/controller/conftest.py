@@ -1,0 +1,172 @@
+"""A real Prometheus (Debian's binary) scraping exposition text served by the test.
+
+One Prometheus per test session, scraping every second; each test registers the
+text it wants scraped under a path of its own and waits for samples to arrive.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import socket
+import subprocess
+import threading
+import time
+from collections.abc import Callable, Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+import requests
+
+SAMPLES = Path("/work/shared/flink-1.20-samples")
+TARGET_PATHS = ("/golden", "/cfvar", "/dynamic", "/hostile")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+HIT_RATE, MISS_RATE, RESET_EVERY_S = 1000.0, 250.0, 12.0
+_TICKER = re.compile(
+    r"^(flink_taskmanager_job_task_operator_rocksdb_block_cache_(hit|miss)"
+    r'\{.*subtask_index="(\d+)".*\}) \S+$',
+    re.MULTILINE,
+)
+
+
+def golden_scrape(name: str, t0: float) -> Callable[[], str]:
+    """A golden scrape whose cache tickers count up at a known rate per subtask.
+
+    Subtask 1's tickers reset every RESET_EVERY_S seconds, as after a restart.
+    """
+    text = (SAMPLES / name).read_text()
+
+    def body() -> str:
+        elapsed = time.time() - t0
+
+        def value(m: re.Match[str]) -> str:
+            rate = HIT_RATE if m.group(2) == "hit" else MISS_RATE
+            t = elapsed % RESET_EVERY_S if m.group(3) == "1" else elapsed
+            return f"{m.group(1)} {rate * t}"
+
+        return _TICKER.sub(value, text)
+
+    return body
+
+
+LONELY_JOB, LONELY_TASK = "f" * 32, "e" * 32
+
+
+def lonely_job() -> str:
+    """A one-vertex job with just the signals collect() needs."""
+    names = ("busyTimeMsPerSecond", "backPressuredTimeMsPerSecond",
+             "numRecordsInPerSecond", "numRecordsOutPerSecond")
+    return "".join(
+        f'flink_taskmanager_job_task_{m}{{job_id="{LONELY_JOB}",task_id="{LONELY_TASK}",'
+        f'subtask_index="0",}} 500.0\n'
+        for m in names
+    )
+
+
+class Exporter:
+    """Serves `bodies[path]()` as Prometheus text; tests swap the callables at will."""
+
+    def __init__(self) -> None:
+        self.bodies: dict[str, Callable[[], str]] = {p: lambda: "" for p in TARGET_PATHS}
+        self.started = time.time()
+        self.bodies["/golden"] = golden_scrape("prom-scrape.txt", self.started)
+        self.bodies["/dynamic"] = lonely_job
+        self.bodies["/cfvar"] = golden_scrape(
+            "prom-scrape-column-family-as-variable.txt", self.started
+        )
+        exporter = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                body = exporter.bodies.get(self.path, lambda: "")().encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "text/plain; version=0.0.4")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.port = self.server.server_address[1]
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+
+class PrometheusProcess:
+    def __init__(self, tmp: Path, exporter_port: int) -> None:
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        jobs = "".join(
+            f"""
+  - job_name: {path.strip('/')}
+    metrics_path: {path}
+    honor_labels: true
+    static_configs: [{{targets: ['127.0.0.1:{exporter_port}']}}]"""
+            for path in TARGET_PATHS
+        )
+        config = tmp / "prometheus.yml"
+        config.write_text(
+            f"global: {{scrape_interval: 1s, evaluation_interval: 1s}}\nscrape_configs:{jobs}\n"
+        )
+        self.args = [
+            shutil.which("prometheus") or "prometheus", f"--config.file={config}",
+            f"--storage.tsdb.path={tmp / 'data'}", f"--web.listen-address=127.0.0.1:{self.port}",
+        ]
+        self.log = (tmp / "prometheus.log").open("w")
+        self.process: subprocess.Popen[bytes] | None = None
+        self.start()
+
+    def start(self) -> None:
+        self.process = subprocess.Popen(self.args, stdout=self.log, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            try:
+                if requests.get(f"{self.url}/-/ready", timeout=1).status_code == 200:
+                    return
+            except requests.RequestException:
+                pass
+            time.sleep(0.2)
+        raise RuntimeError(f"Prometheus did not become ready; see {self.log.name}")
+
+    def stop(self) -> None:
+        if self.process is not None:
+            self.process.terminate()
+            self.process.wait(timeout=20)
+            self.process = None
+
+
+@pytest.fixture(scope="session")
+def exporter() -> Iterator[Exporter]:
+    e = Exporter()
+    yield e
+    e.server.shutdown()
+
+
+@pytest.fixture(scope="session")
+def prometheus(
+    tmp_path_factory: pytest.TempPathFactory, exporter: Exporter
+) -> Iterator[PrometheusProcess]:
+    if shutil.which("prometheus") is None:
+        pytest.fail("'prometheus' is missing: apt-get install prometheus (scripts/bootstrap.sh)")
+    p = PrometheusProcess(tmp_path_factory.mktemp("prometheus"), exporter.port)
+    yield p
+    p.stop()
+    p.log.close()
+
+
+def wait_for(predicate: Callable[[], bool], timeout_s: float = 30.0, what: str = "it") -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.25)
+    raise AssertionError(f"timed out after {timeout_s}s waiting for {what}")

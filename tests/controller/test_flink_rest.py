@@ -1,0 +1,135 @@
+"""The REST adapter against real Flink 1.20.5 answers (golden samples)."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import pytest
+
+from controller.flink_rest import (
+    FlinkRest,
+    FlinkRestError,
+    operator_id,
+    parse_job_graph,
+    pick_job,
+    uids_from_config,
+)
+from policies.model import ShipStrategy
+
+from .conftest import SAMPLES
+
+JID = "cf36d4c97f3d593e608a9d13dd79ec51"
+SOURCE = "855ea4d5a8f6a78f8e07cce575669ad4"
+COUNTER = "a54a21bf9142a9afd43421e4154b1409"
+
+
+def sample(name: str) -> Any:
+    return json.loads((SAMPLES / name).read_text())
+
+
+def test_operator_id_is_flinks_hash_of_the_uid() -> None:
+    # The golden job's uids, confirmed by the ids Flink printed for them.
+    assert operator_id("random-key-source") == SOURCE
+    assert operator_id("stateful-counter") == COUNTER
+    assert operator_id("key-map") == "eb8adfa29a499c04cb21f456def833f2"
+    assert operator_id("discard-sink") == "944a180b15f418fe526e0a41072d55d4"
+
+
+def test_golden_job_graph() -> None:
+    chained = {SOURCE: ["eb8adfa29a499c04cb21f456def833f2"],
+               COUNTER: ["944a180b15f418fe526e0a41072d55d4"]}
+    graph = parse_job_graph(
+        sample("job.json"), sample("plan.json"),
+        ["discard-sink", "stateful-counter", "key-map", "random-key-source", "not-in-this-job"],
+        chained,
+    )
+    assert [v.id for v in graph.vertices] == [SOURCE, COUNTER]
+    source, counter = graph.vertex(SOURCE), graph.vertex(COUNTER)
+    assert source.name == "Source: Random Key Source (gen/v1) -> Key Map: x -> x % N"
+    assert (source.parallelism, source.max_parallelism) == (2, 128)
+    assert set(source.operator_uids) == {"random-key-source", "key-map"}
+    assert set(counter.operator_uids) == {"stateful-counter", "discard-sink"}
+    assert len(graph.edges) == 1
+    edge = graph.edges[0]
+    assert (edge.source, edge.target, edge.ship_strategy) == (SOURCE, COUNTER, ShipStrategy.HASH)
+    assert graph.topological_order() == (SOURCE, COUNTER)
+
+
+def test_chain_heads_are_found_without_operator_ids() -> None:
+    uids = ["stateful-counter", "key-map"]
+    graph = parse_job_graph(sample("job.json"), sample("plan.json"), uids)
+    assert graph.vertex(COUNTER).operator_uids == ("stateful-counter",)
+    assert graph.vertex(SOURCE).operator_uids == ()
+
+
+def test_pick_job_prefers_the_running_one() -> None:
+    job = pick_job(sample("jobs-overview.json"))
+    assert job is not None and (job.jid, job.state) == (JID, "RUNNING")
+    old = {"jid": "old", "state": "CANCELED", "start-time": 2_000_000_000_000}
+    overview = {"jobs": [old, *sample("jobs-overview.json")["jobs"]]}
+    assert pick_job(overview).jid == JID  # type: ignore[union-attr]
+    assert pick_job({"jobs": []}) is None
+
+
+def test_uids_from_config() -> None:
+    assert uids_from_config(sample("job-config.json")) == ()
+    config = {"execution-config": {"user-config": {"hybridscaler.operator-uids": "a, b/c ,,d"}}}
+    assert uids_from_config(config) == ("a", "b/c", "d")
+
+
+class GoldenJobManager:
+    """Serves the golden answers over HTTP, so the client's requests are real."""
+
+    def __init__(self) -> None:
+        routes = {
+            "/jobs/overview": sample("jobs-overview.json"),
+            f"/jobs/{JID}": sample("job.json"),
+            f"/jobs/{JID}/plan": sample("plan.json"),
+            f"/jobs/{JID}/config": {
+                **sample("job-config.json"),
+                "execution-config": {"user-config": {
+                    "hybridscaler.operator-uids": "random-key-source,stateful-counter"}},
+            },
+        }
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                body = json.dumps(routes.get(self.path, {"errors": ["Not found"]})).encode()
+                self.send_response(200 if self.path in routes else 404)
+                self.send_header("Content-Type", "application/json")
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+
+
+@pytest.fixture(scope="module")
+def jobmanager() -> Iterator[GoldenJobManager]:
+    jm = GoldenJobManager()
+    yield jm
+    jm.server.shutdown()
+
+
+def test_client_reads_the_graph_over_http(jobmanager: GoldenJobManager) -> None:
+    client = FlinkRest(jobmanager.url + "/")
+    job = client.job()
+    assert job is not None and job.jid == JID
+    graph = client.job_graph(job.jid)
+    assert graph.vertex(SOURCE).operator_uids == ("random-key-source",)
+    assert graph.vertex(COUNTER).operator_uids == ("stateful-counter",)
+
+
+def test_client_errors_name_the_url(jobmanager: GoldenJobManager) -> None:
+    with pytest.raises(FlinkRestError, match="answered 404"):
+        FlinkRest(jobmanager.url).job_graph("0" * 32)
+    with pytest.raises(FlinkRestError, match="unreachable"):
+        FlinkRest("http://127.0.0.1:9", timeout_s=1).job()
