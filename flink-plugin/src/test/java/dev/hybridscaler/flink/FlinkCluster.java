@@ -53,6 +53,10 @@ final class FlinkCluster implements AutoCloseable {
         metrics = URI.create("http://localhost:" + promPort + "/metrics");
     }
 
+    URI metricsUri() {
+        return metrics;
+    }
+
     MiniCluster mini() {
         return cluster;
     }

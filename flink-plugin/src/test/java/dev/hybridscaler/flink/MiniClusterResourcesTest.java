@@ -70,7 +70,36 @@ class MiniClusterResourcesTest {
             assertEquals(lastCounts.get(e.getKey()) + 1, e.getValue()[0],
                     "key " + e.getKey() + " must continue counting from the savepoint");
         }
+        assertDocumentedMetricsEmitted(second);
         flink.mini().cancelJob(second).get(30, TimeUnit.SECONDS);
+    }
+
+    /** The names docs/metrics.md tells the controller and the twin to use, from a real scrape. */
+    private static void assertDocumentedMetricsEmitted(JobID job) throws Exception {
+        String task = "flink_taskmanager_job_task_";
+        String latency = task + "operator_state_name_valueStateGetLatency";
+        List<String> documented = List.of(
+                task + "busyTimeMsPerSecond", task + "backPressuredTimeMsPerSecond",
+                task + "idleTimeMsPerSecond", task + "numRecordsInPerSecond",
+                task + "numRecordsOutPerSecond", task + "operator_numRecordsInPerSecond",
+                task + "operator_numRecordsOutPerSecond",
+                task + "operator_rocksdb_block_cache_hit", task + "operator_rocksdb_block_cache_miss",
+                task + "operator_count_rocksdb_block_cache_capacity",
+                task + "operator_count_rocksdb_block_cache_usage",
+                latency, latency + "_count", task + "operator_state_name_valueStateUpdateLatency",
+                "flink_jobmanager_job_uptime", "flink_jobmanager_job_numRestarts",
+                "flink_jobmanager_job_runningState");
+        FlinkCluster.await("latency samples", TIMEOUT, () -> !samples(job, latency).isEmpty());
+        List<String> emitted = samplesOf(job).stream().map(PromSample::name).distinct().toList();
+        for (String name : documented) {
+            assertTrue(emitted.contains(name), name + " is not emitted by Flink");
+        }
+        // State latency is a summary in nanoseconds with these quantiles and no _sum.
+        assertEquals(List.of("0.5", "0.75", "0.95", "0.98", "0.99", "0.999"),
+                samples(job, latency).stream().map(s -> s.label("quantile")).distinct().sorted().toList());
+        assertFalse(emitted.contains(latency + "_sum"));
+        assertTrue(samples(job, latency).stream().allMatch(s -> s.label("state_name").equals(CounterJob.STATE)));
+        onlyValue("flink_taskmanager_Status_Flink_Memory_Managed_Total");
     }
 
     private static String resources(double cpu, int heap, int managed) {
