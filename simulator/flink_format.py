@@ -1,0 +1,346 @@
+"""Flink's own output formats for a twin: the Prometheus reporter's text and REST JSON.
+
+Shapes follow the golden samples of a real Flink 1.20.5 job
+(`/work/shared/flink-1.20-samples/`): metric names and label order per scope,
+Flink's label sanitising, trailing `,}` in label sets, numbers printed as Java does
+(`1.11848106E8`), and the REST field names of `/jobs/overview`, `/jobs/<jid>`,
+`/jobs/<jid>/plan`, `/jobs/<jid>/config` and `/taskmanagers`.
+"""
+
+from __future__ import annotations
+
+import html
+import math
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from simulator.twin import MIB_BYTES, Twin
+
+_UNSAFE = re.compile(r"[^a-zA-Z0-9:_]")
+LATENCY_QUANTILES = (0.5, 0.75, 0.95, 0.98, 0.99, 0.999)
+# Flink samples one state access in 100 for the latency histograms.
+LATENCY_SAMPLE_INTERVAL = 100
+
+
+def sanitize(text: str) -> str:
+    """Flink's `filterLabelValueCharacters`: anything outside [a-zA-Z0-9:_] becomes `_`."""
+    return _UNSAFE.sub("_", text)
+
+
+def java_double(value: float) -> str:
+    """A float as Java's Double.toString prints it (what the reporter emits)."""
+    if math.isnan(value):
+        return "NaN"
+    if math.isinf(value):
+        return "Infinity" if value > 0 else "-Infinity"
+    magnitude = abs(value)
+    if value == 0 or 1e-3 <= magnitude < 1e7:
+        text = repr(float(value))
+        return text
+    mantissa, exponent = f"{value:.16E}".split("E")
+    mantissa = mantissa.rstrip("0")
+    if mantissa.endswith("."):
+        mantissa += "0"
+    return f"{mantissa}E{int(exponent)}"
+
+
+@dataclass(frozen=True)
+class DeployedJob:
+    """What the served Flink cluster knows about one job besides the twin."""
+
+    namespace: str
+    name: str
+    job_id: str
+    job_name: str
+    start_ms: int
+    tm_id: str
+    slots_per_tm: int
+    tm_count: int
+    tm_cpu: float
+    tm_memory_mib: float
+    restarts: int
+
+
+class Family:
+    """One metric family of the scrape: HELP, TYPE and its samples, in insertion order."""
+
+    def __init__(self, name: str, kind: str, scope: str, help_name: str) -> None:
+        self.name, self.kind, self.scope, self.help_name = name, kind, scope, help_name
+        self.lines: list[str] = []
+
+    def add(self, labels: Iterable[tuple[str, str]], value: float, suffix: str = "") -> None:
+        text = "".join(f'{k}="{v}",' for k, v in labels)
+        self.lines.append(f"{self.name}{suffix}{{{text}}} {java_double(value)}")
+
+    def render(self) -> str:
+        head = (
+            f"# HELP {self.name} {self.help_name} (scope: {self.scope})\n"
+            f"# TYPE {self.name} {self.kind}\n"
+        )
+        return head + "".join(line + "\n" for line in self.lines)
+
+
+class Scrape:
+    def __init__(self) -> None:
+        self.families: dict[str, Family] = {}
+
+    def family(self, name: str, kind: str, scope: str, help_name: str) -> Family:
+        if name not in self.families:
+            self.families[name] = Family(name, kind, scope, help_name)
+        return self.families[name]
+
+    def gauge(self, scope: str, metric: str, labels: list[tuple[str, str]], value: float,
+              help_name: str | None = None) -> None:
+        name = f"flink_{scope}_{metric}"
+        self.family(name, "gauge", scope, help_name or metric).add(labels, value)
+
+    def render(self) -> str:
+        return "".join(f.render() for f in self.families.values() if f.lines)
+
+
+def _task_labels(job: DeployedJob, vid: str, name: str, subtask: int) -> list[tuple[str, str]]:
+    attempt_id = f"{job.job_id}_{vid}_{subtask}_0"
+    return [
+        ("job_id", job.job_id), ("task_id", vid), ("task_attempt_id", attempt_id), ("host", ""),
+        ("task_name", sanitize(name)), ("task_attempt_num", "0"),
+        ("job_name", sanitize(job.job_name)), ("tm_id", job.tm_id), ("subtask_index", str(subtask)),
+    ]
+
+
+def _operator_labels(task: list[tuple[str, str]], vid: str, name: str) -> list[tuple[str, str]]:
+    # Flink's order: the task labels with operator_id, operator_name after host.
+    head, tail = task[:4], task[4:]
+    return [*head, ("operator_id", vid), ("operator_name", sanitize(name)), *tail]
+
+
+def latency_quantiles(mean_ns: float) -> dict[float, float]:
+    """Quantiles of a log-normal (σ = 0.5) latency distribution with this mean."""
+    sigma = 0.5
+    z = {0.5: 0.0, 0.75: 0.6745, 0.95: 1.6449, 0.98: 2.0537, 0.99: 2.3263, 0.999: 3.0902}
+    return {q: mean_ns * math.exp(sigma * z[q] - sigma * sigma / 2) for q in LATENCY_QUANTILES}
+
+
+def add_job_metrics(scrape: Scrape, job: DeployedJob, twin: Twin, now_ms: int) -> None:
+    """Every metric the scaler reads, for one job, in the reporter's names and labels."""
+    jm = [("job_id", job.job_id), ("host", "localhost"), ("job_name", sanitize(job.job_name))]
+    running = twin.running
+    uptime = float(max(0, now_ms - job.start_ms)) if running else 0.0
+    scrape.gauge("jobmanager_job", "uptime", jm, uptime)
+    scrape.gauge("jobmanager_job", "numRestarts", jm, 0.0)
+    tick = twin.last_tick()
+    if not running or tick is None or not tick.running:
+        return
+    tm = [("host", ""), ("tm_id", job.tm_id)]
+    managed_total = sum(
+        twin.managed_mib_of(vid) * vc.parallelism for vid, vc in twin.configuration.items()
+    ) * MIB_BYTES
+    scrape.gauge("taskmanager", "Status_Flink_Memory_Managed_Total", tm, managed_total,
+                 "Total")
+    scrape.gauge("taskmanager", "Status_Flink_Memory_Managed_Used", tm, managed_total, "Used")
+    for vid, op in twin.model.by_vertex().items():
+        sample = tick.vertices[vid]
+        for i, sub in enumerate(sample.subtasks):
+            task = _task_labels(job, vid, op.name, i)
+            operator = _operator_labels(task, vid, op.name)
+            for metric, value in (
+                ("busyTimeMsPerSecond", twin.noisy(sub.busy)),
+                ("backPressuredTimeMsPerSecond", sub.backpressured),
+                ("idleTimeMsPerSecond", sub.idle),
+                ("numRecordsInPerSecond", twin.noisy(sub.records_in)),
+                ("numRecordsOutPerSecond", twin.noisy(sub.records_out)),
+            ):
+                scrape.gauge("taskmanager_job_task", metric, task, min(value, 1000.0)
+                             if metric.endswith("MsPerSecond") else value)
+            scrape.gauge("taskmanager_job_task_operator", "numRecordsInPerSecond", operator,
+                         sub.records_in)
+            scrape.gauge("taskmanager_job_task_operator", "numRecordsOutPerSecond", operator,
+                         sub.records_out)
+            if op.is_source:
+                share = sub.records_out / sample.records_out if sample.records_out else 1.0 / len(
+                    sample.subtasks)
+                scrape.gauge("taskmanager_job_task_operator", "pendingRecords", operator,
+                             (sample.pending or 0.0) * share)
+            if op.state is not None:
+                _add_state_metrics(scrape, twin, vid, i, operator)
+
+
+def _add_state_metrics(scrape: Scrape, twin: Twin, vid: str, subtask: int,
+                       operator: list[tuple[str, str]]) -> None:
+    op = twin.model.by_vertex()[vid]
+    assert op.state is not None
+    cost = twin.cost(vid)
+    counters = twin.counters[vid]
+    scope = "taskmanager_job_task_operator"
+    scrape.gauge(scope, "rocksdb_block_cache_hit", operator, round(counters.hits[subtask]),
+                 "rocksdb.block_cache_hit")
+    scrape.gauge(scope, "rocksdb_block_cache_miss", operator, round(counters.misses[subtask]),
+                 "rocksdb.block_cache_miss")
+    state = sanitize(op.state.name)
+    per_task = op.state.total_bytes / twin.configuration[vid].parallelism
+    cf_scope = f"{scope}_{state}"
+    for metric, value in (
+        ("rocksdb_block_cache_capacity", cost.cache_bytes),
+        ("rocksdb_block_cache_usage", min(cost.cache_bytes, per_task)),
+        ("rocksdb_estimate_live_data_size", per_task),
+    ):
+        scrape.gauge(cf_scope, metric, operator, value, f"rocksdb.{metric[7:].replace('_', '-')}")
+    latency_scope = f"{scope}_state_name"
+    labels = [("state_name", state), *operator]
+    for metric, mean_ns, count in (
+        ("valueStateGetLatency", cost.get_latency_ns, counters.gets[subtask]),
+        ("valueStateUpdateLatency", cost.put_latency_ns, counters.puts[subtask]),
+    ):
+        if mean_ns is None:
+            continue
+        family = scrape.family(f"flink_{latency_scope}_{metric}", "summary", latency_scope, metric)
+        family.add(labels, float(int(count / LATENCY_SAMPLE_INTERVAL)), suffix="_count")
+        for q, v in latency_quantiles(twin.noisy(mean_ns)).items():
+            family.add([*labels, ("quantile", str(q))], v)
+
+
+# ---- REST -------------------------------------------------------------------
+
+_TASK_STATES = ("CREATED", "FAILED", "DEPLOYING", "RECONCILING", "FINISHED", "RUNNING",
+                "INITIALIZING", "SCHEDULED", "CANCELED", "CANCELING")
+
+
+def job_state(twin: Twin) -> str:
+    return "RUNNING" if twin.running else "RESTARTING"
+
+
+def _task_counts(state: str, n: int) -> dict[str, int]:
+    counts = {s: 0 for s in _TASK_STATES}
+    counts["RUNNING" if state == "RUNNING" else "SCHEDULED"] = n
+    return counts
+
+
+def jobs_overview(job: DeployedJob, twin: Twin, now_ms: int) -> dict[str, Any]:
+    state = job_state(twin)
+    total = sum(vc.parallelism for vc in twin.configuration.values())
+    tasks = {s.lower(): 0 for s in _TASK_STATES}
+    tasks["running" if state == "RUNNING" else "scheduled"] = total
+    tasks["total"] = total
+    return {"jobs": [{
+        "jid": job.job_id, "name": job.job_name, "start-time": job.start_ms, "end-time": -1,
+        "duration": now_ms - job.start_ms, "state": state, "last-modification": job.start_ms,
+        "tasks": tasks,
+    }]}
+
+
+def plan(job: DeployedJob, twin: Twin) -> dict[str, Any]:
+    graph = twin.job_graph()
+    nodes = []
+    for v in reversed(graph.vertices):  # Flink lists sinks first
+        node: dict[str, Any] = {
+            "id": v.id, "parallelism": v.parallelism, "operator": "", "operator_strategy": "",
+            "description": html.escape(v.name) + "<br/>", "optimizer_properties": {},
+        }
+        inputs = [
+            {"num": n, "id": e.source, "ship_strategy": e.ship_strategy.value,
+             "exchange": "pipelined_bounded"}
+            for n, e in enumerate(graph.inputs(v.id))
+        ]
+        if inputs:
+            node = {**{k: node[k] for k in list(node)[:5]}, "inputs": inputs,
+                    "optimizer_properties": {}}
+        nodes.append(node)
+    return {"jid": job.job_id, "name": job.job_name, "type": "STREAMING", "nodes": nodes}
+
+
+def job_details(job: DeployedJob, twin: Twin, now_ms: int) -> dict[str, Any]:
+    state = job_state(twin)
+    graph = twin.job_graph()
+    vertices = []
+    for v in graph.vertices:
+        vertices.append({
+            "id": v.id, "slotSharingGroupId": twin.slot_sharing_group(v.id), "name": v.name,
+            "maxParallelism": v.max_parallelism, "parallelism": v.parallelism, "status": state,
+            "start-time": job.start_ms, "end-time": -1, "duration": now_ms - job.start_ms,
+            "tasks": _task_counts(state, v.parallelism),
+            "metrics": {
+                "read-bytes": 0, "read-bytes-complete": False, "write-bytes": 0,
+                "write-bytes-complete": False, "read-records": 0, "read-records-complete": False,
+                "write-records": 0, "write-records-complete": False,
+                "accumulated-backpressured-time": 0, "accumulated-idle-time": 0,
+                "accumulated-busy-time": 0.0,
+            },
+        })
+    timestamps = {s: 0 for s in ("RECONCILING", "RESTARTING", "CANCELLING", "CREATED", "RUNNING",
+                                 "FAILING", "FAILED", "FINISHED", "INITIALIZING", "CANCELED",
+                                 "SUSPENDED")}
+    timestamps.update(CREATED=job.start_ms, INITIALIZING=job.start_ms, RUNNING=job.start_ms)
+    total = sum(v.parallelism for v in graph.vertices)
+    return {
+        "jid": job.job_id, "name": job.job_name, "isStoppable": False, "state": state,
+        "job-type": "STREAMING", "start-time": job.start_ms, "end-time": -1,
+        "duration": now_ms - job.start_ms, "maxParallelism": -1, "now": now_ms,
+        "timestamps": timestamps, "vertices": vertices,
+        "status-counts": _task_counts(state, total), "plan": plan(job, twin),
+    }
+
+
+def job_config(job: DeployedJob, twin: Twin) -> dict[str, Any]:
+    parallelism = max(vc.parallelism for vc in twin.configuration.values())
+    return {"jid": job.job_id, "name": job.job_name, "execution-config": {
+        "execution-mode": "PIPELINED", "restart-strategy": "Cluster level default restart strategy",
+        "job-parallelism": parallelism, "object-reuse-mode": False, "user-config": {},
+    }}
+
+
+def _resource(cpu: float, heap: int, managed: int, network: int) -> dict[str, Any]:
+    return {"cpuCores": cpu, "taskHeapMemory": heap, "taskOffHeapMemory": 0,
+            "managedMemory": managed, "networkMemory": network, "extendedResources": {}}
+
+
+def flink_memory_model(process_mib: float) -> dict[str, int]:
+    """Flink 1.20's TaskManager memory split of a process size, in bytes (default fractions)."""
+    mib = MIB_BYTES
+    process = int(process_mib * mib)
+    overhead = min(max(int(process * 0.1), 192 * mib), 1024 * mib)
+    metaspace = 256 * mib
+    total_flink = max(0, process - overhead - metaspace)
+    network = min(max(int(total_flink * 0.1), 64 * mib), 1024 * mib)
+    managed = int(total_flink * 0.4)
+    framework = 128 * mib
+    task_heap = max(0, total_flink - 2 * framework - network - managed)
+    return {
+        "frameworkHeap": framework, "taskHeap": task_heap, "frameworkOffHeap": framework,
+        "taskOffHeap": 0, "networkMemory": network, "managedMemory": managed,
+        "jvmMetaspace": metaspace, "jvmOverhead": overhead, "totalFlinkMemory": total_flink,
+        "totalProcessMemory": process,
+    }
+
+
+def taskmanagers(job: DeployedJob, twin: Twin, heap_mib: float, network_mib: float
+                 ) -> dict[str, Any]:
+    """One entry per TaskManager of the deployment, slots filled in vertex order."""
+    tasks: list[tuple[float, int, int, int]] = []
+    for vid, vc in twin.configuration.items():
+        managed = int(twin.managed_mib_of(vid))
+        tasks.extend([(1.0, int(heap_mib), managed, int(network_mib))] * vc.parallelism)
+    per_tm = max(1, job.slots_per_tm)
+    count = max(job.tm_count, math.ceil(len(tasks) / per_tm))
+    memory = flink_memory_model(job.tm_memory_mib)
+    tm_managed = memory["managedMemory"] // MIB_BYTES
+    out = []
+    for n in range(count):
+        mine = tasks[n * per_tm:(n + 1) * per_tm]
+        tm_id = f"{job.namespace}-{job.name}-taskmanager-1-{n + 1}"
+        out.append({
+            "id": tm_id, "path": f"pekko.tcp://flink@10.0.0.{n + 2}:6122/user/rpc/taskmanager_0",
+            "dataPort": 6121, "jmxPort": -1, "timeSinceLastHeartbeat": 0,
+            "slotsNumber": per_tm, "freeSlots": per_tm - len(mine),
+            "totalResource": _resource(job.tm_cpu, 0, tm_managed, 0),
+            "freeResource": _resource(max(0.0, job.tm_cpu - len(mine)), 0,
+                                      max(0, tm_managed - sum(t[2] for t in mine)), 0),
+            "hardware": {"cpuCores": int(job.tm_cpu) or 1,
+                         "physicalMemory": int(job.tm_memory_mib * MIB_BYTES),
+                         "freeMemory": 0, "managedMemory": memory["managedMemory"]},
+            "memoryConfiguration": memory,
+            "allocatedSlots": [
+                {"jobId": job.job_id, "resource": _resource(c, h, m, nw)} for c, h, m, nw in mine
+            ],
+        })
+    return {"taskmanagers": out}

@@ -1,0 +1,196 @@
+"""Serve mode against the golden scrape and REST samples of a real Flink 1.20.5 job."""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from pathlib import Path
+
+import pytest
+import requests
+from prometheus_client.parser import text_string_to_metric_families
+
+from simulator.model import load_model
+from simulator.serve import ConfigError, TwinServer, configuration_from_flink
+
+SAMPLES = Path("/work/shared/flink-1.20-samples")
+GOLDEN_AVAILABLE = SAMPLES.is_dir()
+needs_samples = pytest.mark.skipif(not GOLDEN_AVAILABLE, reason="golden samples not mounted")
+# Column-family metrics carry the state name in the metric name: compare them by shape.
+STATE_CF = re.compile(
+    r"^(flink_taskmanager_job_task_operator_)\w+?"
+    r"(_rocksdb_(?:block_cache_capacity|block_cache_usage|estimate_live_data_size))$"
+)
+
+Q11 = {"hybridscaler.twin.job-model": "q11", "taskmanager.numberOfTaskSlots": "4"}
+TM = {"resource": {"cpu": 4, "memory": "2048m"}, "replicas": 1}
+
+
+def label_keys(text: str) -> dict[str, set[frozenset[str]]]:
+    keys: dict[str, set[frozenset[str]]] = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            name = STATE_CF.sub(r"\1<cf>\2", sample.name)
+            keys.setdefault(name, set()).add(frozenset(sample.labels))
+    return keys
+
+
+@pytest.fixture
+def server():
+    with TwinServer(time_scale=20.0, downtime_scale=0.05, tick_interval_s=0.05) as s:
+        yield s
+
+
+def wait_for(predicate, timeout=5.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.05)
+    return False
+
+
+@needs_samples
+def test_scrape_has_flinks_names_and_label_keys(server):
+    server.add_job("default", "q11", Q11, TM)
+    assert wait_for(lambda: server.twin("default", "q11").time > 2)
+    ours = label_keys(requests.get(server.url + "/metrics", timeout=5).text)
+    golden = label_keys((SAMPLES / "prom-scrape.txt").read_text())
+    wanted = {
+        "flink_taskmanager_job_task_busyTimeMsPerSecond",
+        "flink_taskmanager_job_task_backPressuredTimeMsPerSecond",
+        "flink_taskmanager_job_task_idleTimeMsPerSecond",
+        "flink_taskmanager_job_task_numRecordsInPerSecond",
+        "flink_taskmanager_job_task_numRecordsOutPerSecond",
+        "flink_taskmanager_job_task_operator_numRecordsInPerSecond",
+        "flink_taskmanager_job_task_operator_numRecordsOutPerSecond",
+        "flink_taskmanager_job_task_operator_pendingRecords",
+        "flink_taskmanager_job_task_operator_rocksdb_block_cache_hit",
+        "flink_taskmanager_job_task_operator_rocksdb_block_cache_miss",
+        "flink_taskmanager_job_task_operator_<cf>_rocksdb_block_cache_capacity",
+        "flink_taskmanager_job_task_operator_state_name_valueStateGetLatency",
+        "flink_taskmanager_job_task_operator_state_name_valueStateGetLatency_count",
+        "flink_jobmanager_job_uptime",
+        "flink_jobmanager_job_numRestarts",
+    }
+    assert wanted <= set(ours), wanted - set(ours)
+    for name, keysets in ours.items():
+        assert name in golden, f"{name} is not a metric real Flink exports"
+        assert keysets <= golden[name], f"{name}: labels {keysets} vs Flink's {golden[name]}"
+
+
+def test_scrape_keeps_flinks_text_quirks(server):
+    server.add_job("ns-1", "word count", {**Q11, "hybridscaler.twin.job-model": "read"}, TM)
+    assert wait_for(lambda: server.twin("ns-1", "word count").time > 1)
+    text = requests.get(server.url + "/metrics", timeout=5).text
+    assert ',} ' in text  # trailing comma, as Flink's reporter writes
+    assert 'job_name="word_count"' in text  # sanitised label value
+    assert re.search(r"block_cache_capacity\{.*\} \d\.\d+E\d+", text)  # Java's double format
+
+
+@needs_samples
+def test_rest_shapes_match_the_golden_samples(server):
+    status = server.add_job("default", "q11", Q11, TM)
+    jid = status["jobId"]
+    base = f"{server.url}/default/q11"
+    for path, golden in (
+        ("jobs/overview", "jobs-overview.json"),
+        (f"jobs/{jid}", "job.json"),
+        (f"jobs/{jid}/plan", "plan.json"),
+        (f"jobs/{jid}/config", "job-config.json"),
+        ("taskmanagers", "taskmanagers.json"),
+    ):
+        ours = requests.get(f"{base}/{path}", timeout=5).json()
+        theirs = json.loads((SAMPLES / golden).read_text())
+        assert_same_shape(ours, theirs, path)
+
+
+def assert_same_shape(ours, theirs, where):
+    """Every key Flink sends (recursively, first list element) is there, same JSON type."""
+    if isinstance(theirs, dict):
+        assert isinstance(ours, dict), where
+        for key, value in theirs.items():
+            if key == "metrics" and where.startswith("taskmanagers"):
+                continue  # JVM statistics of a real TaskManager process
+            assert key in ours, f"{where}: missing {key!r}"
+            assert_same_shape(ours[key], value, f"{where}.{key}")
+    elif isinstance(theirs, list):
+        assert isinstance(ours, list) and ours, where
+        if theirs:
+            assert_same_shape(ours[0], theirs[0], f"{where}[0]")
+    elif isinstance(theirs, bool):
+        assert isinstance(ours, bool), where
+    elif isinstance(theirs, int | float):
+        assert isinstance(ours, int | float) and not isinstance(ours, bool), where
+    else:
+        assert isinstance(ours, type(theirs)), where
+
+
+def test_job_graph_over_rest_is_the_models(server):
+    status = server.add_job("default", "q3", {"hybridscaler.twin.job-model": "q3"}, TM)
+    jid = status["jobId"]
+    job = requests.get(f"{server.url}/default/q3/jobs/{jid}", timeout=5).json()
+    plan = requests.get(f"{server.url}/default/q3/jobs/{jid}/plan", timeout=5).json()["plan"]
+    model = load_model("q3")
+    assert {v["id"] for v in job["vertices"]} == {o.vertex_id for o in model.operators}
+    join = model.operator("q3-join").vertex_id
+    node = next(n for n in plan["nodes"] if n["id"] == join)
+    assert [i["ship_strategy"] for i in node["inputs"]] == ["HASH", "HASH"]
+    assert requests.get(f"{server.url}/default/q3/jobs/{'0' * 32}", timeout=5).status_code == 404
+
+
+def test_reconfigure_restarts_with_the_written_parallelism_and_memory(server):
+    model = load_model("q11")
+    session = model.operator("q11-session")
+    first = server.add_job("default", "q11", Q11, TM)
+    conf = {
+        **Q11,
+        "pipeline.jobvertex-parallelism-overrides": f"{session.vertex_id}:4",
+        "hybridscaler.operator-resources": json.dumps({
+            "q11-session": {"cpuCores": 1.0, "taskHeapMb": 128, "managedMemoryMb": 316},
+            "q11-sink": {"cpuCores": 0.5, "taskHeapMb": 64, "managedMemoryMb": 0},
+        }),
+    }
+    reply = requests.put(f"{server.url}/control/jobs/default/q11", timeout=5,
+                         json={"flinkConfiguration": conf, "taskManager": TM})
+    assert reply.status_code == 200
+    status = reply.json()
+    assert status["state"] == "RESTARTING" and status["restarts"] == 1
+    assert status["jobId"] != first["jobId"]
+    assert status["configuration"]["q11-session"] == {
+        "vertexId": session.vertex_id, "parallelism": 4, "memoryLevel": 1}
+    assert status["configuration"]["q11-sink"]["memoryLevel"] is None
+    assert wait_for(lambda: server.status("default", "q11")["state"] == "RUNNING")
+    text = requests.get(server.url + "/metrics", timeout=5).text
+    assert text.count('flink_taskmanager_job_task_busyTimeMsPerSecond{') == 1 + 4 + 1
+
+
+def test_control_endpoint_adds_lists_and_removes(server):
+    url = f"{server.url}/control/jobs/team-a/upd"
+    body = {"flinkConfiguration": {"hybridscaler.twin.job-model": "update"}}
+    created = requests.put(url, json=body, timeout=5)
+    assert created.status_code == 201 and created.json()["model"] == "update"
+    listed = requests.get(f"{server.url}/control/jobs", timeout=5).json()
+    assert [j["name"] for j in listed] == ["upd"]
+    bad = requests.put(f"{server.url}/control/jobs/team-a/x", timeout=5,
+                       json={"flinkConfiguration": {"hybridscaler.twin.job-model": "nope"}})
+    assert bad.status_code == 400 and "no job model" in bad.json()["errors"][0]
+    assert requests.delete(url, timeout=5).status_code == 200
+    assert requests.get(url, timeout=5).status_code == 404
+
+
+def test_flink_configuration_parsing_rejects_what_flink_rejects():
+    model = load_model("q11")
+    with pytest.raises(ConfigError):
+        configuration_from_flink(model, {"pipeline.jobvertex-parallelism-overrides": "abc:x"}, 158)
+    with pytest.raises(ConfigError):
+        configuration_from_flink(model, {"hybridscaler.operator-resources": "[1]"}, 158)
+    sink = model.operator("q11-sink").vertex_id
+    with pytest.raises(ConfigError):
+        configuration_from_flink(
+            model, {"pipeline.jobvertex-parallelism-overrides": f"{sink}:999"}, 158
+        )
+    resources = json.dumps({"q11-session": {"managedMemoryMb": 632}})
+    levels = configuration_from_flink(model, {"hybridscaler.operator-resources": resources}, 158)
+    assert levels[model.operator("q11-session").vertex_id].memory_level == 2
