@@ -1,0 +1,183 @@
+"""Greedy packings and the lower bound: first-fit-decreasing, Flink's own first fit.
+
+Tasks of one vertex are identical, so both heuristics work on *groups* of equal
+slots: first fit of n identical items fills each open TaskManager as far as it
+goes, in order, then opens new ones. That is what per-item first fit does, in
+O(groups × TaskManagers) instead of O(slots × TaskManagers).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from packer.types import TaskManagerShape, TaskSlot
+
+Demand = tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class Group:
+    """Slots with one vertex id and one demand (integer units); `slots` in input order."""
+
+    vertex_id: str
+    demand: Demand
+    slots: tuple[TaskSlot, ...]
+
+    @property
+    def size(self) -> int:
+        return len(self.slots)
+
+
+def group_slots(slots: Sequence[TaskSlot]) -> list[Group]:
+    """Groups in order of first appearance."""
+    members: dict[tuple[str, Demand], list[TaskSlot]] = {}
+    for slot in slots:
+        members.setdefault((slot.vertex_id, slot.demand()), []).append(slot)
+    return [Group(v, d, tuple(s)) for (v, d), s in members.items()]
+
+
+def bin_capacity(shape: TaskManagerShape) -> Demand:
+    """Capacity per dimension; a slot cap becomes one more dimension where every slot costs 1."""
+    cap = shape.capacity()
+    return cap if shape.max_slots is None else (*cap, shape.max_slots)
+
+
+def group_demand(group: Group, shape: TaskManagerShape) -> Demand:
+    return group.demand if shape.max_slots is None else (*group.demand, 1)
+
+
+def how_many_fit(free: Sequence[int], demand: Sequence[int], wanted: int) -> int:
+    """How many items of `demand` fit into `free`, at most `wanted`."""
+    fit = wanted
+    for f, d in zip(free, demand, strict=True):
+        if d > 0:
+            fit = min(fit, f // d)
+    return fit
+
+
+def first_fit_groups(
+    groups: Sequence[Group], shape: TaskManagerShape
+) -> list[dict[int, int]] | None:
+    """First fit of `groups` in the given order. Returns per TaskManager {group index: count},
+    or None when some group's slot does not fit an empty TaskManager of `shape`."""
+    capacity = bin_capacity(shape)
+    free: list[list[int]] = []
+    contents: list[dict[int, int]] = []
+    for index, group in enumerate(groups):
+        demand = group_demand(group, shape)
+        if any(d > c for d, c in zip(demand, capacity, strict=True)):
+            return None
+        left = group.size
+        for room, items in zip(free, contents, strict=True):
+            if left == 0:
+                break
+            fit = how_many_fit(room, demand, left)
+            if fit:
+                _take(room, items, index, demand, fit)
+                left -= fit
+        while left > 0:
+            room, items = list(capacity), {}
+            fit = how_many_fit(room, demand, left)
+            _take(room, items, index, demand, fit)
+            free.append(room)
+            contents.append(items)
+            left -= fit
+    return contents
+
+
+def _take(room: list[int], items: dict[int, int], index: int, demand: Demand, n: int) -> None:
+    for k, d in enumerate(demand):
+        room[k] -= d * n
+    items[index] = items.get(index, 0) + n
+
+
+def decreasing(groups: Sequence[Group], shape: TaskManagerShape) -> list[int]:
+    """Group indices, largest first: by the largest share of a dimension, then the sum."""
+    capacity = bin_capacity(shape)
+
+    def size(i: int) -> tuple[float, float, int]:
+        shares = [d / c if c else 0.0 for d, c in zip(group_demand(groups[i], shape), capacity,
+                                                       strict=True)]
+        return (-max(shares, default=0.0), -sum(shares), i)
+
+    return sorted(range(len(groups)), key=size)
+
+
+def first_fit_decreasing(
+    slots: Sequence[TaskSlot], shape: TaskManagerShape
+) -> list[list[TaskSlot]] | None:
+    """FFD of `slots` onto TaskManagers of `shape`; None if a slot fits no empty TaskManager."""
+    groups = group_slots(slots)
+    order = decreasing(groups, shape)
+    packed = first_fit_groups([groups[i] for i in order], shape)
+    if packed is None:
+        return None
+    return materialise([{order[i]: n for i, n in tm.items()} for tm in packed], groups)
+
+
+def flink_first_fit(
+    slots: Sequence[TaskSlot], shape: TaskManagerShape
+) -> list[list[TaskSlot]] | None:
+    """Replay Flink's FineGrainedSlotManager on a fresh cluster of `shape` TaskManagers.
+
+    Flink's DefaultResourceAllocationStrategy (load-balance mode NONE) takes the
+    job's requirements one ResourceProfile at a time, fills pending TaskManagers
+    in list order with as many slots of that profile as fit, and starts a new
+    default TaskManager (filled the same way) while some remain. Requirements are
+    keyed by profile, so equal-sized slots of different vertices form one request.
+    We assume requests arrive in order of first appearance in `slots`: pass them
+    in topological vertex order, subtasks by index. None: a slot fits no TaskManager.
+    """
+    by_profile: dict[tuple[int, ...], list[TaskSlot]] = {}
+    for slot in slots:
+        by_profile.setdefault(slot.demand(), []).append(slot)
+    groups = [Group("", d, tuple(s)) for d, s in by_profile.items()]
+    packed = first_fit_groups(groups, shape)
+    return None if packed is None else materialise(packed, groups)
+
+
+def materialise(packed: Sequence[dict[int, int]], groups: Sequence[Group]) -> list[list[TaskSlot]]:
+    """Turn counts per group into slots, handing out each group's slots in order."""
+    taken = [0] * len(groups)
+    result: list[list[TaskSlot]] = []
+    for items in packed:
+        tm: list[TaskSlot] = []
+        for index, n in sorted(items.items()):
+            tm.extend(groups[index].slots[taken[index] : taken[index] + n])
+            taken[index] += n
+        result.append(tm)
+    return result
+
+
+def unfit_slot(slots: Sequence[TaskSlot], shape: TaskManagerShape) -> TaskSlot | None:
+    """The first slot that does not fit an empty TaskManager of `shape`, if any."""
+    capacity = shape.capacity()
+    for slot in slots:
+        if any(d > c for d, c in zip(slot.demand(), capacity, strict=True)):
+            return slot
+    return None
+
+
+def lower_bound(slots: Sequence[TaskSlot], shape: TaskManagerShape) -> int:
+    """A TaskManager count no placement onto `shape` can beat.
+
+    The largest of: per dimension, total demand over capacity (rounded up); and per
+    dimension, the number of slots larger than half a TaskManager (no two share one).
+    Raises ValueError when a slot fits no TaskManager of `shape` at all.
+    """
+    if not slots:
+        return 0
+    unfit = unfit_slot(slots, shape)
+    if unfit is not None:
+        raise ValueError(f"slot {unfit.label} does not fit an empty TaskManager {shape.name}")
+    capacity = bin_capacity(shape)
+    groups = group_slots(slots)
+    best = 1
+    for k, cap in enumerate(capacity):
+        demands = [(group_demand(g, shape)[k], g.size) for g in groups]
+        total = sum(d * n for d, n in demands)
+        if total == 0:
+            continue
+        best = max(best, -(-total // cap), sum(n for d, n in demands if 2 * d > cap))
+    return best

@@ -1,0 +1,558 @@
+"""`pack`: fewest TaskManagers, then fewest moved tasks, with OR-Tools CP-SAT.
+
+The model counts tasks per (group, TaskManager): a group is the tasks of one
+vertex, all the same size, so the model grows with vertices × TaskManagers, not
+with tasks. One shape is used for all TaskManagers (a FlinkDeployment has one
+`spec.taskManager.resource`); with several allowed shapes each is solved and the
+cheapest wins. First-fit-decreasing gives the upper bound (the model has exactly
+that many TaskManagers, so the answer is never worse) and the fallback.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from ortools.sat.python import cp_model
+
+from packer.check import check
+from packer.greedy import (
+    Group,
+    bin_capacity,
+    decreasing,
+    first_fit_groups,
+    flink_first_fit,
+    group_demand,
+    group_slots,
+    how_many_fit,
+    lower_bound,
+    unfit_slot,
+)
+from packer.patterns import solve_patterns
+from packer.types import (
+    CurrentPlacement,
+    Placement,
+    SlotKey,
+    Status,
+    TaskManagerLoad,
+    TaskManagerShape,
+    TaskSlot,
+)
+
+BIN_MODEL_CELLS = 3_000
+"""Up to this many (group, TaskManager) cells, stage 1 solves the per-TaskManager model."""
+MAX_MODEL_CELLS = 40_000
+"""Up to this many, stage 2 (fewest moves) solves it; above, moves are kept greedily."""
+MAX_PATTERN_GROUPS = 300
+"""Above this many groups the pattern model is not built either: FFD answers."""
+
+SEED = 20240101
+
+
+@dataclass
+class _Solution:
+    counts: list[dict[int, int]]  # per TaskManager: group index -> tasks
+    status: Status
+    bound: int
+    names: list[str | None] = field(default_factory=list)  # today's name per TaskManager
+
+
+def pack(
+    slots: Sequence[TaskSlot],
+    shapes: Sequence[TaskManagerShape],
+    current: CurrentPlacement | None = None,
+    time_limit_s: float = 2.0,
+) -> Placement:
+    """Place `slots` onto TaskManagers of one of `shapes`.
+
+    Lexicographic: lowest cost (count × shape price; the count alone for one
+    shape), then fewest tasks moved away from their TaskManager in `current`.
+    Always returns a placement that passes `check`; a slot that fits no shape
+    gives status infeasible with the reason naming it.
+    """
+    started = time.perf_counter()
+    _validate(slots, shapes)
+    deadline = started + max(time_limit_s, 0.0)
+    if not slots:
+        shape = _current_shape(shapes, current) or shapes[0]
+        return _finish(slots, shape, _Solution([], Status.OPTIMAL, 0), current, 0, started)
+
+    usable = [s for s in shapes if unfit_slot(slots, s) is None]
+    if not usable:
+        return Placement(
+            shape=None, task_managers=(), lower_bound=0, status=Status.INFEASIBLE,
+            solve_seconds=time.perf_counter() - started, reason=_infeasibility(slots, shapes),
+        )
+
+    groups = group_slots(slots)
+    bounds = {s.name: lower_bound(slots, s) for s in usable}
+    # Cheapest bound first, so a good shape is solved early and prunes the rest.
+    usable.sort(key=lambda s: (bounds[s.name] * s.price, s.price, s.name))
+    best: tuple[float, int, TaskManagerShape, _Solution, int] | None = None
+    for position, shape in enumerate(usable):
+        if best is not None and bounds[shape.name] * shape.price >= best[0]:
+            continue
+        budget = (deadline - time.perf_counter()) / (len(usable) - position)
+        today = current if current is not None and current.shape == shape.name else None
+        ffd = _ffd(groups, shape)
+        heuristics = [ffd, *_other_greedy(groups, shape), _flink_counts(slots, groups, shape)]
+        solution = _solve(groups, shape, heuristics, bounds[shape.name], today, budget)
+        cost = len(solution.counts) * shape.price
+        moved = _moves(groups, solution, current, shape.name)
+        if best is None or (cost, moved) < (best[0], best[1]):
+            best = (cost, moved, shape, solution, len(ffd))
+    assert best is not None
+    _, _, shape, solution, ffd_count = best
+    return _finish(slots, shape, solution, current, ffd_count, started, groups)
+
+
+def _validate(slots: Sequence[TaskSlot], shapes: Sequence[TaskManagerShape]) -> None:
+    if not shapes:
+        raise ValueError("at least one TaskManager shape is needed")
+    if len({s.name for s in shapes}) != len(shapes):
+        raise ValueError("TaskManager shape names must be unique")
+    keys = [s.key for s in slots]
+    if len(set(keys)) != len(keys):
+        raise ValueError("duplicate (vertex id, subtask) among slots")
+
+
+def _current_shape(
+    shapes: Sequence[TaskManagerShape], current: CurrentPlacement | None
+) -> TaskManagerShape | None:
+    return next((s for s in shapes if current is not None and s.name == current.shape), None)
+
+
+def _infeasibility(slots: Sequence[TaskSlot], shapes: Sequence[TaskManagerShape]) -> str:
+    for slot in slots:
+        if all(unfit_slot([slot], s) is not None for s in shapes):
+            offers = "; ".join(f"{s.name} offers {_describe(s.amounts())}" for s in shapes)
+            needs = _describe(slot.amounts())
+            return f"slot {slot.label} ({needs}) fits no allowed shape: {offers}"
+    parts = []
+    for shape in shapes:
+        unfit = unfit_slot(slots, shape)
+        assert unfit is not None
+        parts.append(f"{shape.name} cannot hold slot {unfit.label} ({_describe(unfit.amounts())})")
+    return "no single allowed shape fits every slot: " + "; ".join(parts)
+
+
+def _describe(amounts: Mapping[str, float]) -> str:
+    return ", ".join(
+        f"{v:g} cores" if k == "cpu" else f"{v:.0f} MiB {k}" for k, v in amounts.items()
+    )
+
+
+def _ffd(groups: Sequence[Group], shape: TaskManagerShape) -> list[dict[int, int]]:
+    order = decreasing(groups, shape)
+    packed = first_fit_groups([groups[i] for i in order], shape)
+    assert packed is not None  # every slot fits `shape`: checked by the caller
+    return [{order[i]: n for i, n in tm.items()} for tm in packed]
+
+
+def _other_greedy(groups: Sequence[Group], shape: TaskManagerShape) -> list[list[dict[int, int]]]:
+    """More first-fit orders, as extra upper bounds: input order (as Flink does) and by
+    each dimension alone, largest first."""
+    orders = [list(range(len(groups)))]
+    for k in range(len(bin_capacity(shape))):
+        orders.append(sorted(range(len(groups)),
+                             key=lambda g: (-group_demand(groups[g], shape)[k], g)))
+    packings = []
+    for order in orders:
+        packed = first_fit_groups([groups[i] for i in order], shape)
+        assert packed is not None
+        packings.append([{order[i]: n for i, n in tm.items()} for tm in packed])
+    return packings
+
+
+def _flink_counts(
+    slots: Sequence[TaskSlot], groups: Sequence[Group], shape: TaskManagerShape
+) -> list[dict[int, int]]:
+    """Flink's own first fit, as counts per group: a valid packing, so an upper bound too."""
+    packed = flink_first_fit(slots, shape)
+    assert packed is not None
+    index = {s.key: g for g, group in enumerate(groups) for s in group.slots}
+    counts: list[dict[int, int]] = []
+    for members in packed:
+        tm: dict[int, int] = {}
+        for slot in members:
+            tm[index[slot.key]] = tm.get(index[slot.key], 0) + 1
+        counts.append(tm)
+    return counts
+
+
+def _today_counts(
+    groups: Sequence[Group], today: CurrentPlacement | None
+) -> tuple[list[str], list[dict[int, int]]]:
+    """Today's TaskManagers (sorted names) and their tasks per group, for tasks that still exist."""
+    if today is None:
+        return [], []
+    names = sorted({today.assignment[s.key] for g in groups for s in g.slots
+                    if s.key in today.assignment})
+    index = {name: b for b, name in enumerate(names)}
+    counts: list[dict[int, int]] = [{} for _ in names]
+    for g, group in enumerate(groups):
+        for slot in group.slots:
+            name = today.assignment.get(slot.key)
+            if name is not None:
+                counts[index[name]][g] = counts[index[name]].get(g, 0) + 1
+    return names, counts
+
+
+def _fits(counts: Sequence[dict[int, int]], groups: Sequence[Group],
+          shape: TaskManagerShape) -> bool:
+    capacity = bin_capacity(shape)
+    for tm in counts:
+        used = [0] * len(capacity)
+        for g, n in tm.items():
+            for k, d in enumerate(group_demand(groups[g], shape)):
+                used[k] += d * n
+        if any(u > c for u, c in zip(used, capacity, strict=True)):
+            return False
+    return True
+
+
+def _solve(
+    groups: Sequence[Group],
+    shape: TaskManagerShape,
+    heuristics: Sequence[list[dict[int, int]]],
+    bound: int,
+    today: CurrentPlacement | None,
+    budget_s: float,
+) -> _Solution:
+    """Stage 1: fewest TaskManagers. Stage 2: fewest moves from `today` at that count."""
+    now = time.perf_counter()
+    deadline = now + budget_s
+    names, before = _today_counts(groups, today)
+    incremental = _incremental(groups, shape, names, before, bound) if names else None
+    if incremental is not None and len(incremental.counts) == bound:
+        # Today's placement, minimally repaired, meets the lower bound: optimal, fewest moves.
+        incremental.status = Status.OPTIMAL
+        return incremental
+    best = min(heuristics, key=len)
+    if len(best) == bound and not names:
+        return _Solution(best, Status.OPTIMAL, bound)
+    if budget_s <= 0:
+        status = Status.OPTIMAL if len(best) == bound else Status.FALLBACK
+        if incremental is not None and len(incremental.counts) <= len(best):
+            incremental.status = status
+            return incremental
+        return _relabel(best, status, bound, names, before)
+    # With today's placement to respect, leave time for stage 2.
+    stage_one = deadline if not names else now + 0.6 * budget_s
+
+    bins = max(len(best), len(names))
+    if len(groups) * bins <= BIN_MODEL_CELLS:
+        model = _BinModel(groups, shape, bins, len(names), bound)
+        start = incremental if incremental is not None and \
+            len(incremental.counts) <= len(best) else \
+            _relabel(best, Status.FEASIBLE, bound, names, before)
+        model.hint(_arrange(start, names, bins, model.anchor))
+        found = model.minimise_count(stage_one)
+        if found is None:
+            return _relabel(best, Status.FALLBACK, bound, names, before)
+        counts, proven = found
+        solution = _Solution(counts, Status.FEASIBLE, max(bound, proven))
+        solution.names = [names[b] if b < len(names) else None for b in range(bins)]
+    elif len(groups) <= MAX_PATTERN_GROUPS:
+        demands = [group_demand(g, shape) for g in groups]
+        result = solve_patterns(demands, [g.size for g in groups], bin_capacity(shape),
+                                heuristics, bound, stage_one)
+        solution = _relabel(result.counts, Status.FEASIBLE, result.bound, names, before)
+        model = None
+    else:
+        status = Status.OPTIMAL if len(best) == bound else Status.FALLBACK
+        return _relabel(best, status, bound, names, before)
+
+    used = [tm for tm in solution.counts if tm]
+    if incremental is not None and len(incremental.counts) <= len(used):
+        incremental.bound = solution.bound
+        solution, used = incremental, incremental.counts
+    if len(used) == solution.bound:
+        solution.status = Status.OPTIMAL
+    if names and time.perf_counter() < deadline and len(groups) * bins <= MAX_MODEL_CELLS:
+        if model is None:
+            model = _BinModel(groups, shape, bins, len(names), solution.bound)
+        model.hint(_arrange(solution, names, bins, model.anchor))
+        kept = model.maximise_kept(len(used), before, deadline)
+        if kept is not None:
+            solution.counts = kept
+            solution.names = [names[b] if b < len(names) else None for b in range(bins)]
+    keep = [b for b, tm in enumerate(solution.counts) if tm]
+    solution.names = [solution.names[b] for b in keep] if solution.names else []
+    solution.counts = [solution.counts[b] for b in keep]
+    return solution
+
+
+def _incremental(
+    groups: Sequence[Group], shape: TaskManagerShape, names: list[str],
+    before: Sequence[dict[int, int]], bound: int,
+) -> _Solution:
+    """Today's placement repaired: evict tasks from TaskManagers that no longer fit,
+    then first-fit the evicted and the new tasks, into today's TaskManagers first."""
+    capacity = bin_capacity(shape)
+    demands = [group_demand(g, shape) for g in groups]
+    order = decreasing(groups, shape)
+    counts = [dict(tm) for tm in before]
+    rooms: list[list[int]] = []
+    for tm in counts:
+        room = list(capacity)
+        for g, n in tm.items():
+            room = [r - d * n for r, d in zip(room, demands[g], strict=True)]
+        for g in order:  # largest first: fewest evictions
+            while g in tm and any(r < 0 for r in room):
+                room = [r + d for r, d in zip(room, demands[g], strict=True)]
+                tm[g] -= 1
+                if not tm[g]:
+                    del tm[g]
+        rooms.append(room)
+    labels: list[str | None] = list(names)
+    for g in order:
+        left = groups[g].size - sum(tm.get(g, 0) for tm in counts)
+        b = 0
+        while left > 0:
+            if b == len(counts):
+                counts.append({})
+                rooms.append(list(capacity))
+                labels.append(None)
+            fit = how_many_fit(rooms[b], demands[g], left)
+            if fit:
+                counts[b][g] = counts[b].get(g, 0) + fit
+                rooms[b] = [r - d * fit for r, d in zip(rooms[b], demands[g], strict=True)]
+                left -= fit
+            b += 1
+    keep = [b for b, tm in enumerate(counts) if tm]
+    return _Solution([counts[b] for b in keep], Status.FEASIBLE, bound,
+                     [labels[b] for b in keep])
+
+
+class _BinModel:
+    """Tasks per (group, TaskManager); TaskManagers 0..len(today)-1 are today's."""
+
+    def __init__(self, groups: Sequence[Group], shape: TaskManagerShape, bins: int,
+                 today: int, bound: int) -> None:
+        capacity = bin_capacity(shape)
+        demands = [group_demand(g, shape) for g in groups]
+        self.bins = bins
+        self.model = cp_model.CpModel()
+        model = self.model
+        self.used = [model.new_bool_var(f"used[{b}]") for b in range(bins)]
+        self.x = [
+            [model.new_int_var(0, how_many_fit(capacity, demands[g], groups[g].size),
+                               f"x[{g},{b}]") for b in range(bins)]
+            for g in range(len(groups))
+        ]
+        for g, group in enumerate(groups):
+            model.add(sum(self.x[g]) == group.size)
+        for b in range(bins):
+            for k, cap in enumerate(capacity):
+                terms = [(demands[g][k], self.x[g][b]) for g in range(len(groups))
+                         if demands[g][k]]
+                if terms:
+                    model.add(sum(d * v for d, v in terms) <= cap * self.used[b])
+            for g in range(len(groups)):
+                if not any(demands[g]):  # nothing else keeps a weightless task off unused TMs
+                    model.add(self.x[g][b] <= groups[g].size * self.used[b])
+        # TaskManagers beyond today's are interchangeable: used ones first, ordered by
+        # the count of the largest group (any packing can be permuted into this order).
+        self.anchor = max(range(len(groups)), key=lambda g: (groups[g].size, -g))
+        for b in range(today, bins - 1):
+            model.add(self.used[b] >= self.used[b + 1])
+            model.add(self.x[self.anchor][b] >= self.x[self.anchor][b + 1])
+        self.count = sum(self.used)
+        model.add(self.count >= bound)
+        self.cells = len(groups) * bins
+
+    def hint(self, counts: Sequence[dict[int, int]]) -> None:
+        self.model.clear_hints()  # type: ignore[no-untyped-call]
+        for b in range(self.bins):
+            tm = counts[b] if b < len(counts) else {}
+            self.model.add_hint(self.used[b], any(tm.values()))
+            for g, row in enumerate(self.x):
+                self.model.add_hint(row[b], tm.get(g, 0))
+
+    def minimise_count(self, deadline: float) -> tuple[list[dict[int, int]], int] | None:
+        self.model.minimize(self.count)
+        solver = self._solve(deadline)
+        if solver is None:
+            return None
+        return self._read(solver), math.ceil(solver.best_objective_bound - 1e-6)
+
+    def maximise_kept(self, count: int, today: Sequence[dict[int, int]],
+                      deadline: float) -> list[dict[int, int]] | None:
+        self.model.add(self.count <= count)
+        kept = []
+        for b, tm in enumerate(today):
+            for g, n in tm.items():
+                var = self.model.new_int_var(0, n, f"kept[{g},{b}]")
+                self.model.add(var <= self.x[g][b])
+                kept.append(var)
+        self.model.maximize(sum(kept))
+        solver = self._solve(deadline)
+        return None if solver is None else self._read(solver)
+
+    def _solve(self, deadline: float) -> cp_model.CpSolver | None:
+        solver = cp_model.CpSolver()
+        solver.parameters.max_time_in_seconds = max(deadline - time.perf_counter(), 0.01)
+        solver.parameters.random_seed = SEED
+        # One worker is deterministic and enough for small models; two interleaved
+        # workers stay deterministic and find better packings in larger ones.
+        if self.cells > 2_000:
+            solver.parameters.num_workers = 2
+            solver.parameters.interleave_search = True
+        else:
+            solver.parameters.num_workers = 1
+        status = solver.solve(self.model)
+        return solver if status in (cp_model.OPTIMAL, cp_model.FEASIBLE) else None
+
+    def _read(self, solver: cp_model.CpSolver) -> list[dict[int, int]]:
+        counts: list[dict[int, int]] = [{} for _ in range(self.bins)]
+        for g, row in enumerate(self.x):
+            for b, var in enumerate(row):
+                n = solver.value(var)
+                if n:
+                    counts[b][g] = n
+        return counts
+
+
+def _arrange(solution: _Solution, names: Sequence[str], bins: int,
+             anchor: int) -> list[dict[int, int]]:
+    """A solution laid out as the bin model expects: today's TaskManagers at their
+    index, new ones after them in symmetry-breaking order."""
+    laid: list[dict[int, int]] = [{} for _ in range(bins)]
+    fresh = []
+    labels = solution.names or [None] * len(solution.counts)
+    for tm, name in zip(solution.counts, labels, strict=True):
+        if name is not None:
+            laid[names.index(name)] = tm
+        elif tm:
+            fresh.append(tm)
+    fresh.sort(key=lambda tm: -tm.get(anchor, 0))
+    # New TaskManagers go after today's; if they run out of room, into today's empty ones.
+    spare = [b for b in range(len(names), bins)] + [b for b in range(len(names)) if not laid[b]]
+    for b, tm in zip(spare, fresh, strict=False):
+        laid[b] = tm
+    return laid
+
+
+def _relabel(
+    counts: list[dict[int, int]],
+    status: Status,
+    bound: int,
+    names: list[str],
+    today: list[dict[int, int]],
+) -> _Solution:
+    """Give heuristic TaskManagers today's names where they overlap most with today's."""
+    overlap = sorted(
+        ((-sum(min(n, old.get(g, 0)) for g, n in tm.items()), b, o)
+         for b, tm in enumerate(counts) for o, old in enumerate(today)),
+    )
+    chosen: list[str | None] = [None] * len(counts)
+    taken: set[int] = set()
+    for score, b, o in overlap:
+        if score < 0 and chosen[b] is None and o not in taken:
+            chosen[b] = names[o]
+            taken.add(o)
+    return _Solution(counts, status, bound, chosen)
+
+
+def _moves(
+    groups: Sequence[Group], solution: _Solution, current: CurrentPlacement | None, shape: str
+) -> int:
+    """Tasks that exist today and will not stay on their TaskManager (counted per group).
+    A change of shape replaces every TaskManager, so every existing task moves."""
+    if current is None:
+        return 0
+    names, before = _today_counts(groups, current)
+    if current.shape != shape:
+        return sum(sum(tm.values()) for tm in before)
+    staying = 0
+    for tm, name in zip(solution.counts, solution.names or [None] * len(solution.counts),
+                        strict=True):
+        if name is not None:
+            old = before[names.index(name)]
+            staying += sum(min(n, old.get(g, 0)) for g, n in tm.items())
+    return sum(sum(tm.values()) for tm in before) - staying
+
+
+def _finish(
+    slots: Sequence[TaskSlot],
+    shape: TaskManagerShape,
+    solution: _Solution,
+    current: CurrentPlacement | None,
+    ffd_count: int,
+    started: float,
+    groups: Sequence[Group] = (),
+) -> Placement:
+    today = current if current is not None and current.shape == shape.name else None
+    assignment = _assign(groups, solution, today)
+    flink = flink_first_fit(slots, shape)
+    loads = tuple(
+        TaskManagerLoad(name, shape.name, tuple(s.key for s in members),
+                        _utilisation(members, shape))
+        for name, members in assignment
+    )
+    moved = 0
+    if current is not None:
+        new_home = {key: tm.name for tm in loads for key in tm.slots}
+        moved = sum(1 for key, name in current.assignment.items()
+                    if key in new_home and (today is None or new_home[key] != name))
+    placement = Placement(
+        shape=shape.name,
+        task_managers=loads,
+        lower_bound=solution.bound,
+        status=solution.status,
+        solve_seconds=time.perf_counter() - started,
+        moved=moved,
+        ffd_count=ffd_count,
+        flink_count=None if flink is None else len(flink),
+    )
+    problems = check(placement, slots, [shape], current=current)
+    if problems:
+        raise AssertionError("packer produced an invalid placement: " + "; ".join(problems))
+    return placement
+
+
+def _assign(
+    groups: Sequence[Group], solution: _Solution, today: CurrentPlacement | None
+) -> list[tuple[str, list[TaskSlot]]]:
+    """Concrete slots per TaskManager: each keeps its own tasks from today first."""
+    names = solution.names or [None] * len(solution.counts)
+    taken: set[SlotKey] = set()
+    members: list[list[TaskSlot]] = [[] for _ in solution.counts]
+    quota = [dict(tm) for tm in solution.counts]
+    if today is not None:
+        for b, name in enumerate(names):
+            if name is None:
+                continue
+            for g in list(quota[b]):
+                for slot in groups[g].slots:
+                    if quota[b][g] and today.assignment.get(slot.key) == name:
+                        members[b].append(slot)
+                        taken.add(slot.key)
+                        quota[b][g] -= 1
+    for b, tm in enumerate(quota):
+        for g, n in sorted(tm.items()):
+            free = (s for s in groups[g].slots if s.key not in taken)
+            for slot in [next(free) for _ in range(n)]:
+                members[b].append(slot)
+                taken.add(slot.key)
+    known = set() if today is None else set(today.assignment.values())
+    fresh = (f"tm-{i}" for i in itertools.count() if f"tm-{i}" not in known)
+    return [(name if name is not None else next(fresh), sorted(m, key=_order))
+            for name, m in zip(names, members, strict=True)]
+
+
+def _order(slot: TaskSlot) -> tuple[str, int]:
+    return slot.key
+
+
+def _utilisation(members: Sequence[TaskSlot], shape: TaskManagerShape) -> dict[str, float]:
+    offered = shape.amounts()
+    used = {k: sum(s.amounts()[k] for s in members) for k in offered}
+    util = {k: (used[k] / offered[k] if offered[k] else 0.0) for k in offered}
+    if shape.max_slots is not None:
+        util["slots"] = len(members) / shape.max_slots
+    return util
