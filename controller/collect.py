@@ -185,3 +185,17 @@ def operator_ids(source: MetricsSource, job_id: str, now: float) -> dict[str, tu
         labels = s["metric"]
         chains.setdefault(str(labels.get("task_id", "")), set()).add(str(labels.get("operator_id")))
     return {vid: tuple(sorted(ids)) for vid, ids in chains.items()}
+
+
+class PrometheusMetrics:
+    """The loop's view of one Prometheus: observations and chain operator ids."""
+
+    def __init__(self, source: MetricsSource) -> None:
+        self.source = source
+
+    def observe(self, graph: JobGraph, job_id: str, now: float, window_s: float,
+                resolution_s: float) -> Collected | MetricsUnavailable:
+        return collect(self.source, graph, job_id, now, window_s, resolution_s)
+
+    def operator_ids(self, job_id: str, now: float) -> dict[str, tuple[str, ...]]:
+        return operator_ids(self.source, job_id, now)

@@ -1,0 +1,223 @@
+"""Realize: the FlinkDeployment fields the scaler owns, rendered, compared and applied.
+
+Only these fields are ever written (docs/flink-contract.md), by server-side apply
+with field manager `hybrid-scaler`, so GitOps tools can ignore exactly them:
+
+* `spec.flinkConfiguration["pipeline.jobvertex-parallelism-overrides"]`
+* `spec.flinkConfiguration["hybridscaler.operator-resources"]` (fine-grained mode)
+* `spec.taskManager.resource.cpu` / `.memory` and `spec.taskManager.replicas`
+
+Rendering is deterministic, so "is the decision already on the deployment?" is a
+field-by-field comparison: a restarted controller re-applies an interrupted step
+instead of deciding it again, and applying twice changes nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from policies.model import Configuration, JobGraph
+
+FIELD_MANAGER = "hybrid-scaler"
+FLINK_GROUP, FLINK_VERSION, FLINK_PLURAL = "flink.apache.org", "v1beta1", "flinkdeployments"
+OVERRIDES_KEY = "pipeline.jobvertex-parallelism-overrides"
+RESOURCES_KEY = "hybridscaler.operator-resources"
+
+
+@dataclass(frozen=True)
+class OperatorResources:
+    cpu_cores: float
+    task_heap_mb: int
+    managed_memory_mb: int
+
+    def as_json(self) -> dict[str, Any]:
+        return {"cpuCores": self.cpu_cores, "taskHeapMb": self.task_heap_mb,
+                "managedMemoryMb": self.managed_memory_mb}
+
+
+@dataclass(frozen=True)
+class OwnedFields:
+    """The values of the fields we own; None means "not set" (or, desired: "leave alone")."""
+
+    overrides: Mapping[str, int] = field(default_factory=dict)
+    operator_resources: Mapping[str, OperatorResources] | None = None
+    tm_cpu: float | None = None
+    tm_memory_mib: int | None = None
+    replicas: int | None = None
+
+    def differences(self, current: OwnedFields) -> list[str]:
+        """Names of the fields where `current` does not yet hold what `self` wants."""
+        diff = []
+        if dict(self.overrides) != dict(current.overrides):
+            diff.append(OVERRIDES_KEY)
+        if self.operator_resources is not None and (
+            dict(self.operator_resources) != dict(current.operator_resources or {})
+        ):
+            diff.append(RESOURCES_KEY)
+        if self.tm_cpu is not None and (
+            current.tm_cpu is None or not math.isclose(self.tm_cpu, current.tm_cpu)
+        ):
+            diff.append("taskManager.resource.cpu")
+        if self.tm_memory_mib is not None and self.tm_memory_mib != current.tm_memory_mib:
+            diff.append("taskManager.resource.memory")
+        if self.replicas is not None and self.replicas != current.replicas:
+            diff.append("taskManager.replicas")
+        return diff
+
+
+def render_overrides(overrides: Mapping[str, int]) -> str:
+    """Flink's map syntax, `k1:v1,k2:v2`, sorted so equal maps render equally."""
+    return ",".join(f"{vid}:{p}" for vid, p in sorted(overrides.items()))
+
+
+def parse_overrides(text: str | None) -> dict[str, int]:
+    result: dict[str, int] = {}
+    for part in (text or "").split(","):
+        key, sep, value = part.strip().partition(":")
+        if sep and key.strip() and value.strip().isdigit():
+            result[key.strip()] = int(value.strip())
+    return result
+
+
+def parse_memory_mib(text: Any) -> int | None:
+    """A Flink/Kubernetes memory string ('2048m', '2g', '2Gi', '1536Mi') in MiB."""
+    if text is None:
+        return None
+    s = str(text).strip().lower().removesuffix("b").removesuffix("i")
+    units = {"k": 1 / 1024, "m": 1, "g": 1024, "t": 1024**2}
+    try:
+        if s and s[-1] in units:
+            return round(float(s[:-1]) * units[s[-1]])
+        return round(float(s) / 1024**2)  # plain bytes
+    except ValueError:
+        return None
+
+
+def parse_resources(text: str | None) -> dict[str, OperatorResources] | None:
+    if not text:
+        return None
+    try:
+        raw = json.loads(text)
+        return {
+            str(uid): OperatorResources(
+                float(v.get("cpuCores", 0)), int(v.get("taskHeapMb", 0)),
+                int(v.get("managedMemoryMb", 0)),
+            )
+            for uid, v in raw.items()
+        }
+    except (ValueError, AttributeError, TypeError):
+        return None
+
+
+def current_fields(deployment: Mapping[str, Any]) -> OwnedFields:
+    spec = deployment.get("spec", {}) or {}
+    conf = spec.get("flinkConfiguration", {}) or {}
+    tm = spec.get("taskManager", {}) or {}
+    resource = tm.get("resource", {}) or {}
+    cpu = resource.get("cpu")
+    return OwnedFields(
+        overrides=parse_overrides(conf.get(OVERRIDES_KEY)),
+        operator_resources=parse_resources(conf.get(RESOURCES_KEY)),
+        tm_cpu=float(cpu) if cpu is not None else None,
+        tm_memory_mib=parse_memory_mib(resource.get("memory")),
+        replicas=tm.get("replicas"),
+    )
+
+
+def memory_levels(
+    deployment: Mapping[str, Any], graph: JobGraph, base_mib: float
+) -> dict[str, int | None]:
+    """Each vertex's memory level as the deployment has it (level 0 when we never set it)."""
+    resources = current_fields(deployment).operator_resources or {}
+    levels: dict[str, int | None] = {}
+    for v in graph.vertices:
+        entry = next((resources[u] for u in v.operator_uids if u in resources), None)
+        if entry is None:
+            levels[v.id] = 0
+        elif entry.managed_memory_mb <= 0:
+            levels[v.id] = None
+        else:
+            levels[v.id] = max(0, round(math.log2(entry.managed_memory_mb / base_mib)))
+    return levels
+
+
+def desired_fields(
+    graph: JobGraph,
+    configuration: Configuration,
+    *,
+    cpu_per_task: float,
+    heap_per_task_mib: float,
+    base_managed_mib: float,
+    tm_cpu: float,
+    tm_memory_mib: int,
+    replicas: int,
+    per_operator: bool,
+) -> OwnedFields:
+    """What the deployment must hold for `configuration` on `replicas` TaskManagers."""
+    resources: dict[str, OperatorResources] = {}
+    for v in graph.vertices:
+        level = configuration[v.id].memory_level
+        managed = 0 if level is None else round(base_managed_mib * 2**level)
+        for uid in v.operator_uids:
+            resources[uid] = OperatorResources(cpu_per_task, int(heap_per_task_mib), managed)
+    return OwnedFields(
+        overrides={vid: c.parallelism for vid, c in configuration.items()},
+        operator_resources=resources if per_operator else None,
+        tm_cpu=tm_cpu,
+        tm_memory_mib=tm_memory_mib,
+        replicas=replicas,
+    )
+
+
+def apply_body(name: str, namespace: str, desired: OwnedFields) -> dict[str, Any]:
+    """The server-side apply document: our fields and nothing else."""
+    conf: dict[str, str] = {OVERRIDES_KEY: render_overrides(desired.overrides)}
+    if desired.operator_resources is not None:
+        conf[RESOURCES_KEY] = json.dumps(
+            {uid: r.as_json() for uid, r in sorted(desired.operator_resources.items())},
+            separators=(",", ":"),
+        )
+    tm: dict[str, Any] = {}
+    resource: dict[str, Any] = {}
+    if desired.tm_cpu is not None:
+        resource["cpu"] = desired.tm_cpu
+    if desired.tm_memory_mib is not None:
+        resource["memory"] = f"{desired.tm_memory_mib}m"
+    if resource:
+        tm["resource"] = resource
+    if desired.replicas is not None:
+        tm["replicas"] = desired.replicas
+    spec: dict[str, Any] = {"flinkConfiguration": conf}
+    if tm:
+        spec["taskManager"] = tm
+    return {
+        "apiVersion": f"{FLINK_GROUP}/{FLINK_VERSION}",
+        "kind": "FlinkDeployment",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": spec,
+    }
+
+
+def job_state(deployment: Mapping[str, Any]) -> tuple[str, str]:
+    """(status.jobStatus.state, status.lifecycleState) as the Flink operator reports them."""
+    status = deployment.get("status", {}) or {}
+    return (str((status.get("jobStatus", {}) or {}).get("state", "") or "UNKNOWN"),
+            str(status.get("lifecycleState", "") or "UNKNOWN"))
+
+
+def refusal(deployment: Mapping[str, Any]) -> str | None:
+    """Why no reconfiguration may be applied to this deployment now, or None."""
+    job = (deployment.get("spec", {}) or {}).get("job", {}) or {}
+    if str(job.get("upgradeMode", "stateless")) == "stateless":
+        return (
+            "spec.job.upgradeMode is stateless: a reconfiguration would restart the job "
+            "without its state; use savepoint or last-state"
+        )
+    state, lifecycle = job_state(deployment)
+    if state != "RUNNING" or lifecycle != "STABLE":
+        return f"the job is {state} (lifecycle {lifecycle}), not RUNNING/STABLE"
+    return None

@@ -1,0 +1,313 @@
+"""The loop's decision logic with hand-written fakes of the cluster, Flink and Prometheus.
+
+The real adapters are tested against the real things (test_collect, test_flink_rest,
+e2e/test_controller*); here only the loop's own rules: when to evaluate, when to
+refuse, Recommend vs Active, and resuming a committed step after a crash.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+
+from controller.api import ConditionType, HybridScalingPolicy, Status, parse_policy
+from controller.collect import Collected, MetricsUnavailable
+from controller.flink_rest import JobSummary
+from controller.loop import RECONFIGURING, STABILIZING, Pass, Ports, reconcile
+from controller.realize import OVERRIDES_KEY, RESOURCES_KEY
+from policies.model import Edge, JobGraph, Observation, ShipStrategy, Vertex, VertexMetrics
+
+SOURCE, COUNTER = "a" * 32, "b" * 32
+T0 = 100_000.0
+
+
+class Killed(Exception):
+    """Stands for `kill -9` at this point of the pass."""
+
+
+@dataclass
+class FakeDeployments:
+    deployment: dict[str, Any] | None
+    applied: list[dict[str, Any]] = field(default_factory=list)
+    kill_on_apply: bool = False
+
+    def get(self, namespace: str, name: str) -> Mapping[str, Any] | None:
+        return copy.deepcopy(self.deployment)
+
+    def apply(self, namespace: str, name: str, body: Mapping[str, Any]) -> str:
+        if self.kill_on_apply:
+            raise Killed()
+        assert self.deployment is not None
+        self.applied.append(copy.deepcopy(dict(body)))
+        spec = self.deployment.setdefault("spec", {})
+        spec.setdefault("flinkConfiguration", {}).update(body["spec"]["flinkConfiguration"])
+        tm = spec.setdefault("taskManager", {})
+        tm.update({k: v for k, v in body["spec"]["taskManager"].items() if k != "resource"})
+        tm.setdefault("resource", {}).update(body["spec"]["taskManager"]["resource"])
+        return ""
+
+
+@dataclass
+class FakeStore:
+    saved: list[Status] = field(default_factory=list)
+    kill_on_save: int | None = None  # die on the n-th save
+
+    def save(self, status: Status) -> None:
+        if self.kill_on_save is not None and len(self.saved) + 1 == self.kill_on_save:
+            raise Killed()
+        self.saved.append(status)
+
+    @property
+    def last(self) -> Status:
+        return self.saved[-1] if self.saved else Status()
+
+
+@dataclass
+class FakeEvents:
+    events: list[tuple[str, str, str]] = field(default_factory=list)
+
+    def emit(self, type_: str, reason: str, message: str) -> None:
+        self.events.append((type_, reason, message))
+
+    def reasons(self) -> list[str]:
+        return [r for _, r, _ in self.events]
+
+
+@dataclass
+class FakeFlink:
+    graph: JobGraph
+    start_ms: int = 0
+
+    def job(self) -> JobSummary | None:
+        return JobSummary("j" * 32, "q", "RUNNING", self.start_ms, self.start_ms)
+
+    def job_graph(self, jid: str, uid_candidates: Iterable[str] = (),
+                  operator_ids: Mapping[str, Iterable[str]] | None = None) -> JobGraph:
+        return self.graph
+
+
+@dataclass
+class FakeMetrics:
+    counter: VertexMetrics | None
+    observed: int = 0
+
+    def observe(self, graph: JobGraph, job_id: str, now: float, window_s: float,
+                resolution_s: float) -> Collected | MetricsUnavailable:
+        self.observed += 1
+        if self.counter is None:
+            return MetricsUnavailable("metrics unavailable: Prometheus unreachable")
+        source = VertexMetrics(300, 300, 0, 0, 10_000)
+        return Collected(Observation(now, window_s, {SOURCE: source, COUNTER: self.counter}))
+
+    def operator_ids(self, job_id: str, now: float) -> Mapping[str, Iterable[str]]:
+        return {}
+
+
+def overloaded(hit_rate: float) -> VertexMetrics:
+    """The counter at 95 % busy: DS2 wants more capacity; the cache decides how."""
+    hits = 1000 * hit_rate
+    return VertexMetrics(950, 990, 0, 10_000, 0, cache_hits_per_s=hits,
+                         cache_misses_per_s=1000 - hits, state_latency_ns=50_000,
+                         has_state_backend_metrics=True)
+
+
+def graph(p: int = 2) -> JobGraph:
+    return JobGraph(
+        (Vertex(SOURCE, "source", 128, 2, 0, ("src",)),
+         Vertex(COUNTER, "counter", 128, p, 0, ("counter",))),
+        (Edge(SOURCE, COUNTER, ShipStrategy.HASH),),
+    )
+
+
+def flink_deployment(upgrade_mode: str = "savepoint", state: str = "RUNNING",
+                     lifecycle: str = "STABLE") -> dict[str, Any]:
+    return {
+        "metadata": {"name": "q11", "namespace": "ns"},
+        "spec": {"job": {"upgradeMode": upgrade_mode},
+                 "flinkConfiguration": {"taskmanager.numberOfTaskSlots": "4"}},
+        "status": {"lifecycleState": lifecycle, "jobStatus": {"state": state}},
+    }
+
+
+def policy(mode: str = "Active", **spec: Any) -> HybridScalingPolicy:
+    return parse_policy({
+        "apiVersion": "hybridscaler.dev/v1alpha1", "kind": "HybridScalingPolicy",
+        "metadata": {"name": "p", "namespace": "ns"},
+        "spec": {"targetRef": {"name": "q11"}, "mode": mode,
+                 "metrics": {"window": "20s", "stabilization": "10s", "resolution": "5s"},
+                 **spec},
+    })
+
+
+@dataclass
+class World:
+    deployments: FakeDeployments = field(default_factory=lambda: FakeDeployments(
+        flink_deployment()))
+    store: FakeStore = field(default_factory=FakeStore)
+    events: FakeEvents = field(default_factory=FakeEvents)
+    flink: FakeFlink = field(default_factory=lambda: FakeFlink(graph()))
+    metrics: FakeMetrics = field(default_factory=lambda: FakeMetrics(overloaded(0.5)))
+    now: float = T0
+
+    def ports(self) -> Ports:
+        return Ports(self.deployments, self.store, self.events,
+                     flink=lambda ns, name: self.flink, metrics=lambda url: self.metrics,
+                     clock=lambda: self.now)
+
+    def run(self, p: HybridScalingPolicy | None = None, generation: int = 1) -> Pass:
+        return reconcile(p or policy(), generation, self.store.last, self.ports())
+
+
+def scaling_reason(status: Status) -> str | None:
+    c = status.condition(ConditionType.SCALING)
+    return None if c is None else c.reason
+
+
+def test_target_not_found_is_reported_once() -> None:
+    world = World(deployments=FakeDeployments(None))
+    assert world.run().outcome == "target-not-found"
+    ready = world.store.last.condition(ConditionType.READY)
+    assert ready is not None and (ready.status, ready.reason) == ("False", "TargetNotFound")
+    world.now += 5
+    world.run()
+    assert world.events.reasons() == ["TargetNotFound"]
+
+
+def test_active_scale_up_commits_before_it_applies() -> None:
+    world = World()
+    result = world.run()
+    assert result.outcome == "reconfigured"
+    # The first save is the commit: decision and history recorded, not yet applied.
+    commit = world.store.saved[0]
+    assert scaling_reason(commit) == RECONFIGURING and commit.step == 1
+    assert len(commit.history) == 1 and commit.placement is not None
+    assert scaling_reason(world.store.last) == STABILIZING
+    [body] = world.deployments.applied
+    assert set(body["spec"]) == {"flinkConfiguration", "taskManager"}
+    conf = body["spec"]["flinkConfiguration"]
+    assert set(conf) == {OVERRIDES_KEY, RESOURCES_KEY}
+    # Justin: a short cache turns DS2's scale-out into a scale-up at the same parallelism.
+    assert conf[OVERRIDES_KEY] == f"{SOURCE}:2,{COUNTER}:2"
+    resources = json.loads(conf[RESOURCES_KEY])
+    assert resources["counter"]["managedMemoryMb"] == 316
+    # The source has no RocksDB metrics: stateless, its managed memory is stripped.
+    assert resources["src"]["managedMemoryMb"] == 0
+    assert {"ScaledUp", "MemoryStripped"} <= set(world.events.reasons())
+    assert world.store.last.last_decision is not None
+    assert world.store.last.last_decision.reconfigures
+
+
+def test_scale_out_when_the_cache_is_fine() -> None:
+    world = World(metrics=FakeMetrics(overloaded(0.99)))
+    world.run()
+    conf = world.deployments.applied[0]["spec"]["flinkConfiguration"]
+    assert f"{COUNTER}:2" not in conf[OVERRIDES_KEY]
+    assert "ScaledOut" in world.events.reasons()
+
+
+def test_recommend_patches_nothing_and_keeps_history() -> None:
+    world = World()
+    result = world.run(policy("Recommend"))
+    assert result.outcome == "recommended"
+    assert world.deployments.applied == []
+    assert world.store.last.history == () and world.store.last.step == 0
+    assert world.store.last.last_decision is not None
+    assert world.events.reasons() == ["Recommended"]
+
+
+def test_kill_between_commit_and_apply_resumes_without_deciding_again() -> None:
+    world = World()
+    world.deployments.kill_on_apply = True
+    with pytest.raises(Killed):
+        world.run()
+    committed = world.store.last
+    assert scaling_reason(committed) == RECONFIGURING and world.deployments.applied == []
+
+    world.deployments.kill_on_apply = False
+    world.now += 3
+    world.metrics.observed = 0
+    result = world.run()
+    assert result.outcome == "resumed" and world.metrics.observed == 0
+    assert world.store.last.step == committed.step
+    assert world.store.last.history == committed.history
+    [body] = world.deployments.applied
+    assert json.loads(body["spec"]["flinkConfiguration"][RESOURCES_KEY])["counter"][
+        "managedMemoryMb"] == 316
+    assert "Resumed" in world.events.reasons()
+
+
+def test_kill_after_apply_resumes_without_patching_again() -> None:
+    world = World()
+    world.store.kill_on_save = 2  # the save after the patch
+    with pytest.raises(Killed):
+        world.run()
+    assert len(world.deployments.applied) == 1
+    world.store.kill_on_save = None
+    result = world.run()
+    assert result.outcome == "resumed" and result.applied == []
+    assert len(world.deployments.applied) == 1
+    assert scaling_reason(world.store.last) == STABILIZING
+
+
+def test_stabilization_then_a_full_window_before_the_next_step() -> None:
+    world = World()
+    world.run()
+    decided = world.store.last.step
+    for dt, outcome in ((5, "stabilizing"), (10 + 19, "window-filling")):
+        world.now = T0 + dt
+        assert world.run().outcome == outcome
+    assert world.store.last.step == decided
+    world.now = T0 + 10 + 20
+    before = world.metrics.observed
+    world.run()
+    assert world.metrics.observed == before + 1
+
+
+def test_refuses_a_stateless_upgrade_mode() -> None:
+    world = World(deployments=FakeDeployments(flink_deployment("stateless")))
+    assert world.run().outcome == "refused"
+    assert world.deployments.applied == []
+    assert world.store.last.history == ()
+    assert "stateless" in world.events.events[-1][2]
+    world.now += 20
+    world.run()
+    assert world.events.reasons().count("Refused") == 1  # not repeated every pass
+
+
+def test_refuses_while_the_job_is_not_running() -> None:
+    world = World(deployments=FakeDeployments(flink_deployment(state="RESTARTING",
+                                                               lifecycle="UPGRADING")))
+    assert world.run().outcome == "refused"
+    assert "RESTARTING" in world.events.events[-1][2]
+
+
+def test_metrics_unavailable_means_no_action() -> None:
+    world = World(metrics=FakeMetrics(None))
+    assert world.run().outcome == "metrics-unavailable"
+    c = world.store.last.condition(ConditionType.METRICS_AVAILABLE)
+    assert c is not None and c.status == "False" and "unreachable" in c.message
+    assert world.deployments.applied == [] and world.store.last.last_decision is None
+
+
+def test_a_spec_edit_changes_the_next_decision_and_keeps_history() -> None:
+    world = World(metrics=FakeMetrics(overloaded(0.99)))
+    world.run(policy("Recommend"), generation=1)
+    assert world.store.last.last_decision is not None
+    assert world.store.last.last_decision.reconfigures
+    world.now += 20
+    relaxed = policy("Recommend", cpu={"utilizationMax": 1.0, "utilizationTarget": 0.96})
+    world.run(relaxed, generation=2)
+    last = world.store.last
+    assert last.observed_generation == 2
+    assert last.last_decision is not None and not last.last_decision.reconfigures
+
+
+def test_disabled_mode_does_nothing() -> None:
+    world = World()
+    assert world.run(policy("Disabled")).outcome == "disabled"
+    assert world.metrics.observed == 0 and world.deployments.applied == []
