@@ -66,6 +66,7 @@ class SubtaskSample:
     idle: float
     records_in: float
     records_out: float
+    share: float = 1.0  # of the vertex's records
 
 
 @dataclass(frozen=True)
@@ -133,11 +134,12 @@ class Twin:
         self._graph = model.job_graph()
         self._order = self._graph.topological_order()
         self._config: dict[str, VertexConfig] = dict(self._graph.configuration())
+        self._costs: dict[str, TaskCost] = {}
+        self._share_cache: dict[str, tuple[float, ...]] = {}
         if configuration is not None:
             self._set(configuration)
         self._lag = {o.vertex_id: 0.0 for o in model.sources()}
         self._history: deque[Tick] = deque(maxlen=max(1, int(history_s / tick_s)))
-        self._costs: dict[str, TaskCost] = {}
         self._reset_counters()
 
     # ---- configuration -------------------------------------------------
@@ -189,6 +191,7 @@ class Twin:
                 )
             self._config[vid] = vc
         self._costs = {}
+        self._share_cache = {}
 
     def _reset_counters(self) -> None:
         self.counters = {
@@ -237,11 +240,15 @@ class Twin:
         self.time += dt
         self._history.append(Tick(self.time, True, target, MappingProxyType(flows)))
 
+    def _shares(self, vid: str) -> tuple[float, ...]:
+        if vid not in self._share_cache:
+            op = self._ops[vid]
+            self._share_cache[vid] = subtask_shares(self._config[vid].parallelism, op.subtask_skew)
+        return self._share_cache[vid]
+
     def _vertex_limit(self, op: Operator) -> float:
         """Most records/s the vertex absorbs: its hottest subtask saturates first."""
-        p = self._config[op.vertex_id].parallelism
-        hottest = max(subtask_shares(p, op.subtask_skew))
-        return self.cost(op.vertex_id).capacity / hottest
+        return self.cost(op.vertex_id).capacity / max(self._shares(op.vertex_id))
 
     def _flows(self, target: float, dt: float) -> dict[str, VertexSample]:
         model = self.model
@@ -273,23 +280,23 @@ class Twin:
             op = self._ops[vid]
             rate = alpha * load[vid]
             cost = self.cost(vid)
-            p = self._config[vid].parallelism
-            subtasks = []
-            for i, share in enumerate(subtask_shares(p, op.subtask_skew)):
-                busy = min(1.0, rate * share / cost.capacity)
-                free = 1.0 - busy
-                bp = free if vid in blocked else 0.0
-                records = rate * share
-                subtasks.append(
-                    SubtaskSample(
+            subtasks: list[SubtaskSample] = []
+            for i, share in enumerate(self._shares(vid)):
+                if i == 0 or share != subtasks[-1].share:
+                    busy = min(1.0, rate * share / cost.capacity)
+                    free = 1.0 - busy
+                    bp = free if vid in blocked else 0.0
+                    records = rate * share
+                    sample = SubtaskSample(
                         busy=1000.0 * busy,
                         backpressured=1000.0 * bp,
                         idle=1000.0 * (free - bp),
                         records_in=0.0 if op.is_source else records,
                         records_out=records * (1.0 if op.is_source else op.selectivity),
+                        share=share,
                     )
-                )
-                self._count(vid, i, records * dt, cost)
+                subtasks.append(sample)
+                self._count(vid, i, rate * share * dt, cost)
             pending = None
             if op.is_source:
                 produced = rate * dt

@@ -1,0 +1,147 @@
+"""`hybrid-scaler simulate` and `hybrid-scaler twin serve`, registered on the controller's app."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import signal
+import threading
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from controller.cli import app
+from policies.spec import parse_duration
+from simulator.loop import OracleResult, PolicyName, RunResult, oracle, run
+from simulator.model import BUILTIN_JOBS, JobModel, ModelError, load_model
+from simulator.twin import managed_mib
+
+twin_app = typer.Typer(help="The digital twin of Flink on RocksDB, served over HTTP.",
+                       no_args_is_help=True)
+app.add_typer(twin_app, name="twin")
+
+
+def _model(job: str) -> JobModel:
+    try:
+        return load_model(job)
+    except ModelError as exc:
+        typer.echo(str(exc), err=True)
+        raise typer.Exit(2) from None
+
+
+def describe(model: JobModel, configuration: Any) -> str:
+    """`uid (p;MB)` per non-source operator, ⊥ for no managed memory."""
+    parts = []
+    for op in model.operators:
+        if op.is_source:
+            continue
+        vc = configuration[op.vertex_id]
+        mem = "⊥" if vc.memory_level is None else f"{managed_mib(vc.memory_level):.0f}"
+        parts.append(f"{op.uid} ({vc.parallelism};{mem})")
+    return ", ".join(parts)
+
+
+def _print_run(result: RunResult) -> None:
+    typer.echo(f"\n{result.policy}: {len(result.steps)} reconfiguration(s)")
+    for n, step in enumerate(result.steps, 1):
+        typer.echo(
+            f"  step {n} at {step.time:5.0f}s (down {step.downtime_s:.0f}s): "
+            f"{describe(result.model, step.configuration)}; rate before "
+            f"{step.rate_before:,.0f}/s; {step.cpu_cores:.0f} cores, {step.memory_mib:,.0f} MB"
+        )
+
+
+def _table(model: JobModel, rows: list[tuple[str, dict[str, Any], Any]]) -> None:
+    typer.echo(f"\n{'policy':8} {'steps':>5} {'to target':>9} {'converged at':>12} "
+               f"{'rate/s':>12} {'cores':>6} {'memory MB':>10}  final configuration")
+    for name, entry, config in rows:
+        at = entry["converged_at_s"]
+        typer.echo(
+            f"{name:8} {entry['steps']:>5} {entry['steps_to_target'] or '-':>9} "
+            f"{'-' if at is None else f'{at:.0f}s':>12} {entry['achieved_rate']:>12,.0f} "
+            f"{entry['cpu_cores']:>6.0f} {entry['memory_mb']:>10,.0f}  {describe(model, config)}"
+        )
+
+
+@app.command()
+def simulate(
+    job: Annotated[str, typer.Option(help=f"built-in model ({', '.join(BUILTIN_JOBS)}) or YAML")],
+    policy: Annotated[str, typer.Option(help="justin, ds2 or both")] = "both",
+    duration: Annotated[str, typer.Option(help="virtual time, e.g. 20m")] = "20m",
+    seed: Annotated[int, typer.Option(help="seed of the measurement noise")] = 0,
+    plot: Annotated[Path | None, typer.Option(help="write a Figure-5-like PNG here")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="print JSON only")] = False,
+) -> None:
+    """Run DS2 and/or Justin in a closed loop against the twin, and the oracle."""
+    if policy not in ("justin", "ds2", "both"):
+        typer.echo("--policy must be justin, ds2 or both", err=True)
+        raise typer.Exit(2)
+    try:
+        seconds = parse_duration(duration)
+    except ValueError as exc:
+        typer.echo(str(exc), err=True)
+        raise typer.Exit(2) from None
+    model = _model(job)
+    names: list[PolicyName] = ["justin", "ds2"] if policy == "both" else [policy]  # type: ignore[list-item]
+    runs = [run(model, name, seconds, seed=seed) for name in names]
+    best: OracleResult = oracle(model)
+    if plot is not None:
+        from simulator.plot import plot_runs
+
+        plot_runs(runs, plot, f"{model.name}: Justin (plain) vs DS2 (dotted)")
+    entries = {r.policy: r.as_json() for r in runs}
+    entries["oracle"] = best.as_json()
+    if as_json:
+        typer.echo(json.dumps({"job": model.name, "target_rate": model.load.rate,
+                               "policies": entries}))
+        return
+    typer.echo(f"{model.name}: {model.description}; target {model.load.rate:,.0f} records/s")
+    for r in runs:
+        _print_run(r)
+    rows = [(r.policy, entries[r.policy], r.final) for r in runs]
+    rows.append(("oracle", entries["oracle"], best.configuration))
+    _table(model, rows)
+    if not best.feasible:
+        typer.echo("oracle: the target is out of reach within max parallelism", err=True)
+    if plot is not None:
+        typer.echo(f"\nplot written to {plot}")
+
+
+@twin_app.command("serve")
+def serve(
+    job: Annotated[list[str], typer.Option(help="NAME=MODEL, e.g. default/q11=q11 (repeatable)")],
+    port: Annotated[int, typer.Option(help="HTTP port (0: any free port)")] = 8081,
+    host: Annotated[str, typer.Option()] = "127.0.0.1",
+    time_scale: Annotated[float, typer.Option(help="virtual seconds per wall second")] = 1.0,
+    downtime_scale: Annotated[float, typer.Option(help="multiplies restart downtime")] = 1.0,
+    slots: Annotated[int, typer.Option(help="task slots per TaskManager")] = 4,
+    seed: Annotated[int, typer.Option()] = 0,
+) -> None:
+    """Serve twins with Flink's Prometheus metrics and REST API until interrupted.
+
+    NAME is `namespace/name` (namespace `default` when omitted).
+    """
+    from simulator.serve import JOB_MODEL_KEY, SLOTS_KEY, TwinServer
+
+    server = TwinServer(host, port, seed=seed, time_scale=time_scale,
+                        downtime_scale=downtime_scale)
+    for spec in job:
+        name, sep, model_name = spec.partition("=")
+        if not sep or not name or not model_name:
+            typer.echo(f"--job {spec!r}: use NAME=MODEL", err=True)
+            raise typer.Exit(2)
+        namespace, _, short = name.rpartition("/")
+        try:
+            server.add_job(namespace or "default", short,
+                           {JOB_MODEL_KEY: model_name, SLOTS_KEY: str(slots)},
+                           {"resource": {"cpu": slots, "memory": "2048m"}, "replicas": 1})
+        except ValueError as exc:
+            typer.echo(str(exc), err=True)
+            raise typer.Exit(2) from None
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    with server:
+        typer.echo(f"twin serving {len(job)} job(s) on {server.url}: /metrics, /<ns>/<name>/jobs/")
+        with contextlib.suppress(KeyboardInterrupt):
+            stop.wait()

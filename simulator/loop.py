@@ -1,0 +1,286 @@
+"""The closed loop (a policy steering the twin) and the oracle it is measured against.
+
+The loop follows the paper's setup (§5): the policy decides at the end of each
+2-minute metrics window; after a reconfiguration it waits for the job to run
+again, then a 1-minute stabilization, then a full window. Metrics are sampled
+every 5 seconds for the trajectory.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any, Literal
+
+import policies
+from policies.model import Configuration, VertexConfig
+from policies.spec import CpuScaling, MemoryScaling, ParallelismOverride, TaskFootprint
+from simulator.model import JobModel
+from simulator.perf import subtask_shares, task_cost
+from simulator.twin import (
+    BASE_MANAGED_MIB,
+    HEAP_MIB_PER_TASK,
+    NETWORK_MIB_PER_TASK,
+    Twin,
+    managed_mib,
+    paper_resources,
+)
+
+PolicyName = Literal["justin", "ds2"]
+WINDOW_S = 120.0
+STABILIZATION_S = 60.0
+GRANULARITY_S = 5.0
+# A configuration sustains the target when its capacity is at least this share of
+# it (the twin's measurement noise is ~2 %).
+KEEP_UP = 0.98
+
+
+def scaling_params(
+    model: JobModel, policy: PolicyName, max_level: int = 3
+) -> policies.ScalingParams:
+    """The paper's parameters (spec defaults), sinks pinned, the paper's TaskManager footprint."""
+    pinned = tuple(
+        ParallelismOverride(
+            operator_uid=o.uid, min_parallelism=o.initial_parallelism,
+            max_parallelism=o.initial_parallelism,
+        )
+        for o in model.operators
+        if o.fixed_parallelism
+    )
+    return policies.ScalingParams(
+        # The paper's sources are generators capped at the target: they never catch
+        # up on lag, so DS2 sizes for the target rate (seen through lag growth) only.
+        cpu=CpuScaling(overrides=pinned, catch_up_duration=0),
+        memory=MemoryScaling(
+            enabled=policy == "justin", base_managed_memory=BASE_MANAGED_MIB, max_level=max_level
+        ),
+        footprint=TaskFootprint(
+            cpu_cores=1.0, heap_mib=HEAP_MIB_PER_TASK, network_mib=NETWORK_MIB_PER_TASK
+        ),
+    )
+
+
+def capacity(model: JobModel, configuration: Configuration,
+             base: float = BASE_MANAGED_MIB) -> float:
+    """Highest total source rate the configuration sustains (every task at most 100 % busy)."""
+    best = math.inf
+    load = unit_loads(model)
+    for op in model.operators:
+        if load[op.vertex_id] <= 0:
+            continue
+        vc = configuration[op.vertex_id]
+        cost = task_cost(op, vc.parallelism, managed_mib(vc.memory_level, base), model.rocksdb)
+        limit = cost.capacity / max(subtask_shares(vc.parallelism, op.subtask_skew))
+        best = min(best, limit / load[op.vertex_id])
+    return best
+
+
+def unit_loads(model: JobModel) -> dict[str, float]:
+    """Records/s into each vertex (out of each source) per record/s of total target rate."""
+    graph = model.job_graph()
+    ops = model.by_vertex()
+    load: dict[str, float] = {}
+    for vid in graph.topological_order():
+        op = ops[vid]
+        if op.is_source:
+            load[vid] = model.source_share(op)
+        else:
+            load[vid] = sum(load[e.source] * ops[e.source].selectivity for e in graph.inputs(vid))
+    return load
+
+
+@dataclass(frozen=True)
+class Sample:
+    time: float
+    target_rate: float
+    rate: float  # records/s the sources produced over the last GRANULARITY_S
+    lag: float
+    cpu_cores: float
+    memory_mib: float
+    running: bool
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "t": self.time, "target_rate": round(self.target_rate, 1), "rate": round(self.rate, 1),
+            "lag": round(self.lag), "cpu_cores": self.cpu_cores,
+            "memory_mb": round(self.memory_mib, 1), "running": self.running,
+        }
+
+
+@dataclass(frozen=True)
+class Step:
+    """One reconfiguration the policy made."""
+
+    time: float
+    downtime_s: float
+    configuration: Configuration
+    cpu_cores: float
+    memory_mib: float
+    rate_before: float
+    reason: str
+
+
+@dataclass
+class RunResult:
+    policy: str
+    model: JobModel
+    steps: list[Step] = field(default_factory=list)
+    samples: list[Sample] = field(default_factory=list)
+    final: Configuration = field(default_factory=lambda: MappingProxyType({}))
+    converged: bool = False
+    converged_at_s: float | None = None
+    steps_to_target: int | None = None
+    achieved_rate: float = 0.0
+    capacity: float = 0.0
+    cpu_cores: float = 0.0
+    memory_mib: float = 0.0
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "steps": len(self.steps),
+            "steps_to_target": self.steps_to_target,
+            "converged": self.converged,
+            "converged_at_s": self.converged_at_s,
+            "achieved_rate": round(self.achieved_rate, 1),
+            "cpu_cores": self.cpu_cores,
+            "memory_mb": round(self.memory_mib, 1),
+            "capacity": round(self.capacity, 1),
+            "configuration": configuration_json(self.model, self.final),
+            "trajectory": [s.as_json() for s in self.samples],
+        }
+
+
+def configuration_json(model: JobModel, config: Configuration) -> dict[str, dict[str, Any]]:
+    return {
+        o.uid: {"parallelism": config[o.vertex_id].parallelism,
+                "memory_level": config[o.vertex_id].memory_level,
+                "managed_mb": managed_mib(config[o.vertex_id].memory_level)}
+        for o in model.operators
+    }
+
+
+def run(model: JobModel, policy: PolicyName, duration_s: float = 1200.0, seed: int = 0,
+        window_s: float = WINDOW_S, stabilization_s: float = STABILIZATION_S) -> RunResult:
+    """Run `policy` against a fresh twin of `model` for `duration_s` of virtual time."""
+    twin = Twin(model, seed=seed)
+    params = scaling_params(model, policy)
+    state = policies.PolicyState()
+    result = RunResult(policy, model)
+    next_decision = window_s
+    while twin.time + 1e-9 < duration_s:
+        twin.advance(min(GRANULARITY_S, duration_s - twin.time))
+        result.samples.append(_sample(twin))
+        if twin.time + 1e-9 < next_decision:
+            continue
+        rate_before = twin.achieved_rate(window_s)
+        evaluation = policies.evaluate(
+            twin.job_graph(), twin.observe(window_s), state, params, twin.time
+        )
+        state = evaluation.state
+        if evaluation.decision.reconfigures:
+            downtime = twin.apply(evaluation.configuration)
+            cores, memory = paper_resources(model, twin.configuration)
+            result.steps.append(Step(twin.time, downtime, twin.configuration, cores, memory,
+                                     rate_before, evaluation.decision.reason))
+            next_decision = twin.time + downtime + stabilization_s + window_s
+        else:
+            next_decision = twin.time + window_s
+    _finish(result, twin)
+    return result
+
+
+def _sample(twin: Twin) -> Sample:
+    cores, memory = paper_resources(twin.model, twin.configuration)
+    return Sample(twin.time, twin.model.load.rate_at(twin.time), twin.achieved_rate(GRANULARITY_S),
+                  twin.lag(), cores, memory, twin.running)
+
+
+def _finish(result: RunResult, twin: Twin) -> None:
+    """Converged: from some step on, every configuration sustains the target.
+
+    `converged_at_s` is when the first of those configurations ran (its restart
+    done); `steps_to_target` counts the reconfigurations up to it. Scale-ins
+    afterwards that still sustain the target do not undo convergence.
+    """
+    model = twin.model
+    result.final = twin.configuration
+    result.cpu_cores, result.memory_mib = paper_resources(model, twin.configuration)
+    result.capacity = capacity(model, twin.configuration)
+    result.achieved_rate = min(result.capacity, model.load.rate_at(twin.time))
+    configs = [(0.0, model.job_graph().configuration(), 0)] + [
+        (s.time + s.downtime_s, s.configuration, n) for n, s in enumerate(result.steps, 1)
+    ]
+    result.converged, result.converged_at_s, result.steps_to_target = False, None, None
+    for at, _, n in configs:
+        later = [c for t, c, _ in configs if t >= at]
+        if all(capacity(model, c) >= KEEP_UP * model.load.rate_at(at) for c in later):
+            result.converged, result.converged_at_s, result.steps_to_target = True, at, n
+            break
+
+
+@dataclass(frozen=True)
+class OracleResult:
+    configuration: Configuration
+    feasible: bool
+    capacity: float
+    cpu_cores: float
+    memory_mib: float
+    model: JobModel
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "steps": 0, "steps_to_target": 0, "converged": self.feasible,
+            "converged_at_s": 0.0 if self.feasible else None,
+            "achieved_rate": round(min(self.capacity, self.model.load.rate), 1),
+            "cpu_cores": self.cpu_cores, "memory_mb": round(self.memory_mib, 1),
+            "capacity": round(self.capacity, 1),
+            "configuration": configuration_json(self.model, self.configuration),
+            "trajectory": [],
+        }
+
+
+def oracle(model: JobModel, target_rate: float | None = None, max_level: int = 3,
+           utilization: float = 1.0) -> OracleResult:
+    """The cheapest per-operator (parallelism, memory level) sustaining the target in the twin.
+
+    Vertex loads follow from the target alone (no feedback), so each vertex is sized
+    on its own: fewest tasks first, then least memory. Stateless vertices get ⊥;
+    pinned vertices keep their parallelism. `utilization` < 1 leaves headroom.
+    """
+    target = model.load.rate if target_rate is None else target_rate
+    loads = unit_loads(model)
+    config: dict[str, VertexConfig] = {}
+    feasible = True
+    for op in model.operators:
+        need = loads[op.vertex_id] * target
+        levels: list[int | None] = [None] if op.state is None else list(range(max_level))
+        best: tuple[int, float, VertexConfig] | None = None
+        for level in levels:
+            p = _fewest_tasks(model, op.vertex_id, level, need, utilization)
+            if p is None:
+                continue
+            mem = p * (HEAP_MIB_PER_TASK + NETWORK_MIB_PER_TASK + managed_mib(level))
+            if best is None or (p, mem) < best[:2]:
+                best = (p, mem, VertexConfig(p, level))
+        if best is None:
+            feasible = False
+            best = (op.max_parallelism, 0.0, VertexConfig(op.max_parallelism, levels[-1]))
+        config[op.vertex_id] = best[2]
+    frozen = MappingProxyType(config)
+    cores, memory = paper_resources(model, frozen)
+    return OracleResult(frozen, feasible, capacity(model, frozen), cores, memory, model)
+
+
+def _fewest_tasks(model: JobModel, vid: str, level: int | None, need: float,
+                  utilization: float) -> int | None:
+    op = model.by_vertex()[vid]
+    if op.fixed_parallelism:
+        candidates: range = range(op.initial_parallelism, op.initial_parallelism + 1)
+    else:
+        candidates = range(1, op.max_parallelism + 1)
+    for p in candidates:
+        cost = task_cost(op, p, managed_mib(level), model.rocksdb)
+        if cost.capacity * utilization / max(subtask_shares(p, op.subtask_skew)) >= need:
+            return p
+    return None
