@@ -24,9 +24,11 @@ import sys
 import time
 from pathlib import Path
 
+# Run as a script, this file's folder comes first on sys.path and its name would
+# shadow the packer package: put the repository root in front.
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from packer import Placement, TaskManagerShape, TaskSlot, check, pack  # noqa: E402
+from packer import Placement, TaskManagerShape, TaskSlot, check, pack
 
 SHAPE = TaskManagerShape("4cpu-8g", cpu_cores=4, process_mib=8192)
 BASE_MANAGED = 158.0  # the Justin paper's level-0 managed memory per task
@@ -45,7 +47,7 @@ def _split(total: int, weights: list[float], rng: random.Random) -> list[int]:
 
 def random_job(slots: int, dims: int, rng: random.Random) -> list[TaskSlot]:
     vertices = max(2, min(40, slots // 25))
-    result = []
+    result: list[TaskSlot] = []
     for v, n in enumerate(_split(slots, [1.0] * vertices, rng)):
         cpu = rng.choice([0.25, 0.5, 1.0, 2.0])
         level = rng.choice([None, 0, 1, 2])
@@ -60,7 +62,7 @@ def nexmark_job(slots: int, dims: int, rng: random.Random) -> list[TaskSlot]:
     stateful = rng.randint(1, 3)
     names = ["source", "map", *[f"stateful{i}" for i in range(stateful)], "sink"]
     weights = [0.2, 0.15, *[0.55 / stateful] * stateful, 0.1]
-    result = []
+    result: list[TaskSlot] = []
     for name, n in zip(names, _split(slots, weights, rng), strict=True):
         is_stateful = name.startswith("stateful")
         cpu = 1.0 if name != "sink" else 0.5

@@ -24,10 +24,10 @@ SlotKey = tuple[str, int]
 DIMENSIONS = ("cpu", "heap", "managed", "network")
 """Resource dimensions every slot and TaskManager has; `slots` is added when capped."""
 
-# Solver units: millicores and KiB. Demands round up, capacities down, so any
-# integer-feasible placement is feasible in exact arithmetic too.
+# Solver units: millicores and bytes (Flink's own memory unit). Demands round up,
+# capacities down, so any integer-feasible placement is feasible exactly too.
 _CPU_UNIT = 1000
-_MEM_UNIT = 1024
+_MEM_UNIT = 1024 * 1024
 _EPS = 1e-9
 
 
@@ -75,7 +75,7 @@ class TaskSlot:
         }
 
     def demand(self) -> tuple[int, int, int, int]:
-        """Integer demand in solver units (millicores, KiB), rounded up."""
+        """Integer demand in solver units (millicores, bytes), rounded up."""
         return (
             _up(self.cpu_cores, _CPU_UNIT),
             _up(self.heap_mib, _MEM_UNIT),
@@ -128,9 +128,9 @@ class TaskManagerShape:
         """Integer capacity in solver units, rounded down."""
         return (
             _down(self.cpu_cores, _CPU_UNIT),
-            self.memory.task_heap // _MEM_UNIT,
-            self.memory.managed // _MEM_UNIT,
-            self.memory.network // _MEM_UNIT,
+            self.memory.task_heap,
+            self.memory.managed,
+            self.memory.network,
         )
 
 
