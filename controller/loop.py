@@ -33,7 +33,7 @@ from controller.api import (
 )
 from controller.collect import Collected, MetricsError, MetricsUnavailable
 from controller.flink_rest import FlinkRestError, JobSummary
-from controller.place import Placed, footprint, place
+from controller.place import Placed, place
 from controller.realize import (
     OwnedFields,
     apply_body,
@@ -245,11 +245,7 @@ class _Run:
         return None
 
     def params(self) -> ScalingParams:
-        memory = self.spec.memory
-        return ScalingParams(
-            cpu=self.spec.cpu, memory=memory, limits=self.spec.limits,
-            footprint=footprint(self.spec.task_manager.shapes[0]),
-        )
+        return self.spec.scaling_params()
 
     def decide(self, deployment: Mapping[str, Any], graph: JobGraph,
                collected: Collected) -> Pass:

@@ -25,16 +25,6 @@ def shape_name(shape: SpecShape) -> str:
     return f"{shape.cpu:g}cpu-{round(shape.memory)}mi-{shape.slots}slots"
 
 
-def footprint(shape: SpecShape) -> TaskFootprint:
-    """One task's share of a TaskManager, apart from managed memory."""
-    memory = packer.task_manager_memory(shape.memory)
-    return TaskFootprint(
-        cpu_cores=shape.cpu / shape.slots,
-        heap_mib=memory.task_heap_mib / shape.slots,
-        network_mib=memory.network_mib / shape.slots,
-    )
-
-
 @dataclass(frozen=True)
 class Placed:
     shape: SpecShape
@@ -84,7 +74,7 @@ def place(
         for n, s in by_name.items()
     ]
     uniform = task_managers.realization == Realization.ADAPTIVE
-    task = footprint(task_managers.shapes[0])
+    task = task_managers.shapes[0].slot_footprint()
     result = packer.pack(slots(graph, configuration, memory, task, uniform), shapes,
                          time_limit_s=time_limit_s)
     if result.shape is None:

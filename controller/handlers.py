@@ -1,0 +1,111 @@
+"""kopf handlers: thin glue from HybridScalingPolicy objects to `loop.reconcile`.
+
+One daemon per policy runs a loop pass every `spec.metrics.resolution`; the loop
+itself decides whether a full metrics window has passed. kopf keeps the daemon's
+`body` live, so a `kubectl apply` of an edited spec is read by the next pass. The
+status is the loop's alone: read from the object when the daemon starts (that is
+how a restarted controller resumes) and written by the loop through the status
+subresource.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
+from functools import cache
+from typing import Any
+
+import kopf
+from kubernetes import client
+from pydantic import ValidationError
+
+from controller import api, telemetry
+from controller.collect import Prometheus, PrometheusMetrics
+from controller.flink_rest import FlinkRest
+from controller.kube import KopfEvents, KubeDeployments, KubeStatusStore
+from controller.loop import Ports, reconcile
+from controller.settings import RUNTIME
+
+log = logging.getLogger(__name__)
+RUNNING: set[str] = set()  # namespace/name of policies with a live loop, for the probe
+
+
+@cache
+def _executor() -> ThreadPoolExecutor:
+    return ThreadPoolExecutor(max_workers=RUNTIME.workers, thread_name_prefix="loop")
+
+
+@cache
+def _objects() -> client.CustomObjectsApi:
+    return client.CustomObjectsApi()
+
+
+@cache
+def _metrics(url: str) -> PrometheusMetrics:
+    return PrometheusMetrics(Prometheus(url))
+
+
+def _flink(namespace: str, name: str) -> FlinkRest:
+    return FlinkRest(RUNTIME.flink_rest_url.format(namespace=namespace, name=name))
+
+
+def ports_for(body: Mapping[str, Any], store: KubeStatusStore) -> Ports:
+    return Ports(
+        deployments=KubeDeployments(_objects()),
+        store=store,
+        events=KopfEvents(body),
+        flink=_flink,
+        metrics=_metrics,
+        default_prometheus_url=RUNTIME.prometheus_url,
+    )
+
+
+def _status(body: Mapping[str, Any]) -> api.Status:
+    try:
+        return api.Status.model_validate(dict(body.get("status") or {}))
+    except ValidationError as e:
+        # Never forget history because of one bad field: keep what still parses.
+        log.warning("status does not parse (%s); starting from the parts that do", e)
+        raw = dict(body.get("status") or {})
+        keep = {k: raw[k] for k in ("history", "step", "lastReconfigurationTime") if k in raw}
+        return api.Status.model_validate(keep)
+
+
+@kopf.daemon(api.GROUP, api.VERSION, api.PLURAL, cancellation_timeout=10.0)
+async def policy_loop(body: kopf.Body, meta: kopf.Meta, namespace: str | None, name: str | None,
+                      stopped: kopf.DaemonStopped, **_: Any) -> None:
+    key = f"{namespace}/{name}"
+    RUNNING.add(key)
+    status = _status(body)
+    store = KubeStatusStore(_objects(), namespace or "default", name or "")
+    loop = asyncio.get_running_loop()
+    try:
+        while not stopped:
+            resolution = 5.0
+            try:
+                policy = api.parse_policy(dict(body))
+                resolution = policy.spec.metrics.resolution
+                result = await loop.run_in_executor(
+                    _executor(), reconcile, policy, meta.get("generation"), status,
+                    ports_for(body, store),
+                )
+                status = result.status
+                log.debug("%s: %s", key, result.outcome)
+            except ValidationError as e:
+                telemetry.ERRORS.labels("spec").inc()
+                log.error("%s: invalid spec: %s", key, e)
+            except Exception:
+                telemetry.ERRORS.labels("loop").inc()
+                log.exception("%s: loop pass failed; retrying next period", key)
+                # A pass may have committed a step before failing: continue from that.
+                status = store.last or status
+            await stopped.wait(resolution)
+    finally:
+        RUNNING.discard(key)
+
+
+@kopf.on.probe(id="policies")
+def running_policies(**_: Any) -> int:
+    return len(RUNNING)

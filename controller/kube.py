@@ -1,0 +1,103 @@
+"""The loop's ports onto a real API server (kubernetes client) and kopf's event poster."""
+
+from __future__ import annotations
+
+import logging
+import re
+import time
+from collections.abc import Callable, Mapping
+from typing import Any, TypeVar
+
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+
+from controller import api
+from controller.api import Status
+from controller.realize import FIELD_MANAGER, FLINK_GROUP, FLINK_PLURAL, FLINK_VERSION
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+RETRIED = {409, 429, 500, 502, 503, 504}
+
+
+def retrying(call: Callable[[], T], attempts: int = 5, backoff_s: float = 0.2) -> T:
+    """Retry conflicts, throttling and server hiccups with a short exponential backoff."""
+    for attempt in range(attempts):
+        try:
+            return call()
+        except ApiException as e:
+            if e.status not in RETRIED or attempt == attempts - 1:
+                raise
+            log.info("API server answered %s; retrying", e.status)
+            time.sleep(backoff_s * 2**attempt)
+    raise AssertionError("unreachable")
+
+
+class KubeDeployments:
+    """FlinkDeployments: read, and server-side apply of the fields we own."""
+
+    def __init__(self, objects: client.CustomObjectsApi) -> None:
+        self.objects = objects
+
+    def get(self, namespace: str, name: str) -> Mapping[str, Any] | None:
+        try:
+            found: Any = retrying(lambda: self.objects.get_namespaced_custom_object(
+                FLINK_GROUP, FLINK_VERSION, namespace, FLINK_PLURAL, name))
+            return dict(found)
+        except ApiException as e:
+            if e.status == 404:
+                return None
+            raise
+
+    def apply(self, namespace: str, name: str, body: Mapping[str, Any]) -> str:
+        """Apply without force first; on a conflict take over our fields only and say from whom.
+
+        The apply document holds nothing but the owned fields, so forcing moves
+        ownership of exactly those and leaves every other manager's fields alone.
+        """
+        def patch(force: bool) -> Any:
+            return self.objects.patch_namespaced_custom_object(
+                FLINK_GROUP, FLINK_VERSION, namespace, FLINK_PLURAL, name, dict(body),
+                field_manager=FIELD_MANAGER, force=force,
+                _content_type="application/apply-patch+yaml",
+            )
+
+        try:
+            retrying(lambda: patch(False), attempts=1)
+            return ""
+        except ApiException as e:
+            if e.status != 409:
+                raise
+            managers = sorted(set(re.findall(r'conflict with \\?"([^"\\]+)\\?"', str(e.body))))
+        retrying(lambda: patch(True))
+        return ("took over fields owned by " + ", ".join(managers or ["another manager"])
+                + " (server-side apply conflict)")
+
+
+class KubeStatusStore:
+    """Writes a policy's whole status through the status subresource."""
+
+    def __init__(self, objects: client.CustomObjectsApi, namespace: str, name: str) -> None:
+        self.objects, self.namespace, self.name = objects, namespace, name
+        self.last: Status | None = None  # what the API server last accepted from us
+
+    def save(self, status: Status) -> None:
+        body = {"status": status.model_dump(by_alias=True, mode="json")}
+        retrying(lambda: self.objects.patch_namespaced_custom_object_status(
+            api.GROUP, api.VERSION, self.namespace, api.PLURAL, self.name, body,
+            _content_type="application/merge-patch+json",
+        ))
+        self.last = status
+
+
+class KopfEvents:
+    """Kubernetes Events on the policy, posted by kopf (batched, off the loop's thread)."""
+
+    def __init__(self, body: Mapping[str, Any]) -> None:
+        self.body = body
+
+    def emit(self, type_: str, reason: str, message: str) -> None:
+        import kopf
+
+        kopf.event(self.body, type=type_, reason=reason, message=message)  # type: ignore[arg-type,unused-ignore]
+        log.info("%s %s: %s", type_, reason, message)

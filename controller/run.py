@@ -1,0 +1,60 @@
+"""`hybrid-scaler run`: start the operator (kopf) with the loop's handlers."""
+
+from __future__ import annotations
+
+import logging
+from typing import Annotated
+
+import typer
+
+from controller.cli import app
+from controller.settings import DEFAULT_FLINK_REST
+
+
+@app.command()
+def run(
+    namespace: Annotated[list[str] | None, typer.Option(
+        "--namespace", "-n", help="watch this namespace (repeatable); default: all")] = None,
+    prometheus_url: Annotated[str, typer.Option(
+        help="Prometheus used by policies without spec.metrics.prometheusUrl")]
+        = "http://prometheus-operated.monitoring.svc:9090",
+    flink_rest_url: Annotated[str, typer.Option(
+        help="JobManager REST URL template; {name} and {namespace} are the FlinkDeployment's")]
+        = DEFAULT_FLINK_REST,
+    metrics_port: Annotated[int, typer.Option(help="port of the controller's own /metrics")]
+        = 9464,
+    liveness_port: Annotated[int, typer.Option(help="port of the /healthz liveness probe")]
+        = 8080,
+    peering: Annotated[str, typer.Option(help="KopfPeering name shared by the replicas")]
+        = "hybrid-scaler",
+    standalone: Annotated[bool, typer.Option(help="run without peering (a single replica)")]
+        = False,
+    workers: Annotated[int, typer.Option(help="threads running loop passes")] = 8,
+    verbose: Annotated[bool, typer.Option("--verbose", "-v")] = False,
+) -> None:
+    """Run the controller: one loop per HybridScalingPolicy, until interrupted."""
+    import kopf
+    from kubernetes import config
+
+    import controller.handlers  # noqa: F401  (registers the handlers)
+    from controller import telemetry
+    from controller.settings import RUNTIME
+
+    logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        config.load_incluster_config()  # type: ignore[no-untyped-call,unused-ignore]
+    except config.ConfigException:
+        config.load_kube_config()  # type: ignore[no-untyped-call,unused-ignore]
+    RUNTIME.prometheus_url, RUNTIME.flink_rest_url = prometheus_url, flink_rest_url
+    RUNTIME.namespaces = list(namespace or [])
+    RUNTIME.metrics_port, RUNTIME.liveness_port = metrics_port, liveness_port
+    RUNTIME.peering, RUNTIME.standalone, RUNTIME.workers = peering, standalone, workers
+    telemetry.serve(metrics_port)
+    kopf.run(
+        clusterwide=not RUNTIME.namespaces,
+        namespaces=RUNTIME.namespaces,
+        liveness_endpoint=f"http://0.0.0.0:{liveness_port}/healthz",
+        standalone=standalone,
+        peering_name=peering,
+    )

@@ -1,0 +1,58 @@
+"""Every kopf setting of the operator, made in one startup handler.
+
+`RUNTIME` holds what the `hybrid-scaler run` flags chose; the handler reads it when
+kopf starts. Progress and diff-base storage live in `hybridscaler.dev/*`
+annotations, so kopf never writes into the policy's status, which belongs to
+the loop.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import Any
+
+import kopf
+
+PREFIX = "hybridscaler.dev"
+FINALIZER = f"{PREFIX}/finalizer"
+DEFAULT_FLINK_REST = "http://{name}-rest.{namespace}.svc:8081"
+
+
+@dataclass
+class Runtime:
+    prometheus_url: str = "http://prometheus-operated.monitoring.svc:9090"
+    flink_rest_url: str = DEFAULT_FLINK_REST  # {name} and {namespace} are filled in
+    namespaces: list[str] = field(default_factory=list)  # empty: every namespace
+    metrics_port: int = 9464
+    liveness_port: int = 8080
+    peering: str = "hybrid-scaler"
+    standalone: bool = False
+    workers: int = 8  # threads running loop passes (Prometheus, REST and API calls block)
+
+
+RUNTIME = Runtime()
+
+
+@kopf.on.startup()
+def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
+    # Watches reconnect well before proxies or the API server drop them silently.
+    settings.watching.server_timeout = 120
+    settings.watching.client_timeout = 150
+    settings.watching.connect_timeout = 10
+    settings.watching.reconnect_backoff = 1.0
+    # Only warnings become Events: `kubectl describe hsp` shows decisions, not kopf chatter.
+    settings.posting.level = logging.WARNING
+    settings.persistence.finalizer = FINALIZER
+    settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=PREFIX)
+    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
+        prefix=PREFIX, key="last-handled-configuration"
+    )
+    # Two replicas, one active: the peering object elects it; without the
+    # KopfPeering CRD (or with --standalone) the operator runs alone.
+    settings.peering.name = RUNTIME.peering
+    settings.peering.standalone = RUNTIME.standalone
+    settings.peering.mandatory = False
+    settings.peering.clusterwide = not RUNTIME.namespaces
+    settings.execution.max_workers = RUNTIME.workers
+    settings.networking.request_timeout = 30
