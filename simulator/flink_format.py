@@ -285,7 +285,10 @@ def job_config(job: DeployedJob, twin: Twin) -> dict[str, Any]:
     parallelism = max(vc.parallelism for vc in twin.configuration.values())
     return {"jid": job.job_id, "name": job.job_name, "execution-config": {
         "execution-mode": "PIPELINED", "restart-strategy": "Cluster level default restart strategy",
-        "job-parallelism": parallelism, "object-reuse-mode": False, "user-config": {},
+        "job-parallelism": parallelism, "object-reuse-mode": False,
+        # As flink-plugin publishes them: the uids the controller may name.
+        "user-config": {"hybridscaler.operator-uids": ",".join(
+            o.uid for o in twin.model.operators)},
     }}
 
 

@@ -7,11 +7,11 @@ each built-in number comes from). Built-in models live in `simulator/jobs/*.yaml
 
 from __future__ import annotations
 
-import hashlib
 from importlib import resources
 from pathlib import Path
 from typing import Literal
 
+import mmh3
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
@@ -25,12 +25,12 @@ class Strict(BaseModel):
 
 
 def vertex_id_for(uid: str) -> str:
-    """A stable 32-hex JobVertexID derived from an operator uid.
+    """The JobVertexID Flink derives from a chain head's uid: murmur3-128, seed 0.
 
-    Flink hashes uids with murmur3-128; any stable 128-bit hash serves the twin,
-    whose ids only need to be deterministic and look like Flink's.
+    The same hash as Flink's, so the controller maps uids to twin vertices exactly
+    as it does to real ones (controller/flink_rest.py).
     """
-    return hashlib.md5(uid.encode("utf-8"), usedforsecurity=False).hexdigest()
+    return mmh3.hash_bytes(uid.encode("utf-8"), 0, True).hex()
 
 
 class Uniform(Strict):
