@@ -1,0 +1,507 @@
+"""The Helm chart, checked by helm and by a real API server with RBAC on.
+
+Three tiers: what helm alone can tell (lint, rendering choices, the CRD copy,
+the dashboard, the Dockerfile's consistency with the package); what the API
+server tells about the rendered manifests (server-side dry run, PodSecurity
+"restricted" admission, the ServiceAccount's exact permissions); and the
+controller itself running under that ServiceAccount's token.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import tomllib
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+CHART = ROOT / "charts" / "hybrid-scaler"
+CACHE = Path(os.environ.get("HYBRID_SCALER_CACHE", Path.home() / ".cache" / "flink-hybrid-scaler"))
+HELM = os.environ.get("HELM", str(CACHE / "bin" / "helm"))
+
+# Value sets a user would install: one replica cluster-wide (the default), two
+# peered replicas cluster-wide, two peered replicas serving chosen namespaces.
+WATCHED = ("team-a", "team-b")
+VARIANTS: dict[str, list[str]] = {
+    "default": [],
+    "ha": ["--set", "replicas=2"],
+    "namespaced-ha": ["--set", "replicas=2", "--set", f"watchNamespaces={{{','.join(WATCHED)}}}"],
+}
+
+
+def helm(*args: str) -> str:
+    done = subprocess.run([HELM, *args], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, f"helm {' '.join(args)} failed:\n{done.stdout}\n{done.stderr}"
+    return done.stdout
+
+
+def render(release: str, namespace: str, *values: str, crds: bool = False) -> list[dict[str, Any]]:
+    flags = ["--include-crds"] if crds else []
+    out = helm("template", release, str(CHART), "--namespace", namespace, *flags, *values)
+    return [d for d in yaml.safe_load_all(out) if d]
+
+
+def one(docs: list[dict[str, Any]], kind: str) -> dict[str, Any]:
+    found = [d for d in docs if d["kind"] == kind]
+    assert len(found) == 1, f"expected one {kind}, got {len(found)}"
+    return found[0]
+
+
+def container(docs: list[dict[str, Any]]) -> dict[str, Any]:
+    spec = one(docs, "Deployment")["spec"]["template"]["spec"]
+    assert len(spec["containers"]) == 1
+    return dict(spec["containers"][0])
+
+
+# --- helm alone -------------------------------------------------------------------
+
+
+def test_chart_ships_the_generated_crd() -> None:
+    # A copy, not a symlink: Argo CD refuses symlinks that leave the chart.
+    generated = ROOT / "crds" / "hybridscalingpolicy.yaml"
+    shipped = CHART / "crds" / "hybridscalingpolicy.yaml"
+    assert not shipped.is_symlink()
+    assert shipped.read_bytes() == generated.read_bytes(), (
+        "charts/hybrid-scaler/crds/ is stale: "
+        "cp crds/hybridscalingpolicy.yaml charts/hybrid-scaler/crds/"
+    )
+
+
+@pytest.mark.parametrize("variant", [*VARIANTS, "servicemonitor"])
+def test_helm_lint(variant: str) -> None:
+    values = VARIANTS.get(variant, ["--set", "metrics.serviceMonitor.enabled=true"])
+    out = helm("lint", "--strict", str(CHART), *values)
+    assert "0 chart(s) failed" in out
+
+
+def test_zero_replicas_is_refused() -> None:
+    done = subprocess.run(
+        [HELM, "template", "x", str(CHART), "--set", "replicas=0"], capture_output=True, text=True
+    )
+    assert done.returncode != 0 and "replicas must be at least 1" in done.stderr
+
+
+def test_one_replica_runs_standalone_with_recreate() -> None:
+    docs = render("hs", "ops")
+    deployment = one(docs, "Deployment")
+    assert deployment["spec"]["replicas"] == 1
+    assert deployment["spec"]["strategy"] == {"type": "Recreate"}
+    args = container(docs)["args"]
+    assert "--standalone" in args and "--all-namespaces" in args
+    assert not [a for a in args if a.startswith("--peering")]
+    assert not [d for d in docs if d["apiVersion"].startswith("kopf.dev/")]
+    assert {d["kind"] for d in docs if d["kind"].endswith("Role")} == {"ClusterRole"}
+
+
+def test_two_replicas_peer_cluster_wide() -> None:
+    docs = render("hs", "ops", *VARIANTS["ha"])
+    deployment = one(docs, "Deployment")
+    assert deployment["spec"]["replicas"] == 2
+    assert deployment["spec"]["strategy"]["type"] == "RollingUpdate"
+    peering = one(docs, "ClusterKopfPeering")["metadata"]["name"]
+    assert f"--peering={peering}" in container(docs)["args"]
+    assert "--standalone" not in container(docs)["args"]
+
+
+def test_watch_namespaces_gives_roles_and_peerings_per_namespace() -> None:
+    docs = render("hs", "ops", *VARIANTS["namespaced-ha"])
+    args = container(docs)["args"]
+    assert [a for a in args if a.startswith("--namespace")] == [f"--namespace={n}" for n in WATCHED]
+    assert "--all-namespaces" not in args
+    for kind in ("Role", "RoleBinding", "KopfPeering"):
+        namespaces = sorted(d["metadata"]["namespace"] for d in docs if d["kind"] == kind)
+        assert namespaces == list(WATCHED)
+    # Only nodes are cluster-scoped: no ClusterRole may grant anything else.
+    cluster_roles = [d for d in docs if d["kind"] == "ClusterRole"]
+    assert [r["resources"] for c in cluster_roles for r in c["rules"]] == [["nodes"]]
+
+
+def test_pod_is_non_root_with_read_only_root_and_a_liveness_probe() -> None:
+    docs = render("hs", "ops")
+    pod = one(docs, "Deployment")["spec"]["template"]["spec"]
+    c = container(docs)
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    assert c["securityContext"]["readOnlyRootFilesystem"] is True
+    assert c["securityContext"]["allowPrivilegeEscalation"] is False
+    assert c["livenessProbe"]["httpGet"]["port"] == "health"
+    health = next(p for p in c["ports"] if p["name"] == "health")["containerPort"]
+    assert f"--liveness=http://0.0.0.0:{health}/healthz" in c["args"]
+    assert c["resources"]["requests"] and c["resources"]["limits"]
+    assert any(a.startswith("--prometheus-url=http") for a in c["args"])
+
+
+def test_service_monitor_scrapes_the_metrics_service() -> None:
+    docs = render("hs", "ops", "--set", "metrics.serviceMonitor.enabled=true",
+                  "--set", "metrics.serviceMonitor.labels.release=kps")
+    service = one(docs, "Service")
+    monitor = one(docs, "ServiceMonitor")
+    assert monitor["metadata"]["labels"]["release"] == "kps"
+    selected = monitor["spec"]["selector"]["matchLabels"]
+    assert selected.items() <= service["metadata"]["labels"].items()
+    assert service["spec"]["selector"] == one(docs, "Deployment")["spec"]["selector"]["matchLabels"]
+    assert monitor["spec"]["endpoints"][0]["port"] == service["spec"]["ports"][0]["name"]
+
+
+def test_dockerfile_builds_what_the_package_declares() -> None:
+    dockerfile = (ROOT / "Dockerfile").read_text()
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    copied = {
+        src for line in re.findall(r"^COPY (?!--from)(.+)$", dockerfile, re.M)
+        for src in line.split()[:-1]
+    }
+    for src in copied:
+        assert (ROOT / src).exists(), f"Dockerfile copies {src}, which is not in the repository"
+    packages = {p.rstrip("*") for p in project["tool"]["setuptools"]["packages"]["find"]["include"]}
+    assert packages <= copied, f"the image would miss packages {packages - copied}"
+    assert project["project"]["readme"] in copied
+    entrypoint = json.loads(re.search(r"^ENTRYPOINT (.+)$", dockerfile, re.M).group(1))  # type: ignore[union-attr]
+    assert entrypoint[0] in project["project"]["scripts"]
+    user = re.search(r"^USER (\d+):(\d+)$", dockerfile, re.M)
+    assert user, "USER must be numeric so that runAsNonRoot can be verified"
+    values = yaml.safe_load((CHART / "values.yaml").read_text())
+    assert int(user.group(1)) == values["podSecurityContext"]["runAsUser"]
+
+
+DASHBOARD = CHART / "dashboards" / "hybrid-scaler.json"
+GOLDEN_SCRAPE = Path("/work/shared/flink-1.20-samples/prom-scrape.txt")
+
+
+def dashboard_queries() -> list[str]:
+    board = json.loads(DASHBOARD.read_text())
+    queries = [t["expr"] for p in board["panels"] for t in p.get("targets", [])]
+    queries += [a["expr"] for a in board["annotations"]["list"] if "expr" in a]
+    return queries
+
+
+def controller_series() -> dict[str, set[str]]:
+    """Sample names the controller exports (controller/telemetry.py), with their labels."""
+    from prometheus_client.metrics import MetricWrapperBase
+
+    from controller import telemetry
+
+    suffixes = {"counter": ["_total"], "histogram": ["_bucket", "_sum", "_count"]}
+    series: dict[str, set[str]] = {}
+    for metric in vars(telemetry).values():
+        if isinstance(metric, MetricWrapperBase):
+            labels = set(metric._labelnames)
+            for suffix in suffixes.get(str(metric._type), [""]):
+                series[metric._name + suffix] = labels | ({"le"} if suffix == "_bucket" else set())
+    return series
+
+
+def test_dashboard_panels_query_what_flink_and_the_controller_export() -> None:
+    board = json.loads(DASHBOARD.read_text())
+    ids = [p["id"] for p in board["panels"]]
+    assert len(ids) == len(set(ids)) and board["uid"]
+    assert all(p.get("targets") for p in board["panels"] if p["type"] != "row")
+    # The ConfigMap carries the file verbatim.
+    cm = one(render("hs", "ops"), "ConfigMap")
+    assert json.loads(cm["data"]["hybrid-scaler.json"]) == board
+
+    flink_names = set(re.findall(r"^(flink_\w+)", GOLDEN_SCRAPE.read_text(), re.M))
+    ours = controller_series()
+    for query in dashboard_queries():
+        for pattern in re.findall(r'__name__=~"([^"]+)"', query):
+            assert any(re.fullmatch(pattern, n) for n in flink_names), f"{pattern}: no such metric"
+        for name in re.findall(r"\b(flink_\w+)", re.sub(r'"[^"]*"', "", query)):
+            assert name in flink_names, f"Flink 1.20 does not export {name}"
+        for name in re.findall(r"\b(hybridscaler_\w+)", query):
+            assert name in ours, f"the controller does not export {name} (controller/telemetry.py)"
+            grouped = re.findall(r"by \(([^)]*)\) \((?:\w+\()?" + name, query)
+            assert grouped, f"cannot find how {query!r} aggregates {name}"
+            for labels in grouped:
+                missing = {x.strip() for x in labels.split(",")} - ours[name]
+                assert not missing, f"{name} has no label(s) {missing}"
+
+
+# --- the API server ---------------------------------------------------------------
+
+RELEASE_NS = {"default": "hs-default", "ha": "hs-ha", "namespaced-ha": "hs-namespaced"}
+# Granted to every authenticated user by the API server's default roles.
+EVERYONE = {
+    ("authorization.k8s.io", "selfsubjectaccessreviews", "create", ""),
+    ("authorization.k8s.io", "selfsubjectrulesreviews", "create", ""),
+    ("authentication.k8s.io", "selfsubjectreviews", "create", ""),
+}
+
+
+class Kube:
+    """kubectl against the e2e control plane, as its admin."""
+
+    def __init__(self, kubeconfig: Path) -> None:
+        self.kubeconfig = kubeconfig
+
+    def run(
+        self, *args: str, stdin: str | None = None, check: bool = True
+    ) -> subprocess.CompletedProcess[str]:
+        done = subprocess.run(
+            ["kubectl", "--kubeconfig", str(self.kubeconfig), *args],
+            input=stdin, capture_output=True, text=True, timeout=120,
+        )
+        if check:
+            assert done.returncode == 0, f"kubectl {' '.join(args)}:\n{done.stdout}\n{done.stderr}"
+        return done
+
+    def apply(self, docs: list[dict[str, Any]], *flags: str) -> str:
+        return self.run("apply", "--server-side", "--field-manager=helm-test", *flags, "-f", "-",
+                        stdin=yaml.safe_dump_all(docs)).stdout
+
+    def namespaces(self, *names: str) -> None:
+        self.apply([{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": n}}
+                    for n in names])
+
+    def can_i(self, sa: str, verb: str, what: str, namespace: str | None = None) -> bool:
+        """kubectl auth can-i; `what` is resource[:subresource][/name]."""
+        where = ["-n", namespace] if namespace else []
+        what, _, name = what.partition("/")
+        resource, _, sub = what.partition(":")
+        flags = [f"--subresource={sub}"] if sub else []
+        target = f"{resource}/{name}" if name else resource
+        done = self.run("auth", "can-i", verb, target, f"--as={sa}", *where, *flags, check=False)
+        assert done.returncode in (0, 1), done.stderr
+        return done.returncode == 0
+
+    def rules(self, sa: str, namespace: str) -> set[tuple[str, str, str, str]]:
+        """Every (apiGroup, resource, verb, resourceName) the subject holds in a namespace,
+        as the API server computes it (a SelfSubjectRulesReview made as that subject)."""
+        review = {"apiVersion": "authorization.k8s.io/v1", "kind": "SelfSubjectRulesReview",
+                  "spec": {"namespace": namespace}}
+        out = self.run("create", f"--as={sa}", "--validate=false", "-o", "json", "-f", "-",
+                       stdin=json.dumps(review)).stdout
+        status = json.loads(out)["status"]
+        assert not status.get("incomplete"), status
+        return {
+            (group, resource, verb, name)
+            for rule in status["resourceRules"]
+            for group in rule.get("apiGroups", [""])
+            for resource in rule["resources"]
+            for verb in rule["verbs"]
+            for name in rule.get("resourceNames") or [""]
+        }
+
+
+@pytest.fixture(scope="module")
+def kube(admin_kubeconfig: Path) -> Kube:
+    return Kube(admin_kubeconfig)
+
+
+@pytest.fixture(scope="module")
+def installed(kube: Kube) -> Iterator[dict[str, list[dict[str, Any]]]]:
+    """Every variant's CRDs and manifests applied to the control plane, each in its namespace."""
+    kube.namespaces(*RELEASE_NS.values(), *WATCHED, "elsewhere")
+    # One release name per variant: ClusterRoles are cluster-scoped and would collide.
+    docs = {v: render(v, RELEASE_NS[v], *VARIANTS[v], crds=True) for v in VARIANTS}
+    crds = [d for d in docs["default"] if d["kind"] == "CustomResourceDefinition"]
+    kube.apply(crds)
+    for crd in crds:
+        kube.run("wait", "--for=condition=Established", "--timeout=60s",
+                 f"crd/{crd['metadata']['name']}")
+    manifests = {v: [d for d in ds if d["kind"] != "CustomResourceDefinition"]
+                 for v, ds in docs.items()}
+    for objects in manifests.values():
+        kube.apply(objects, "--dry-run=server")  # the issue's check, kept explicit
+        kube.apply(objects)
+    yield manifests
+    for objects in manifests.values():
+        kube.run("delete", "--ignore-not-found", "--wait=false", "-f", "-",
+                 stdin=yaml.safe_dump_all(objects), check=False)
+
+
+def sa_of(variant: str, manifests: dict[str, list[dict[str, Any]]]) -> str:
+    name = one(manifests[variant], "ServiceAccount")["metadata"]["name"]
+    return f"system:serviceaccount:{RELEASE_NS[variant]}:{name}"
+
+
+def needed(peering: str | None, peering_kind: str) -> set[tuple[str, str, str, str]]:
+    """What issue 7 says the controller needs, in one namespace it serves."""
+    read_patch = ("get", "list", "watch", "patch")
+    rules = {("hybridscaler.dev", "hybridscalingpolicies", v, "") for v in read_patch}
+    rules |= {("hybridscaler.dev", "hybridscalingpolicies/status", v, "") for v in ("get", "patch")}
+    rules |= {("flink.apache.org", "flinkdeployments", v, "") for v in read_patch}
+    rules |= {("", "events", "create", "")}
+    rules |= {("", "pods", v, "") for v in ("get", "list", "watch")}
+    if peering:
+        rules |= {("kopf.dev", peering_kind, v, "") for v in ("list", "watch")}
+        rules |= {("kopf.dev", peering_kind, v, peering) for v in ("get", "patch")}
+    return rules
+
+
+NODES = {("", "nodes", v, "") for v in ("get", "list", "watch")}
+FD = "flinkdeployments.flink.apache.org"
+
+
+@pytest.mark.e2e
+def test_rendered_manifests_pass_server_side_dry_run_and_apply(
+    kube: Kube, installed: dict[str, list[dict[str, Any]]]
+) -> None:
+    for objects in installed.values():
+        out = kube.run("get", "-o", "name", "-f", "-", stdin=yaml.safe_dump_all(objects)).stdout
+        assert len(out.split()) == len(objects)
+
+
+@pytest.mark.e2e
+def test_deployments_roll_out_on_the_stack(
+    kube: Kube, installed: dict[str, list[dict[str, Any]]]
+) -> None:
+    # kwok runs no containers, but the scheduler places the pods with their requests
+    # and the ReplicaSet controller creates them through admission, as on a real cluster.
+    for variant, objects in installed.items():
+        deployment = one(objects, "Deployment")["metadata"]["name"]
+        kube.run("rollout", "status", f"deployment/{deployment}", "-n", RELEASE_NS[variant],
+                 "--timeout=120s")
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize("variant", list(VARIANTS))
+def test_service_account_holds_exactly_what_the_controller_needs(
+    kube: Kube, installed: dict[str, list[dict[str, Any]]], variant: str
+) -> None:
+    sa = sa_of(variant, installed)
+    peered = [d for d in installed[variant] if d["apiVersion"].startswith("kopf.dev/")]
+    peering = peered[0]["metadata"]["name"] if peered else None
+    if variant == "namespaced-ha":
+        for ns in WATCHED:
+            assert kube.rules(sa, ns) - EVERYONE == needed(peering, "kopfpeerings") | NODES
+        assert kube.rules(sa, "elsewhere") - EVERYONE == NODES
+        assert kube.rules(sa, RELEASE_NS[variant]) - EVERYONE == NODES
+    else:
+        want = needed(peering, "clusterkopfpeerings") | NODES
+        for ns in ("elsewhere", RELEASE_NS[variant]):
+            assert kube.rules(sa, ns) - EVERYONE == want
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize("variant", list(VARIANTS))
+def test_service_account_cannot_read_secrets_or_patch_anything_else(
+    kube: Kube, installed: dict[str, list[dict[str, Any]]], variant: str
+) -> None:
+    sa = sa_of(variant, installed)
+    served = WATCHED[0] if variant == "namespaced-ha" else "elsewhere"
+
+    def can(verb: str, what: str, ns: str = served) -> bool:
+        return kube.can_i(sa, verb, what, ns)
+
+    assert can("patch", FD)
+    assert can("patch", "hybridscalingpolicies.hybridscaler.dev:status")
+    assert can("create", "events")
+    for verb, what in [
+        ("get", "secrets"), ("list", "secrets"), ("watch", "secrets"),
+        ("get", "configmaps"), ("patch", "configmaps"),
+        ("create", FD), ("update", FD), ("delete", FD),
+        ("patch", f"{FD}:status"),
+        ("create", "hybridscalingpolicies.hybridscaler.dev"),
+        ("update", "hybridscalingpolicies.hybridscaler.dev"),
+        ("delete", "hybridscalingpolicies.hybridscaler.dev"),
+        ("patch", "pods"), ("delete", "pods"), ("create", "pods:exec"),
+        ("patch", "events"), ("delete", "events"),
+        ("patch", "deployments.apps"), ("patch", "services"), ("patch", "serviceaccounts"),
+        ("create", "serviceaccounts/token"), ("create", "rolebindings.rbac.authorization.k8s.io"),
+        ("patch", "leases.coordination.k8s.io"),
+    ]:
+        assert not can(verb, what), f"{sa} may {verb} {what} in {served}"
+    for verb, what in [("patch", "nodes"), ("delete", "nodes"), ("impersonate", "users"),
+                       ("patch", "customresourcedefinitions.apiextensions.k8s.io"),
+                       ("patch", "clusterroles.rbac.authorization.k8s.io"),
+                       ("patch", "clusterkopfpeerings.kopf.dev/someone-else")]:
+        assert not kube.can_i(sa, verb, what), f"{sa} may {verb} {what}"
+    if variant == "namespaced-ha":
+        assert not can("patch", FD, "elsewhere")
+        assert not can("list", "hybridscalingpolicies.hybridscaler.dev", "elsewhere")
+
+
+@pytest.mark.e2e
+def test_pod_template_is_admitted_under_restricted_pod_security(kube: Kube) -> None:
+    ns = "hs-restricted"
+    kube.apply([{"apiVersion": "v1", "kind": "Namespace", "metadata": {
+        "name": ns, "labels": {"pod-security.kubernetes.io/enforce": "restricted",
+                               "pod-security.kubernetes.io/enforce-version": "latest"}}}])
+    docs = render("restricted", ns)
+    kube.apply([one(docs, "ServiceAccount")])
+    template = one(docs, "Deployment")["spec"]["template"]
+    pod = {"apiVersion": "v1", "kind": "Pod", "spec": template["spec"],
+           "metadata": {"name": "hybrid-scaler-admission", "namespace": ns, **template["metadata"]}}
+    done = kube.run("create", "--dry-run=server", "-f", "-", stdin=json.dumps(pod), check=False)
+    assert done.returncode == 0, done.stderr
+    assert "Warning" not in done.stderr, done.stderr
+    # The check itself can fail: a root container is refused in the same namespace.
+    pod["spec"]["containers"][0]["securityContext"] = {"runAsUser": 0}
+    pod["spec"]["securityContext"] = {}
+    refused = kube.run("create", "--dry-run=server", "-f", "-", stdin=json.dumps(pod), check=False)
+    assert refused.returncode != 0 and "restricted" in refused.stderr
+
+
+def owned_pointers(fields_v1: dict[str, Any], prefix: str = "") -> set[str]:
+    """JSON pointers of the leaves in a managedFields fieldsV1 tree ("f:spec": {"f:x": {}})."""
+    pointers: set[str] = set()
+    for key, sub in fields_v1.items():
+        if key == ".":
+            continue
+        path = f"{prefix}/{key.removeprefix('f:').replace('~', '~0').replace('/', '~1')}"
+        pointers |= owned_pointers(sub, path) if sub else {path}
+    return pointers
+
+
+def documented_pointers() -> list[set[str]]:
+    """Every list of FlinkDeployment JSON pointers docs/gitops.md tells users to ignore."""
+    text = (ROOT / "docs" / "gitops.md").read_text()
+    blocks = re.findall(r"```yaml\n(.*?)```", text, re.S)
+    lists = [set(re.findall(r"^\s+- (/spec/\S+)$", b, re.M)) for b in blocks]
+    return [p for p in lists if p]
+
+
+@pytest.mark.e2e
+def test_gitops_docs_ignore_exactly_the_fields_the_scaler_owns(
+    kube: Kube, installed: dict[str, list[dict[str, Any]]]
+) -> None:
+    from controller import realize
+
+    ns = "elsewhere"
+    git = {
+        "apiVersion": "flink.apache.org/v1beta1", "kind": "FlinkDeployment",
+        "metadata": {"name": "gitops-probe", "namespace": ns},
+        "spec": {
+            "image": "flink:1.20", "flinkVersion": "v1_20", "serviceAccount": "flink",
+            "flinkConfiguration": {"taskmanager.numberOfTaskSlots": "2"},
+            "jobManager": {"resource": {"cpu": 1, "memory": "1024m"}},
+            "taskManager": {"resource": {"cpu": 1, "memory": "2048m"}},
+            "job": {"jarURI": "local:///opt/flink/usrlib/job.jar", "upgradeMode": "savepoint"},
+        },
+    }
+    kube.run("delete", "flinkdeployment", "gitops-probe", "-n", ns, "--ignore-not-found")
+    kube.run("apply", "--server-side", "--field-manager=argocd-controller", "-f", "-",
+             stdin=json.dumps(git))
+    every_field = realize.OwnedFields(
+        overrides={"bc764cd8ddf7a0cff126f51c16239658": 4},
+        operator_resources={"counter-v2": realize.OperatorResources(1.0, 128, 316)},
+        tm_cpu=2.0, tm_memory_mib=4096, replicas=3,
+    )
+    body = realize.apply_body("gitops-probe", ns, every_field)
+    # As the chart's ServiceAccount: server-side apply is a patch, which the chart allows.
+    kube.run("apply", "--server-side", "--field-manager", realize.FIELD_MANAGER,
+             "--force-conflicts", f"--as={sa_of('default', installed)}", "-f", "-",
+             stdin=json.dumps(body))
+    live = json.loads(kube.run("get", "flinkdeployment", "gitops-probe", "-n", ns, "-o", "json",
+                               "--show-managed-fields").stdout)
+    managers = {m["manager"]: m for m in live["metadata"]["managedFields"]}
+    owned = owned_pointers(managers[realize.FIELD_MANAGER]["fieldsV1"])
+    owned -= {"/metadata/name", "/metadata/namespace"}
+    assert owned == {
+        "/spec/flinkConfiguration/pipeline.jobvertex-parallelism-overrides",
+        "/spec/flinkConfiguration/hybridscaler.operator-resources",
+        "/spec/taskManager/resource/cpu", "/spec/taskManager/resource/memory",
+        "/spec/taskManager/replicas",
+    }
+    documented = documented_pointers()
+    assert len(documented) >= 3  # Argo CD, Flux Kustomization, Flux HelmRelease
+    for pointers in documented:
+        assert pointers == owned
+    # Git's other fields stay Git's.
+    assert live["spec"]["jobManager"]["resource"]["memory"] == "1024m"
+    assert live["spec"]["flinkConfiguration"]["taskmanager.numberOfTaskSlots"] == "2"
