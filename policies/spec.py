@@ -104,10 +104,15 @@ class SpecModel(BaseModel):
 class ParallelismOverride(SpecModel):
     """Bounds for one vertex, chosen by operator uid (preferred) or by vertex id."""
 
-    operator_uid: str | None = Field(None, description="uid of any operator in the vertex's chain")
-    vertex_id: str | None = Field(None, description="Flink JobVertexID (32 hex characters)")
-    min_parallelism: int | None = Field(None, ge=1)
-    max_parallelism: int | None = Field(None, ge=1)
+    # maxLength/maxItems bound the CRD's CEL cost estimate (controller/api.py).
+    operator_uid: str | None = Field(
+        None, max_length=256, description="uid of any operator in the vertex's chain"
+    )
+    vertex_id: str | None = Field(
+        None, max_length=64, description="Flink JobVertexID (32 hex characters)"
+    )
+    min_parallelism: int | None = Field(None, ge=1, description="replaces cpu.minParallelism")
+    max_parallelism: int | None = Field(None, ge=1, description="replaces cpu.maxParallelism")
 
     @model_validator(mode="after")
     def _one_selector(self) -> ParallelismOverride:
@@ -122,10 +127,13 @@ class CpuScaling(SpecModel):
     utilization_min: float = Field(0.2, gt=0, lt=1, description="scale in below this utilization")
     utilization_target: float = Field(0.5, gt=0, le=1, description="utilization to size for")
     utilization_max: float = Field(0.8, gt=0, le=1, description="scale out above this utilization")
-    min_parallelism: int = Field(1, ge=1)
-    max_parallelism: int = Field(200, ge=1)
+    min_parallelism: int = Field(1, ge=1, description="fewest tasks of any vertex")
+    max_parallelism: int = Field(
+        200, ge=1, description="most tasks of any vertex (also capped by its max parallelism)"
+    )
     overrides: tuple[ParallelismOverride, ...] = Field(
-        (), description="per-vertex parallelism bounds, by operator uid or vertex id"
+        (), max_length=100,
+        description="per-vertex parallelism bounds, by operator uid or vertex id",
     )
     max_scale_up_factor: float = Field(
         10.0, gt=0, description="new parallelism <= ceil(p * (1 + factor))"
@@ -162,7 +170,7 @@ class CpuScaling(SpecModel):
 class MemoryScaling(SpecModel):
     """Justin (Algorithm 1): scale a stateful vertex up instead of out when its cache is short."""
 
-    enabled: bool = True
+    enabled: bool = Field(True, description="false: DS2 only; memory levels stay as they are")
     base_managed_memory: MemoryMiB = Field(
         158.0, gt=0, description="managed memory per task at level 0; level m gives base * 2^m"
     )
@@ -187,8 +195,10 @@ class MemoryScaling(SpecModel):
 class Limits(SpecModel):
     """Caps on the whole job's task resources; a decision above them is clipped."""
 
-    max_cpu_cores: float | None = Field(None, gt=0)
-    max_memory: MemoryMiB | None = Field(None, gt=0)
+    max_cpu_cores: float | None = Field(None, gt=0, description="total CPU cores of all tasks")
+    max_memory: MemoryMiB | None = Field(
+        None, gt=0, description="total task memory: heap, network and managed"
+    )
 
 
 class TaskFootprint(SpecModel):

@@ -1,0 +1,522 @@
+"""The HybridScalingPolicy custom resource as pydantic models: the one source of truth.
+
+`crds/hybridscalingpolicy.yaml` and the field reference in `docs/api.md` are
+generated from these models (`controller/crd.py`). The DS2 and Justin sections
+(`cpu`, `memory`, `limits`) are the core's own models from `policies.spec`, so
+the core reads exactly what the user wrote. Cross-field rules are written twice
+on purpose, once as pydantic validators (local `hybrid-scaler validate`, the
+controller) and once as CEL in `CEL_RULES` (the API server); `tests/api/` checks
+that both reject the same inputs.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+from datetime import UTC, datetime
+from enum import StrEnum
+from types import MappingProxyType
+from typing import Annotated, Any, NamedTuple, get_args, get_origin
+
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    PlainSerializer,
+    ValidationInfo,
+    WithJsonSchema,
+    field_validator,
+    model_validator,
+)
+from pydantic.alias_generators import to_camel
+
+from packer.flink_memory import MIB, task_manager_memory
+from policies.decision import Action, Decision, HistoryRecord, VertexDecision
+from policies.params import HISTORY_LIMIT, PolicyState, ScalingParams
+from policies.spec import (
+    CpuScaling,
+    Duration,
+    Limits,
+    MemoryMiB,
+    MemoryScaling,
+    ParallelismOverride,
+    SpecModel,
+    TaskFootprint,
+    format_memory_mib,
+)
+
+GROUP = "hybridscaler.dev"
+VERSION = "v1alpha1"
+API_VERSION = f"{GROUP}/{VERSION}"
+KIND = "HybridScalingPolicy"
+PLURAL = "hybridscalingpolicies"
+SINGULAR = "hybridscalingpolicy"
+SHORT_NAMES = ("hsp",)
+CATEGORIES = ("flink", "autoscaling")
+
+DESCRIPTION = (
+    "HybridScalingPolicy scales the operators of one FlinkDeployment out (parallelism, DS2) "
+    "or up (managed memory per task, Justin)."
+)
+
+TARGET_API_VERSION = "flink.apache.org/v1beta1"
+TARGET_KIND = "FlinkDeployment"
+
+# Kubernetes object names (DNS-1123 subdomain) and metav1.Condition's reason format.
+_NAME_PATTERN = r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$"
+_REASON_PATTERN = r"^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$"
+
+
+# --- spec ------------------------------------------------------------------------------
+
+
+class Mode(StrEnum):
+    ACTIVE = "Active"  # decide and patch the FlinkDeployment
+    RECOMMEND = "Recommend"  # decide and record in status and Events, patch nothing
+    DISABLED = "Disabled"  # do not evaluate at all
+
+
+class Realization(StrEnum):
+    """How a decision reaches Flink (see ARCHITECTURE.md, "The contract with Flink")."""
+
+    FINE_GRAINED = "fineGrained"  # default scheduler, per-operator memory, restart per decision
+    ADAPTIVE = "adaptive"  # in-place parallelism, one managed-memory size for all slots
+
+
+class TargetRef(SpecModel):
+    """The FlinkDeployment (same namespace) this policy scales."""
+
+    api_version: str = Field(
+        TARGET_API_VERSION, max_length=64, description=f"must be {TARGET_API_VERSION}"
+    )
+    kind: str = Field(TARGET_KIND, max_length=64, description="must be " + TARGET_KIND)
+    name: str = Field(
+        min_length=1, max_length=253, pattern=_NAME_PATTERN,
+        description="name of the FlinkDeployment in the policy's namespace",
+    )
+
+    @field_validator("api_version", "kind")
+    @classmethod
+    def _flink_deployment(cls, value: str, info: ValidationInfo) -> str:
+        expected = {"api_version": TARGET_API_VERSION, "kind": TARGET_KIND}[info.field_name or ""]
+        if value != expected:
+            raise ValueError(f"must be {expected}")
+        return value
+
+
+class MetricsSpec(SpecModel):
+    """Where and how metrics are read (the paper: 2 min window, 1 min stabilization, 5 s)."""
+
+    prometheus_url: str | None = Field(
+        None, max_length=2048, pattern=r"^https?://",
+        description="Prometheus base URL for this policy; unset: the controller's --prometheus-url",
+    )
+    window: Duration = Field(120.0, description="metrics are averaged over this window")
+    stabilization: Duration = Field(
+        60.0, description="after a reconfiguration, wait this long before the window starts"
+    )
+    resolution: Duration = Field(
+        5.0, description="query step, and how often the policy is evaluated"
+    )
+
+    @model_validator(mode="after")
+    def _resolution_fits(self) -> MetricsSpec:
+        if not 0 < self.resolution <= self.window:
+            raise ValueError("metrics: resolution must be > 0 and <= window")
+        return self
+
+
+class TaskManagerShape(SpecModel):
+    """One allowed TaskManager size; the packer chooses among them."""
+
+    cpu: float = Field(4.0, gt=0, le=512, description="CPU cores of one TaskManager")
+    memory: MemoryMiB = Field(
+        2048.0, gt=0,
+        description="process memory of one TaskManager (taskmanager.memory.process.size)",
+    )
+    slots: int = Field(4, ge=1, le=256, description="task slots of one TaskManager")
+
+    def slot_footprint(self) -> TaskFootprint:
+        """One slot's share of CPU, task heap and network memory, as Flink splits the TM."""
+        split = task_manager_memory(self.memory)
+        return TaskFootprint(
+            cpu_cores=self.cpu / self.slots,
+            heap_mib=split.task_heap / MIB / self.slots,
+            network_mib=split.network / MIB / self.slots,
+        )
+
+
+class TaskManagerSpec(SpecModel):
+    """The TaskManagers the job may run on (the paper: 4 cores, 2 GB, 4 slots)."""
+
+    shapes: tuple[TaskManagerShape, ...] = Field(
+        (TaskManagerShape(),), min_length=1, max_length=8,
+        description="allowed TaskManager shapes; the default gives 158 MiB managed memory per slot",
+    )
+    realization: Realization = Field(
+        Realization.FINE_GRAINED, description="fineGrained (per-operator memory) or adaptive"
+    )
+
+
+class PlacementSpec(SpecModel):
+    """Bin packing of tasks onto TaskManagers (OR-Tools CP-SAT)."""
+
+    solver_time_limit: Duration = Field(
+        2.0, description="CP-SAT time budget; past it the first-fit-decreasing packing is used"
+    )
+
+    @model_validator(mode="after")
+    def _positive(self) -> PlacementSpec:
+        if self.solver_time_limit <= 0:
+            raise ValueError("placement: solverTimeLimit must be > 0")
+        return self
+
+
+class HybridScalingPolicySpec(SpecModel):
+    """What to scale and how. Every section but targetRef has defaults (the paper's)."""
+
+    target_ref: TargetRef
+    mode: Mode = Field(
+        Mode.RECOMMEND,
+        description="Active patches the FlinkDeployment; Recommend (default) only records",
+    )
+    metrics: MetricsSpec = MetricsSpec()
+    cpu: CpuScaling = CpuScaling()
+    memory: MemoryScaling = MemoryScaling()
+    limits: Limits = Limits()
+    task_manager: TaskManagerSpec = TaskManagerSpec()
+    placement: PlacementSpec = PlacementSpec()
+
+    def scaling_params(self) -> ScalingParams:
+        """The core's parameters; a task's CPU, heap and network are its slot's share."""
+        return ScalingParams(
+            cpu=self.cpu, memory=self.memory, limits=self.limits,
+            footprint=self.task_manager.shapes[0].slot_footprint(),
+        )
+
+
+class ObjectMeta(BaseModel):
+    """The part of metadata a policy file needs; the API server owns the rest."""
+
+    model_config = ConfigDict(extra="allow", frozen=True)
+
+    name: str = Field(min_length=1, max_length=253, pattern=_NAME_PATTERN)
+    namespace: str | None = None
+
+
+class HybridScalingPolicy(SpecModel):
+    """A whole policy document, as `kubectl apply` sends it."""
+
+    api_version: str = Field(API_VERSION)
+    kind: str = Field(KIND)
+    metadata: ObjectMeta
+    spec: HybridScalingPolicySpec
+    status: Status | None = None
+
+    @model_validator(mode="after")
+    def _our_kind(self) -> HybridScalingPolicy:
+        if (self.api_version, self.kind) != (API_VERSION, KIND):
+            raise ValueError(f"apiVersion/kind must be {API_VERSION}/{KIND}")
+        return self
+
+
+class Rule(NamedTuple):
+    """One CEL `x-kubernetes-validations` entry; `field_path` is relative to the section."""
+
+    rule: str
+    message: str
+    field_path: str | None = None
+
+
+# CEL rules the CRD attaches to each section's schema; each has a pydantic twin above or
+# in policies.spec. Single-field bounds (maxLevel >= 1, thresholds in [0, 1]) are the
+# schema's minimum/maximum instead: the API server runs CEL only on objects that pass
+# the schema, so a CEL copy of a bound could never fire.
+CEL_RULES: Mapping[type[BaseModel], tuple[Rule, ...]] = MappingProxyType({
+    TargetRef: (
+        Rule(f"self.apiVersion == '{TARGET_API_VERSION}'",
+             f"spec.targetRef.apiVersion must be {TARGET_API_VERSION}", ".apiVersion"),
+        Rule(f"self.kind == '{TARGET_KIND}'",
+             f"spec.targetRef.kind must be {TARGET_KIND}", ".kind"),
+    ),
+    MetricsSpec: (
+        Rule("duration(self.resolution) > duration('0s')",
+             "spec.metrics.resolution must be > 0", ".resolution"),
+        Rule("duration(self.resolution) <= duration(self.window)",
+             "spec.metrics.resolution must be <= spec.metrics.window", ".resolution"),
+    ),
+    CpuScaling: (
+        Rule("self.utilizationMin <= self.utilizationTarget",
+             "spec.cpu.utilizationMin must be <= spec.cpu.utilizationTarget", ".utilizationMin"),
+        Rule("self.utilizationTarget <= self.utilizationMax",
+             "spec.cpu.utilizationTarget must be <= spec.cpu.utilizationMax", ".utilizationTarget"),
+        Rule("self.minParallelism <= self.maxParallelism",
+             "spec.cpu.minParallelism must be <= spec.cpu.maxParallelism", ".minParallelism"),
+    ),
+    ParallelismOverride: (
+        Rule("has(self.operatorUid) != has(self.vertexId)",
+             "spec.cpu.overrides[]: set exactly one of operatorUid or vertexId"),
+    ),
+    PlacementSpec: (
+        Rule("duration(self.solverTimeLimit) > duration('0s')",
+             "spec.placement.solverTimeLimit must be > 0", ".solverTimeLimit"),
+    ),
+})
+
+
+# --- status ----------------------------------------------------------------------------
+
+
+def _utc_seconds(value: datetime) -> datetime:
+    if value.tzinfo is None:
+        value = value.replace(tzinfo=UTC)
+    return value.astimezone(UTC).replace(microsecond=0)
+
+
+# metav1.Time: RFC3339 in UTC with second precision, so it round-trips exactly.
+Timestamp = Annotated[
+    datetime,
+    AfterValidator(_utc_seconds),
+    PlainSerializer(lambda t: t.strftime("%Y-%m-%dT%H:%M:%SZ"), return_type=str),
+    WithJsonSchema({"type": "string", "format": "date-time"}),
+]
+
+
+def timestamp(epoch_seconds: float) -> datetime:
+    return _utc_seconds(datetime.fromtimestamp(epoch_seconds, UTC))
+
+
+class StatusModel(BaseModel):
+    """Base for status parts: camelCase, immutable; fields of a newer controller are ignored."""
+
+    model_config = ConfigDict(
+        alias_generator=to_camel, populate_by_name=True, frozen=True, extra="ignore"
+    )
+
+
+class ConditionType(StrEnum):
+    READY = "Ready"  # the target exists and the last evaluation ran
+    METRICS_AVAILABLE = "MetricsAvailable"  # every vertex had fresh metrics over the window
+    SCALING = "Scaling"  # a reconfiguration is in progress or within stabilization
+    LIMIT_REACHED = "LimitReached"  # spec.limits clipped the last decision
+
+
+class ConditionStatus(StrEnum):
+    TRUE = "True"
+    FALSE = "False"
+    UNKNOWN = "Unknown"
+
+
+class Condition(StatusModel):
+    """A Kubernetes API convention condition (the shape of metav1.Condition)."""
+
+    type: ConditionType
+    status: ConditionStatus
+    reason: str = Field(min_length=1, max_length=1024, pattern=_REASON_PATTERN,
+                        description="CamelCase, machine-readable")
+    message: str = Field("", max_length=32768, description="for humans")
+    last_transition_time: Timestamp = Field(description="when status last changed")
+    observed_generation: int | None = Field(None, ge=0)
+
+
+class OperatorStatus(StatusModel):
+    """The current picture of one vertex (a chain of operators). None: not measured."""
+
+    vertex_id: str
+    name: str = ""
+    parallelism: int = Field(ge=1)
+    memory_level: int | None = Field(description="None is ⊥: no managed memory (stateless)")
+    managed_mib: float = Field(ge=0, description="managed memory per task, MiB")
+    busyness: float | None = None
+    true_processing_rate: float | None = Field(None, description="records/s; None when idle")
+    cache_hit_rate: float | None = None
+    state_latency_ns: float | None = None
+
+
+class PlacementStatus(StatusModel):
+    task_managers: int = Field(ge=0)
+    shape: TaskManagerShape
+    lower_bound: int = Field(ge=0, description="no packing can use fewer TaskManagers")
+    solver_status: str = Field(description="optimal, feasible or fallback (first-fit decreasing)")
+    moved_tasks: int = Field(0, ge=0, description="tasks that change TaskManager")
+
+
+class Summary(StatusModel):
+    """Flat values for `kubectl get hsp` columns."""
+
+    operators: int = 0
+    cpu: float = Field(0.0, description="task CPU cores after the last decision")
+    memory: str = Field("0Mi", description="task memory after the last decision")
+    step: int = 0
+    last_action: str = Field("", description="e.g. 'scale-up count 4 (level 0→1)'")
+
+
+def _finite(value: float | None) -> float | None:
+    """JSON has no infinity; an unbounded capacity is recorded as unknown."""
+    return value if value is not None and math.isfinite(value) else None
+
+
+class ScaleDownWait(StatusModel):
+    vertex_id: str
+    since: float = Field(description="when DS2 first wanted fewer tasks for this vertex")
+
+
+def _absent_is_none(model: type[BaseModel], data: Any) -> Any:
+    """Read a field that may be None but is missing as None, in `model` and its nested models.
+
+    The API server never stores a null written by a merge patch (kopf's way of
+    writing status): it drops the key. So every optional value may come back absent.
+    """
+    if not isinstance(data, dict):
+        return data
+    out = dict(data)
+    for name, field in model.model_fields.items():
+        key = field.alias or name
+        if key not in out and field.is_required() and _admits_none(field.annotation):
+            out[key] = None
+        elif key in out:
+            out[key] = _nested(field.annotation, out[key])
+    return out
+
+
+def _admits_none(annotation: Any) -> bool:
+    return annotation is None or type(None) in get_args(annotation)
+
+
+def _nested(annotation: Any, value: Any) -> Any:
+    """Descend into `value` along `annotation` (X | None, tuple[X, ...], a model)."""
+    options = (annotation, *get_args(annotation))
+    if isinstance(value, list):
+        sequence = next((o for o in options if get_origin(o) in (tuple, list)), None)
+        return value if sequence is None else [_nested(get_args(sequence)[0], v) for v in value]
+    model = next((o for o in options if isinstance(o, type) and issubclass(o, BaseModel)), None)
+    return value if model is None else _absent_is_none(model, value)
+
+
+class Status(StatusModel):
+    """Written only by the controller; holds the history a restarted controller resumes from."""
+
+    observed_generation: int | None = Field(None, ge=0)
+    conditions: tuple[Condition, ...] = ()
+    operators: tuple[OperatorStatus, ...] = ()
+    last_decision: Decision | None = None
+    history: tuple[HistoryRecord, ...] = Field(
+        (), max_length=HISTORY_LIMIT, description=f"newest last, at most {HISTORY_LIMIT}"
+    )
+    step: int = Field(0, ge=0, description="reconfigurations so far")
+    # A list, not a map: a merge patch replaces a list whole but merges a map's keys,
+    # so a vertex whose wait ended would linger in a map.
+    scale_down_wanted_since: tuple[ScaleDownWait, ...] = Field(
+        (), max_length=1000, description="vertices waiting out cpu.scaleDownDelay"
+    )
+    last_reconfiguration_time: float | None = None
+    placement: PlacementStatus | None = None
+    summary: Summary = Summary()
+
+    @model_validator(mode="before")
+    @classmethod
+    def _fill_absent(cls, data: Any) -> Any:
+        return _absent_is_none(cls, data)
+
+    def condition(self, type_: ConditionType) -> Condition | None:
+        return next((c for c in self.conditions if c.type == type_), None)
+
+    def with_condition(
+        self,
+        type_: ConditionType,
+        status: ConditionStatus | bool,
+        reason: str,
+        message: str,
+        now: float,
+        observed_generation: int | None = None,
+    ) -> Status:
+        """Set one condition; lastTransitionTime moves only when its status changes."""
+        if isinstance(status, bool):
+            status = ConditionStatus.TRUE if status else ConditionStatus.FALSE
+        old = self.condition(type_)
+        changed = old is None or old.status != status
+        new = Condition(
+            type=type_,
+            status=status,
+            reason=reason,
+            message=message,
+            last_transition_time=timestamp(now) if changed or old is None
+            else old.last_transition_time,
+            observed_generation=observed_generation,
+        )
+        others = tuple(c for c in self.conditions if c.type != type_)
+        ordered = sorted((*others, new), key=lambda c: list(ConditionType).index(c.type))
+        return self.model_copy(update={"conditions": tuple(ordered)})
+
+    def to_policy_state(self) -> PolicyState:
+        return PolicyState(
+            step=self.step,
+            history=self.history,
+            scale_down_wanted_since=MappingProxyType(
+                {w.vertex_id: w.since for w in self.scale_down_wanted_since}
+            ),
+            last_reconfiguration_time=self.last_reconfiguration_time,
+        )
+
+    def with_policy_state(self, state: PolicyState) -> Status:
+        return self.model_copy(update={
+            "step": state.step,
+            "history": tuple(state.history)[-HISTORY_LIMIT:],
+            "scale_down_wanted_since": tuple(
+                ScaleDownWait(vertex_id=v, since=t)
+                for v, t in sorted(state.scale_down_wanted_since.items())
+            ),
+            "last_reconfiguration_time": state.last_reconfiguration_time,
+            "summary": self.summary.model_copy(update={"step": state.step}),
+        })
+
+    def with_decision(self, decision: Decision) -> Status:
+        """Record the last decision and refresh the printer-column summary from it."""
+        changed = sorted(
+            (v for v in decision.vertices if v.action is not Action.NONE),
+            key=lambda v: _TELLING.index(v.action),
+        )
+        summary = Summary(
+            operators=len(decision.vertices),
+            cpu=decision.after.cpu_cores,
+            memory=format_memory_mib(round(decision.after.memory_mib)),
+            step=decision.step,
+            last_action=_describe(changed) if changed else "none",
+        )
+        return self.model_copy(update={"last_decision": decision, "summary": summary})
+
+    def with_operators(self, operators: Iterable[OperatorStatus]) -> Status:
+        cleaned = tuple(
+            o.model_copy(update={"true_processing_rate": _finite(o.true_processing_rate)})
+            for o in operators
+        )
+        return self.model_copy(update={"operators": cleaned})
+
+
+# Which change the Last Decision column shows first: what Justin decided beats what DS2 did.
+_TELLING = (Action.SCALE_UP, Action.MEMORY_ROLLBACK, Action.SCALE_OUT, Action.SCALE_IN,
+            Action.STRIP_MEMORY, Action.NONE)
+
+
+def _describe(changed: list[VertexDecision]) -> str:
+    """'scale-up count m0→1', 'scale-out source p2→4 (+1 more)'."""
+    d = changed[0]
+    name = d.vertex_name or d.vertex_id[:8]
+    if d.parallelism_before != d.parallelism_after:
+        text = f"{d.action} {name} p{d.parallelism_before}→{d.parallelism_after}"
+    else:
+        text = f"{d.action} {name} m{_level(d.memory_level_before)}→{_level(d.memory_level_after)}"
+    return text if len(changed) == 1 else f"{text} (+{len(changed) - 1} more)"
+
+
+def _level(m: int | None) -> str:
+    return "⊥" if m is None else str(m)
+
+
+HybridScalingPolicy.model_rebuild()
+
+
+def parse_policy(data: Mapping[str, Any]) -> HybridScalingPolicy:
+    """A policy document (dict from YAML/JSON, or a kopf body) as a validated model."""
+    return HybridScalingPolicy.model_validate(dict(data))

@@ -1,0 +1,182 @@
+"""`hybrid-scaler`: the command line (Typer).
+
+Commands here need no cluster: `crd` prints the CRD, `validate` checks policy files
+with the same models the controller uses, `explain` runs one scaling step on a
+recorded observation and prints why each vertex changes.
+
+Another package adds a command in its own module, which does
+`from controller.cli import app` and decorates a function with `@app.command()`,
+plus one import line at the bottom of this file. Keep heavy imports (kopf,
+matplotlib) inside the command function so `hybrid-scaler crd` stays fast.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
+
+import policies
+from controller import api
+from controller.crd import crd_yaml
+from policies.decision import Decision
+from policies.model import JobGraph, Observation
+from policies.spec import Duration
+
+app = typer.Typer(
+    name="hybrid-scaler",
+    help="Scale Apache Flink operators out (parallelism, DS2) or up (managed memory, Justin).",
+    no_args_is_help=True,
+    add_completion=False,
+)
+
+
+def _documents(path: Path) -> Iterator[Any]:
+    """YAML (possibly several documents) or JSON; JSON is YAML too."""
+    with path.open() as f:
+        yield from (d for d in yaml.safe_load_all(f) if d is not None)
+
+
+def field_errors(error: ValidationError, prefix: str = "") -> list[str]:
+    """One line per error, each naming the field by its wire path (spec.cpu.utilizationMin)."""
+    lines = []
+    for e in error.errors():
+        where = prefix
+        for part in e["loc"]:
+            where += f"[{part}]" if isinstance(part, int) else f".{part}"
+        where = where.lstrip(".") or "(document)"
+        message = e["msg"].removeprefix("Value error, ")
+        lines.append(f"{where}: {message}")
+    return lines
+
+
+@app.command()
+def crd() -> None:
+    """Print the HybridScalingPolicy CustomResourceDefinition (YAML)."""
+    typer.echo(crd_yaml(), nl=False)
+
+
+@app.command()
+def validate(
+    files: Annotated[list[Path], typer.Argument(exists=True, dir_okay=False, readable=True,
+                                                help="policy files (YAML or JSON)")],
+) -> None:
+    """Check HybridScalingPolicy files with the controller's models; exit 1 if one is invalid."""
+    failed = False
+    for path in files:
+        for i, doc in enumerate(_documents(path)):
+            label = f"{path}" + (f" (document {i + 1})" if i else "")
+            try:
+                policy = api.parse_policy(doc if isinstance(doc, Mapping) else {})
+            except ValidationError as e:
+                failed = True
+                typer.echo(f"{label}: invalid", err=True)
+                for line in field_errors(e):
+                    typer.echo(f"  {line}", err=True)
+                continue
+            spec = policy.spec
+            typer.echo(f"{label}: ok: {policy.metadata.name} -> {spec.target_ref.kind} "
+                       f"{spec.target_ref.name}, mode {spec.mode}")
+    if failed:
+        raise typer.Exit(1)
+
+
+class Recording(BaseModel):
+    """What `explain` reads: one evaluation's inputs, as the controller collected them.
+
+    `graph` and `observation` are the core's value types (snake_case fields);
+    `policy` is a HybridScalingPolicy document (or its spec); `status`, if present,
+    is the policy's status before this step (Justin's history).
+    """
+
+    model_config = ConfigDict(extra="forbid", arbitrary_types_allowed=True)
+
+    time: float = Field(description="seconds since the epoch at the end of the window")
+    policy: dict[str, Any]
+    graph: JobGraph
+    observation: Observation
+    status: api.Status = api.Status()
+
+    def spec(self) -> api.HybridScalingPolicySpec:
+        if "spec" in self.policy:
+            return api.parse_policy(self.policy).spec
+        return api.HybridScalingPolicySpec.model_validate(self.policy)
+
+
+def load_recording(path: Path) -> Recording:
+    doc = next(_documents(path), None)
+    if not isinstance(doc, Mapping):
+        raise ValueError(f"{path}: expected a mapping with time, policy, graph, observation")
+    data = dict(doc)
+    # Observations carry their window; accept '2m' as well as seconds.
+    observation = data.get("observation")
+    if isinstance(observation, Mapping) and "window_s" in observation:
+        window: float = TypeAdapter(Duration).validate_python(observation["window_s"])
+        data["observation"] = {**observation, "window_s": window}
+    return Recording.model_validate(data)
+
+
+def _level(m: int | None) -> str:
+    return "⊥" if m is None else str(m)
+
+
+def render_decision(decision: Decision, spec: api.HybridScalingPolicySpec) -> str:
+    lines = [
+        f"step {decision.step}: "
+        + ("reconfigure" if decision.reconfigures else "no change")
+        + f" ({spec.mode} mode"
+        + (", the FlinkDeployment would be patched)" if spec.mode == api.Mode.ACTIVE
+           else ", nothing is patched)"),
+        f"why: {decision.reason}",
+        f"CPU {decision.before.cpu_cores:g} -> {decision.after.cpu_cores:g} cores, "
+        f"memory {decision.before.memory_mib:.0f} -> {decision.after.memory_mib:.0f} MiB",
+    ]
+    if decision.clipped:
+        lines.append(f"clipped: {decision.clip_reason}")
+    for v in decision.vertices:
+        m_before, m_after = _level(v.memory_level_before), _level(v.memory_level_after)
+        lines += [
+            "",
+            f"{v.vertex_name or v.vertex_id}  [{v.vertex_id}]",
+            f"  {v.action}: parallelism {v.parallelism_before} -> {v.parallelism_after}, "
+            f"memory level {m_before} -> {m_after}   (branch {v.branch})",
+            f"  {v.reason}",
+        ]
+    return "\n".join(lines)
+
+
+@app.command()
+def explain(
+    recording: Annotated[Path, typer.Argument(exists=True, dir_okay=False, readable=True,
+                                              help="recorded time, policy, graph, observation")],
+    as_json: Annotated[bool, typer.Option("--json", help="print the decision as JSON")] = False,
+) -> None:
+    """Run one scaling step (DS2, then Justin) on a recorded observation and explain it."""
+    try:
+        rec = load_recording(recording)
+        spec = rec.spec()
+    except ValidationError as e:
+        typer.echo(f"{recording}: invalid", err=True)
+        for line in field_errors(e):
+            typer.echo(f"  {line}", err=True)
+        raise typer.Exit(1) from None
+    except ValueError as e:
+        typer.echo(str(e), err=True)
+        raise typer.Exit(1) from None
+    result = policies.evaluate(
+        rec.graph, rec.observation, rec.status.to_policy_state(), spec.scaling_params(), rec.time
+    )
+    if as_json:
+        typer.echo(json.dumps(result.decision.model_dump(mode="json", by_alias=True), indent=2))
+    else:
+        typer.echo(render_decision(result.decision, spec))
+
+
+# Commands from other packages register themselves on import (one line each):
+import controller.run  # noqa: E402, F401  (run: the operator)
+import simulator.cli  # noqa: E402, F401  (simulate, twin serve)

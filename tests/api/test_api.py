@@ -1,0 +1,305 @@
+"""The HybridScalingPolicy models: defaults, errors that name the field, status round-trips."""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from pydantic import ValidationError
+
+from controller import api, crd
+from controller.cli import field_errors, load_recording
+from policies import evaluate
+from policies.decision import Action
+from policies.params import HISTORY_LIMIT
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+RECORDED = EXAMPLES / "recorded" / "q11-memory-pressure.yaml"
+
+
+def policy(**spec: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": "hybridscaler.dev/v1alpha1",
+        "kind": "HybridScalingPolicy",
+        "metadata": {"name": "p"},
+        "spec": {"targetRef": {"name": "q11"}, **spec},
+    }
+
+
+def errors_of(doc: dict[str, Any]) -> list[str]:
+    with pytest.raises(ValidationError) as e:
+        api.parse_policy(doc)
+    return field_errors(e.value)
+
+
+def test_defaults_are_the_papers() -> None:
+    spec = api.parse_policy(policy()).spec
+    assert spec.mode is api.Mode.RECOMMEND
+    assert spec.target_ref.api_version == "flink.apache.org/v1beta1"
+    assert spec.target_ref.kind == "FlinkDeployment"
+    assert (spec.metrics.window, spec.metrics.stabilization, spec.metrics.resolution) == (
+        120.0, 60.0, 5.0)
+    assert spec.metrics.prometheus_url is None
+    assert (spec.cpu.utilization_min, spec.cpu.utilization_target, spec.cpu.utilization_max) == (
+        0.2, 0.5, 0.8)
+    assert spec.memory.base_managed_memory == 158.0 and spec.memory.max_level == 3
+    assert spec.memory.cache_hit_rate_threshold == 0.8
+    assert spec.memory.state_latency_threshold == 0.001
+    assert spec.memory.min_improvement == 0.05
+    assert spec.limits.max_cpu_cores is None and spec.limits.max_memory is None
+    (shape,) = spec.task_manager.shapes
+    assert (shape.cpu, shape.memory, shape.slots) == (4.0, 2048.0, 4)
+    assert spec.task_manager.realization is api.Realization.FINE_GRAINED
+    assert spec.placement.solver_time_limit == 2.0
+
+
+def test_default_task_manager_gives_the_papers_158_mib_per_slot() -> None:
+    """Flink's own memory split of a 2 GiB, 4-slot TaskManager (the paper's setup)."""
+    from packer.flink_memory import MIB, task_manager_memory
+
+    shape = api.TaskManagerShape()
+    per_slot = task_manager_memory(shape.memory).managed / MIB / shape.slots
+    assert math.floor(per_slot) == 158
+    footprint = shape.slot_footprint()
+    assert footprint.cpu_cores == 1.0 and footprint.heap_mib > 0 and footprint.network_mib > 0
+
+
+def test_scaling_params_carry_the_sections() -> None:
+    spec = api.parse_policy(policy(cpu={"maxParallelism": 12}, limits={"maxCpuCores": 8})).spec
+    params = spec.scaling_params()
+    assert params.cpu.max_parallelism == 12 and params.limits.max_cpu_cores == 8
+    assert params.memory == spec.memory
+
+
+@pytest.mark.parametrize(("spec", "field"), [
+    ({"targetRef": {"name": "q11", "kind": "Deployment"}}, "spec.targetRef.kind"),
+    ({"targetRef": {"name": "q11", "apiVersion": "apps/v1"}}, "spec.targetRef.apiVersion"),
+    ({"targetRef": {"name": "Not A Name"}}, "spec.targetRef.name"),
+    ({"targetRef": {}}, "spec.targetRef.name"),
+    ({"mode": "Auto"}, "spec.mode"),
+    ({"metrics": {"window": "10s", "resolution": "30s"}}, "spec.metrics"),
+    ({"metrics": {"window": "two minutes"}}, "spec.metrics.window"),
+    ({"metrics": {"prometheusUrl": "prometheus:9090"}}, "spec.metrics.prometheusUrl"),
+    ({"cpu": {"utilizationMin": 0.6}}, "spec.cpu"),
+    ({"cpu": {"utilizationMax": 0.4}}, "spec.cpu"),
+    ({"cpu": {"minParallelism": 5, "maxParallelism": 2}}, "spec.cpu"),
+    ({"cpu": {"overrides": [{"minParallelism": 2}]}}, "spec.cpu.overrides[0]"),
+    ({"cpu": {"overrides": [{"operatorUid": "a", "vertexId": "b"}]}}, "spec.cpu.overrides[0]"),
+    ({"cpu": {"overrides": [{"operatorUid": "a"}] * 101}}, "spec.cpu.overrides"),
+    ({"memory": {"maxLevel": 0}}, "spec.memory.maxLevel"),
+    ({"memory": {"cacheHitRateThreshold": 1.5}}, "spec.memory.cacheHitRateThreshold"),
+    ({"memory": {"minImprovement": 1.0}}, "spec.memory.minImprovement"),
+    ({"memory": {"baseManagedMemory": "lots"}}, "spec.memory.baseManagedMemory"),
+    ({"limits": {"maxCpuCores": 0}}, "spec.limits.maxCpuCores"),
+    ({"taskManager": {"shapes": []}}, "spec.taskManager.shapes"),
+    ({"taskManager": {"shapes": [{"slots": 0}]}}, "spec.taskManager.shapes[0].slots"),
+    ({"taskManager": {"realization": "inPlace"}}, "spec.taskManager.realization"),
+    ({"placement": {"solverTimeLimit": "0s"}}, "spec.placement"),
+    ({"cpu": {"utilizationMin": 0.2, "typo": 1}}, "spec.cpu.typo"),
+])
+def test_invalid_input_names_the_field(spec: dict[str, Any], field: str) -> None:
+    doc = policy()
+    doc["spec"] = {**doc["spec"], **spec}
+    errors = errors_of(doc)
+    assert any(e.split(":")[0] == field for e in errors), errors
+
+
+def test_cross_field_messages_name_the_fields() -> None:
+    errors = errors_of(policy(cpu={"minParallelism": 5, "maxParallelism": 2}))
+    assert any("minParallelism" in e and "maxParallelism" in e for e in errors), errors
+    errors = errors_of(policy(metrics={"window": "10s", "resolution": "30s"}))
+    assert any("resolution" in e and "window" in e for e in errors), errors
+
+
+def test_wrong_document_kind_is_rejected() -> None:
+    doc = policy()
+    doc["kind"] = "FlinkDeployment"
+    assert any("kind" in e for e in errors_of(doc))
+
+
+@pytest.mark.parametrize("path", sorted(EXAMPLES.glob("*.yaml")), ids=lambda p: p.name)
+def test_examples_validate(path: Path) -> None:
+    for doc in yaml.safe_load_all(path.read_text()):
+        api.parse_policy(doc)
+
+
+def test_examples_cover_minimal_recommend_and_full() -> None:
+    specs = {p.stem: api.parse_policy(yaml.safe_load(p.read_text())).spec
+             for p in EXAMPLES.glob("*.yaml")}
+    assert specs["minimal"] == api.HybridScalingPolicySpec(target_ref={"name": "q11"})
+    assert specs["recommend"].mode is api.Mode.RECOMMEND
+    full = specs["full"]
+    assert full.mode is api.Mode.ACTIVE and full.cpu.overrides and full.limits.max_memory
+    assert {o.operator_uid is None for o in full.cpu.overrides} == {True, False}
+
+
+def test_the_invalid_example_is_rejected_field_by_field() -> None:
+    doc = yaml.safe_load((EXAMPLES / "invalid" / "invalid-policy.yaml").read_text())
+    fields = {e.split(":")[0] for e in errors_of(doc)}
+    assert {"spec.targetRef.kind", "spec.mode", "spec.metrics", "spec.cpu.overrides[0]",
+            "spec.memory.maxLevel"} <= fields
+
+
+# --- status --------------------------------------------------------------------------
+
+
+def rich_status() -> api.Status:
+    """A status as the controller writes it after one real evaluation of the recorded q11."""
+    rec = load_recording(RECORDED)
+    spec = rec.spec()
+    result = evaluate(rec.graph, rec.observation, api.Status().to_policy_state(),
+                      spec.scaling_params(), rec.time)
+    operators = [
+        api.OperatorStatus(
+            vertex_id=v.id, name=v.name, parallelism=v.parallelism, memory_level=v.memory_level,
+            managed_mib=spec.memory.managed_mib(v.memory_level),
+            busyness=rec.observation.vertices[v.id].busyness,
+            true_processing_rate=rec.observation.vertices[v.id].true_processing_rate,
+            cache_hit_rate=rec.observation.vertices[v.id].cache_hit_rate,
+            state_latency_ns=rec.observation.vertices[v.id].state_latency_ns,
+        )
+        for v in rec.graph.vertices
+    ]
+    status = (
+        api.Status(observed_generation=3, placement=api.PlacementStatus(
+            task_managers=2, shape=api.TaskManagerShape(), lower_bound=2,
+            solver_status="optimal", moved_tasks=1))
+        .with_operators(operators)
+        .with_decision(result.decision)
+        .with_policy_state(result.state)
+    )
+    for type_ in api.ConditionType:
+        status = status.with_condition(type_, type_ is not api.ConditionType.LIMIT_REACHED,
+                                       "Evaluated", f"{type_} set", now=rec.time,
+                                       observed_generation=3)
+    return status
+
+
+def test_status_round_trips_exactly_through_json() -> None:
+    status = rich_status()
+    wire = json.dumps(status.model_dump(mode="json", by_alias=True))
+    back = api.Status.model_validate(json.loads(wire))
+    assert back == status
+    assert json.dumps(back.model_dump(mode="json", by_alias=True)) == wire
+    assert back.to_policy_state() == status.to_policy_state()
+
+
+def without_nulls(value: Any) -> Any:
+    """What the API server stores after a JSON merge patch: every null key dropped."""
+    if isinstance(value, dict):
+        return {k: without_nulls(v) for k, v in value.items() if v is not None}
+    if isinstance(value, list):
+        return [without_nulls(v) for v in value]
+    return value
+
+
+def test_status_survives_a_merge_patch_dropping_nulls() -> None:
+    status = rich_status().model_copy(update={"observed_generation": None, "placement": None})
+    wire = status.model_dump(mode="json", by_alias=True)
+    assert wire["lastDecision"]["vertices"][0]["memoryLevelAfter"] is None  # ⊥: stripped
+    stored = without_nulls(wire)
+    assert api.Status.model_validate(stored) == status
+
+
+def test_every_field_a_merge_patch_can_drop_is_optional_in_the_crd() -> None:
+    """A key that may hold null must not be `required`, or the API server rejects the patch."""
+    def walk(node: dict[str, Any]) -> None:
+        for name, prop in node.get("properties", {}).items():
+            if prop.get("nullable"):
+                assert name not in node.get("required", ()), name
+            walk(prop)
+        if isinstance(node.get("items"), dict):
+            walk(node["items"])
+    walk(crd.openapi_schema())
+
+
+def test_summary_for_printer_columns() -> None:
+    summary = rich_status().summary
+    assert summary.operators == 3 and summary.step == 1
+    assert summary.last_action.startswith("scale-up Session Window Count (q11) m0→1")
+    assert summary.cpu == 7.0 and summary.memory.endswith("Mi")
+
+
+def test_infinite_true_processing_rate_is_stored_as_unknown() -> None:
+    op = api.OperatorStatus(vertex_id="v", parallelism=1, memory_level=None, managed_mib=0,
+                            true_processing_rate=math.inf)
+    (stored,) = api.Status().with_operators([op]).operators
+    assert stored.true_processing_rate is None
+
+
+def test_condition_transition_time_moves_only_when_status_changes() -> None:
+    s = api.Status().with_condition(api.ConditionType.READY, True, "Evaluated", "ok", now=100.0)
+    first = s.condition(api.ConditionType.READY)
+    assert first is not None and first.last_transition_time == api.timestamp(100.0)
+    s = s.with_condition(api.ConditionType.READY, True, "Evaluated", "still ok", now=200.0,
+                         observed_generation=2)
+    same = s.condition(api.ConditionType.READY)
+    assert same is not None
+    assert same.last_transition_time == api.timestamp(100.0)
+    assert same.message == "still ok" and same.observed_generation == 2
+    s = s.with_condition(api.ConditionType.READY, False, "TargetNotFound", "gone", now=300.0)
+    flipped = s.condition(api.ConditionType.READY)
+    assert flipped is not None and flipped.status is api.ConditionStatus.FALSE
+    assert flipped.last_transition_time == api.timestamp(300.0)
+    assert len(s.conditions) == 1
+
+
+def test_conditions_are_kept_in_a_stable_order_and_serialized_as_rfc3339() -> None:
+    s = api.Status()
+    for type_ in reversed(api.ConditionType):
+        s = s.with_condition(type_, api.ConditionStatus.UNKNOWN, "Starting", "", now=1.5)
+    assert [c.type for c in s.conditions] == list(api.ConditionType)
+    wire = s.model_dump(mode="json", by_alias=True)["conditions"][0]
+    assert wire["lastTransitionTime"] == "1970-01-01T00:00:01Z"
+    assert wire["type"] == "Ready" and wire["status"] == "Unknown"
+
+
+def test_condition_reason_must_be_camel_case() -> None:
+    with pytest.raises(ValidationError, match="reason"):
+        api.Status().with_condition(api.ConditionType.READY, True, "not camel", "", now=0.0)
+
+
+def test_policy_state_round_trip() -> None:
+    state = api.Status().to_policy_state()
+    assert state.step == 0 and state.history == () and state.last_reconfiguration_time is None
+    status = rich_status()
+    assert status.step == 1 and len(status.history) == 1
+    assert status.last_reconfiguration_time == load_recording(RECORDED).time
+    waits = {"sink": 10.0, "count": 5.0}
+    waiting = status.with_policy_state(replace(status.to_policy_state(),
+                                               scale_down_wanted_since=waits))
+    assert [w.vertex_id for w in waiting.scale_down_wanted_since] == ["count", "sink"]
+    assert dict(waiting.to_policy_state().scale_down_wanted_since) == waits
+    again = api.Status().with_policy_state(status.to_policy_state())
+    assert again.to_policy_state() == status.to_policy_state()
+    assert status.summary.step == status.step
+
+
+def test_with_policy_state_keeps_only_the_newest_records() -> None:
+    rec = load_recording(RECORDED)
+    result = evaluate(rec.graph, rec.observation, api.Status().to_policy_state(),
+                      rec.spec().scaling_params(), rec.time)
+    (record,) = result.state.history
+    records = tuple(record.model_copy(update={"step": i}) for i in range(15))
+    status = api.Status().with_policy_state(replace(result.state, history=records))
+    assert [r.step for r in status.history] == list(range(5, 15))
+    assert len(status.history) == HISTORY_LIMIT
+
+
+def test_summary_names_the_most_telling_change_or_none() -> None:
+    decision = rich_status().last_decision
+    assert decision is not None
+    calm = decision.model_copy(update={
+        "reconfigures": False,
+        "vertices": tuple(v.model_copy(update={"action": Action.NONE}) for v in decision.vertices),
+    })
+    assert api.Status().with_decision(calm).summary.last_action == "none"
+    out = decision.model_copy(update={"vertices": (decision.vertices[0].model_copy(update={
+        "action": Action.SCALE_OUT, "parallelism_after": 5}),)})
+    assert api.Status().with_decision(out).summary.last_action == (
+        "scale-out Source: Nexmark Bids p2→5")
