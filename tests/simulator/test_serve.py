@@ -15,8 +15,6 @@ from simulator.model import load_model
 from simulator.serve import ConfigError, TwinServer, configuration_from_flink
 
 SAMPLES = Path("/work/shared/flink-1.20-samples")
-GOLDEN_AVAILABLE = SAMPLES.is_dir()
-needs_samples = pytest.mark.skipif(not GOLDEN_AVAILABLE, reason="golden samples not mounted")
 # Column-family metrics carry the state name in the metric name: compare them by shape.
 STATE_CF = re.compile(
     r"^(flink_taskmanager_job_task_operator_)\w+?"
@@ -51,7 +49,6 @@ def wait_for(predicate, timeout=5.0):
     return False
 
 
-@needs_samples
 def test_scrape_has_flinks_names_and_label_keys(server):
     server.add_job("default", "q11", Q11, TM)
     assert wait_for(lambda: server.twin("default", "q11").time > 2)
@@ -89,7 +86,6 @@ def test_scrape_keeps_flinks_text_quirks(server):
     assert re.search(r"block_cache_capacity\{.*\} \d\.\d+E\d+", text)  # Java's double format
 
 
-@needs_samples
 def test_rest_shapes_match_the_golden_samples(server):
     status = server.add_job("default", "q11", Q11, TM)
     jid = status["jobId"]
@@ -194,3 +190,27 @@ def test_flink_configuration_parsing_rejects_what_flink_rejects():
     resources = json.dumps({"q11-session": {"managedMemoryMb": 632}})
     levels = configuration_from_flink(model, {"hybridscaler.operator-resources": resources}, 158)
     assert levels[model.operator("q11-session").vertex_id].memory_level == 2
+
+
+def test_twin_serve_command_runs_standalone():
+    import subprocess
+    import sys
+
+    proc = subprocess.Popen(
+        [str(Path(sys.executable).parent / "hybrid-scaler"), "twin", "serve", "--port", "0",
+         "--job", "team-a/q1=q1", "--job", "q11=q11", "--time-scale", "10"],
+        stdout=subprocess.PIPE, text=True,
+    )
+    try:
+        assert proc.stdout is not None
+        line = proc.stdout.readline()
+        url = re.search(r"http://\S+?(?=:\s|$)", line)
+        assert url, line
+        base = url.group(0)
+        jobs = requests.get(f"{base}/control/jobs", timeout=5).json()
+        assert {(j["namespace"], j["name"]) for j in jobs} == {("team-a", "q1"), ("default", "q11")}
+        assert wait_for(lambda: "busyTimeMsPerSecond" in requests.get(f"{base}/metrics",
+                                                                      timeout=5).text)
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)

@@ -1,0 +1,115 @@
+"""The closed loop with the real policies, and the oracle."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from controller.cli import app
+from policies.model import VertexConfig
+from simulator.loop import capacity, oracle, run
+from simulator.model import load_model
+
+
+@pytest.fixture(scope="module")
+def q11():
+    model = load_model("q11")
+    return model, run(model, "justin", 1200, seed=0), run(model, "ds2", 1200, seed=0)
+
+
+def test_justin_scales_the_session_window_up_first_and_strips_stateless_memory(q11):
+    model, justin, _ = q11
+    first = justin.steps[0].configuration
+    session, sink = model.operator("q11-session"), model.operator("q11-sink")
+    assert first[session.vertex_id] == VertexConfig(1, 1)  # scale-up instead of scale-out
+    assert first[sink.vertex_id].memory_level is None  # Algorithm 1 line 4
+
+
+def test_ds2_only_scales_out(q11):
+    _, _, ds2 = q11
+    assert all(vc.memory_level == 0 for s in ds2.steps for vc in s.configuration.values())
+    assert ds2.steps[0].configuration != ds2.steps[-1].configuration
+
+
+def test_both_reach_the_target_and_justin_uses_less(q11):
+    model, justin, ds2 = q11
+    for result in (justin, ds2):
+        assert result.converged and result.capacity >= model.load.rate
+        assert result.achieved_rate == model.load.rate
+    assert justin.cpu_cores < ds2.cpu_cores and justin.memory_mib < ds2.memory_mib
+    assert justin.steps_to_target is not None and ds2.steps_to_target is not None
+    assert justin.steps_to_target <= ds2.steps_to_target
+
+
+def test_the_trajectory_shows_the_downtime_and_the_target(q11):
+    _, justin, _ = q11
+    assert len(justin.samples) == 1200 // 5
+    assert {s.target_rate for s in justin.samples} == {100_000}
+    down = [s for s in justin.samples if not s.running]
+    assert down and min(s.rate for s in down) == 0
+    assert max(s.rate for s in justin.samples) > 100_000  # catching up after a restart
+
+
+@pytest.mark.parametrize("job", ["q1", "q3", "q11"])
+def test_the_oracle_is_cheapest_and_sustains_the_target(job):
+    model = load_model(job)
+    best = oracle(model)
+    assert best.feasible and best.capacity >= model.load.rate
+    for op in model.operators:
+        if op.fixed_parallelism:
+            continue
+        vc = best.configuration[op.vertex_id]
+        if op.state is None:
+            assert vc.memory_level is None
+        if vc.parallelism > 1:  # one task fewer, at any memory level, falls short
+            for level in ([None] if op.state is None else [0, 1, 2]):
+                fewer = dict(best.configuration)
+                fewer[op.vertex_id] = VertexConfig(vc.parallelism - 1, level)
+                assert capacity(model, fewer) < model.load.rate, (op.uid, level)
+
+
+def test_no_policy_beats_the_oracle(q11):
+    model, justin, ds2 = q11
+    best = oracle(model)
+    for result in (justin, ds2):
+        assert result.cpu_cores >= best.cpu_cores
+        assert (result.cpu_cores, result.memory_mib) >= (best.cpu_cores, best.memory_mib)
+
+
+def test_oracle_reports_an_unreachable_target():
+    model = load_model("update")
+    assert not oracle(model, target_rate=10_000_000).feasible
+
+
+def test_simulate_json_has_the_documented_shape(tmp_path):
+    out = CliRunner().invoke(app, ["simulate", "--job", "q3", "--json", "--duration", "10m"])
+    assert out.exit_code == 0, out.output
+    doc = json.loads(out.stdout)
+    assert set(doc) == {"job", "target_rate", "policies"}
+    assert doc["job"] == "q3" and doc["target_rate"] == 1_000_000
+    assert set(doc["policies"]) == {"justin", "ds2", "oracle"}
+    for entry in doc["policies"].values():
+        assert {"steps", "converged", "converged_at_s", "achieved_rate", "cpu_cores",
+                "memory_mb", "trajectory"} <= set(entry)
+    assert doc["policies"]["justin"]["trajectory"][-1]["t"] == 600
+
+
+def test_simulate_prints_steps_and_a_table_and_plots(tmp_path):
+    png = tmp_path / "fig.png"
+    out = CliRunner().invoke(app, ["simulate", "--job", "q11", "--policy", "justin",
+                                   "--plot", str(png), "--seed", "3"])
+    assert out.exit_code == 0, out.output
+    assert "step 1 at" in out.stdout and "q11-session (1;316)" in out.stdout
+    assert "oracle" in out.stdout and "ds2" not in out.stdout.split("policy")[-1]
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_simulate_explains_bad_input(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("name: x\nload: {rate: 1}\noperators: []\n")
+    out = CliRunner().invoke(app, ["simulate", "--job", str(bad)])
+    assert out.exit_code == 2 and "operators" in out.output
+    out = CliRunner().invoke(app, ["simulate", "--job", "q1", "--policy", "magic"])
+    assert out.exit_code == 2

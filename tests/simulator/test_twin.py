@@ -1,0 +1,125 @@
+"""The twin's dynamics: backpressure, lag, downtime, catch-up, noise, load patterns."""
+
+from __future__ import annotations
+
+import pytest
+
+from policies.model import VertexConfig
+from simulator.model import JobModel, load_model
+from simulator.twin import Twin, paper_resources
+
+
+def vid(model: JobModel, uid: str) -> str:
+    return model.operator(uid).vertex_id
+
+
+def test_an_undersized_operator_backpressures_the_source_and_lag_grows():
+    model = load_model("q11")
+    twin = Twin(model, seed=1)
+    twin.advance(120)
+    obs = twin.observe(60)
+    session = obs.vertices[vid(model, "q11-session")]
+    source = obs.vertices[vid(model, "q11-source")]
+    sink = obs.vertices[vid(model, "q11-sink")]
+    capacity = twin.cost(vid(model, "q11-session")).capacity
+    assert session.busy_ms_per_s > 950
+    assert session.records_in_per_s == pytest.approx(capacity, rel=0.05)
+    assert source.backpressured_ms_per_s > 900  # upstream of the bottleneck
+    assert sink.backpressured_ms_per_s == 0  # downstream of it: idle
+    assert source.pending_records_growth_per_s == pytest.approx(100_000 - capacity, rel=0.05)
+    assert twin.lag() == pytest.approx(120 * (100_000 - capacity), rel=0.02)
+    assert session.has_state_backend_metrics and not sink.has_state_backend_metrics
+    assert session.cache_hit_rate is not None and session.cache_hit_rate < 0.8
+    assert session.state_latency_ns is not None and session.state_latency_ns > 0
+    assert obs.missing(twin.job_graph()) == ()
+
+
+def test_true_processing_rate_is_the_capacity_when_not_backpressured():
+    model = load_model("q11")
+    session = vid(model, "q11-session")
+    twin = Twin(model, seed=2, configuration={session: VertexConfig(24, 0)})
+    twin.advance(60)
+    metrics = twin.observe(60).vertices[session]
+    assert metrics.records_in_per_s == pytest.approx(100_000, rel=0.03)
+    assert metrics.true_processing_rate == pytest.approx(
+        24 * twin.cost(session).capacity, rel=0.08)
+    assert twin.lag() == 0
+
+
+def test_a_reconfiguration_costs_downtime_growing_with_state_and_lag_drains_after():
+    small, big = load_model("q3"), load_model("q8")
+    assert Twin(big).downtime_s() > Twin(small).downtime_s() > 0
+    model = load_model("q11")
+    session = vid(model, "q11-session")
+    twin = Twin(model, seed=3, configuration={session: VertexConfig(24, 0)})
+    twin.advance(60)
+    downtime = twin.apply({session: VertexConfig(30, 0)})
+    assert downtime == pytest.approx(twin.downtime_s()) and twin.restarts == 1
+    assert not twin.running
+    twin.advance(downtime)
+    assert twin.lag() == pytest.approx(100_000 * downtime, rel=0.05)
+    twin.advance(5)
+    assert twin.achieved_rate(5) > 100_000  # catching up, above the target
+    twin.advance(600)
+    assert twin.lag() == 0
+    assert twin.apply({session: VertexConfig(30, 0)}) == 0.0  # no change, no restart
+
+
+def test_the_window_during_a_restart_has_no_metrics():
+    model = load_model("q1")
+    twin = Twin(model)
+    twin.advance(10)
+    downtime = twin.apply({vid(model, "q1-map"): VertexConfig(4, None)})
+    twin.advance(downtime / 2)
+    assert twin.observe(downtime / 4).vertices == {}
+    assert len(twin.observe(60).vertices) == 3
+
+
+def test_noise_is_seeded():
+    def busy(seed: int) -> float:
+        twin = Twin(load_model("q5"), seed=seed)
+        twin.advance(30)
+        return twin.observe(30).vertices[vid(twin.model, "q5-window")].records_in_per_s
+
+    assert busy(7) == busy(7)
+    assert busy(7) != busy(8)
+
+
+def test_load_patterns():
+    model = load_model("q1")
+    step = model.model_copy(update={"load": model.load.model_copy(
+        update={"pattern": "step", "step_at_s": 100, "step_rate": 10.0})})
+    assert step.load.rate_at(99) == 2_250_000 and step.load.rate_at(100) == 10.0
+    square = model.model_copy(update={"load": model.load.model_copy(
+        update={"pattern": "square", "period_s": 100, "low_rate": 5.0})})
+    assert square.load.rate_at(10) == 2_250_000 and square.load.rate_at(60) == 5.0
+    twin = Twin(square, configuration={vid(model, "q1-map"): VertexConfig(8, None)})
+    twin.advance(100)
+    assert twin.achieved_rate(40) == pytest.approx(5.0)
+
+
+def test_key_skew_across_subtasks_makes_the_hottest_subtask_the_limit():
+    model = load_model("q5")
+    window = model.operator("q5-window")
+    skewed = model.model_copy(update={"operators": tuple(
+        o.model_copy(update={"subtask_skew": 1.0}) if o.uid == window.uid else o
+        for o in model.operators)})
+    config = {window.vertex_id: VertexConfig(8, 0)}
+    even, hot = Twin(model, configuration=config), Twin(skewed, configuration=config)
+    even.advance(30)
+    hot.advance(30)
+    m_even = even.observe(30).vertices[window.vertex_id]
+    m_hot = hot.observe(30).vertices[window.vertex_id]
+    assert m_hot.records_in_per_s < 0.6 * m_even.records_in_per_s
+    assert m_hot.busy_ms_per_s_max > 990 and m_hot.busy_ms_per_s < 700
+
+
+def test_resources_are_counted_as_in_the_paper():
+    model = load_model("q1")
+    map_, sink = vid(model, "q1-map"), vid(model, "q1-sink")
+    twin = Twin(model, configuration={map_: VertexConfig(7, None), sink: VertexConfig(1, None)})
+    cores, memory = paper_resources(model, twin.configuration)
+    assert cores == 8  # sources excluded
+    assert memory == pytest.approx(8 * (134 + 40))  # paper: 1,379 MB for Justin's Q1
+    twin = Twin(model, configuration={map_: VertexConfig(7, 0)})
+    assert paper_resources(model, twin.configuration)[1] == pytest.approx(8 * (134 + 40 + 158))
