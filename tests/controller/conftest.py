@@ -9,7 +9,6 @@ from __future__ import annotations
 import re
 import shutil
 import socket
-import subprocess
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -17,7 +16,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
-import requests
+
+from tests.controller.promproc import PrometheusProcess
 
 SAMPLES = Path("/work/shared/flink-1.20-samples")
 TARGET_PATHS = ("/golden", "/cfvar", "/dynamic", "/hostile")
@@ -101,49 +101,6 @@ class Exporter:
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
 
 
-class PrometheusProcess:
-    def __init__(self, tmp: Path, exporter_port: int) -> None:
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        jobs = "".join(
-            f"""
-  - job_name: {path.strip('/')}
-    metrics_path: {path}
-    honor_labels: true
-    static_configs: [{{targets: ['127.0.0.1:{exporter_port}']}}]"""
-            for path in TARGET_PATHS
-        )
-        config = tmp / "prometheus.yml"
-        config.write_text(
-            f"global: {{scrape_interval: 1s, evaluation_interval: 1s}}\nscrape_configs:{jobs}\n"
-        )
-        self.args = [
-            shutil.which("prometheus") or "prometheus", f"--config.file={config}",
-            f"--storage.tsdb.path={tmp / 'data'}", f"--web.listen-address=127.0.0.1:{self.port}",
-        ]
-        self.log = (tmp / "prometheus.log").open("w")
-        self.process: subprocess.Popen[bytes] | None = None
-        self.start()
-
-    def start(self) -> None:
-        self.process = subprocess.Popen(self.args, stdout=self.log, stderr=subprocess.STDOUT)
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            try:
-                if requests.get(f"{self.url}/-/ready", timeout=1).status_code == 200:
-                    return
-            except requests.RequestException:
-                pass
-            time.sleep(0.2)
-        raise RuntimeError(f"Prometheus did not become ready; see {self.log.name}")
-
-    def stop(self) -> None:
-        if self.process is not None:
-            self.process.terminate()
-            self.process.wait(timeout=20)
-            self.process = None
-
-
 @pytest.fixture(scope="session")
 def exporter() -> Iterator[Exporter]:
     e = Exporter()
@@ -157,10 +114,14 @@ def prometheus(
 ) -> Iterator[PrometheusProcess]:
     if shutil.which("prometheus") is None:
         pytest.fail("'prometheus' is missing: apt-get install prometheus (scripts/bootstrap.sh)")
-    p = PrometheusProcess(tmp_path_factory.mktemp("prometheus"), exporter.port)
+    jobs = [
+        {"job_name": path.strip("/"), "metrics_path": path, "honor_labels": True,
+         "static_configs": [{"targets": [f"127.0.0.1:{exporter.port}"]}]}
+        for path in TARGET_PATHS
+    ]
+    p = PrometheusProcess(tmp_path_factory.mktemp("prometheus"), jobs, interval_s=1)
     yield p
     p.stop()
-    p.log.close()
 
 
 def wait_for(predicate: Callable[[], bool], timeout_s: float = 30.0, what: str = "it") -> None:

@@ -19,9 +19,9 @@ from .conftest import (
     MISS_RATE,
     SAMPLES,
     Exporter,
-    PrometheusProcess,
     wait_for,
 )
+from .promproc import PrometheusProcess
 
 JID = "cf36d4c97f3d593e608a9d13dd79ec51"
 SOURCE = "855ea4d5a8f6a78f8e07cce575669ad4"

@@ -7,7 +7,8 @@ import requests
 
 from controller.promql import BUSY, job_queries, quote, selector
 
-from .conftest import Exporter, PrometheusProcess, wait_for
+from .conftest import Exporter, wait_for
+from .promproc import PrometheusProcess
 
 HOSTILE = [
     'quote"inside',
