@@ -246,7 +246,7 @@ def _alive(pid: int) -> bool:
         return False
 
 
-def _ours(pid: int, run_dir: str) -> bool:
+def is_stack_process(pid: int, run_dir: str) -> bool:
     """The pid still runs a process of this stack (guards against pid reuse)."""
     try:
         cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
@@ -256,7 +256,8 @@ def _ours(pid: int, run_dir: str) -> bool:
 
 
 def _stop(pids: Mapping[str, int], run_dir: str, grace_s: float = 10.0) -> None:
-    mine = {name: pid for name, pid in pids.items() if _alive(pid) and _ours(pid, run_dir)}
+    mine = {name: pid for name, pid in pids.items()
+            if _alive(pid) and is_stack_process(pid, run_dir)}
     for pid in mine.values():
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(pid, signal.SIGTERM)
@@ -335,7 +336,8 @@ def _kwok_nodes() -> str:
 
 def health(info: StackInfo) -> dict[str, bool]:
     """Each component: its process is alive and, where it serves, it answers."""
-    result = {name: _alive(pid) and _ours(pid, info.run_dir) for name, pid in info.pids.items()}
+    result = {name: _alive(pid) and is_stack_process(pid, info.run_dir)
+              for name, pid in info.pids.items()}
     checks: dict[str, Callable[[], bool]] = {
         "kube-apiserver": lambda: _http_ok(
             info.api_server + "/readyz", verify=info.ca_file,

@@ -1,0 +1,250 @@
+"""The harness itself: the control plane, the real CRDs, Prometheus and the stand-in."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from kubernetes import watch
+
+from e2e import stack
+from e2e.conftest import (
+    FLINK_GROUP,
+    FLINK_PLURAL,
+    FLINK_VERSION,
+    OVERRIDES_KEY,
+    Cluster,
+    FlinkDeploymentFactory,
+    Prometheus,
+    Twin,
+    flink_status,
+    wait_until,
+)
+from e2e.stack import StackInfo
+
+pytestmark = pytest.mark.e2e
+
+REPO = Path(__file__).resolve().parent.parent
+BUSY = "flink_taskmanager_job_task_busyTimeMsPerSecond"
+# After the restart, the next scrape (every SCRAPE_INTERVAL_S) must show the new
+# job; the slack covers the scrape's own duration and a loaded 2-core machine.
+ONE_SCRAPE_S = stack.SCRAPE_INTERVAL_S + 3.0
+
+
+def test_a_missing_prerequisite_is_named_with_how_to_get_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "openssl").symlink_to(subprocess.check_output(["which", "openssl"], text=True)
+                                     .strip())
+    monkeypatch.setenv("PATH", str(bin_dir))
+    monkeypatch.setenv("HYBRID_SCALER_CACHE", str(tmp_path / "cache"))
+    missing = stack.PrerequisiteMissing
+    with pytest.raises(missing, match="etcd not found: apt-get install etcd-server"):
+        stack.find_tools()
+    (bin_dir / "etcd").symlink_to("/bin/true")
+    with pytest.raises(missing, match=r"kube-apiserver not found.*build-tools\.sh"):
+        stack.find_tools()
+
+
+def test_the_real_crds_are_served(cluster: Cluster) -> None:
+    resources = cluster.kubectl("api-resources", "-o", "name").stdout.split()
+    assert "flinkdeployments.flink.apache.org" in resources
+    assert "hybridscalingpolicies.hybridscaler.dev" in resources
+    # It is the operator's own CRD (1.10.0), status schema and scale subresource included.
+    crd = json.loads(cluster.kubectl(
+        "get", "crd", "flinkdeployments.flink.apache.org", "-o", "json").stdout)
+    version = crd["spec"]["versions"][0]
+    assert version["name"] == "v1beta1"
+    status = version["schema"]["openAPIV3Schema"]["properties"]["status"]["properties"]
+    assert "UPGRADING" in status["lifecycleState"]["enum"]
+    assert version["subresources"]["scale"]["specReplicasPath"] == ".spec.taskManager.replicas"
+
+
+def test_rbac_is_on_and_the_controller_holds_only_its_own_rights(
+    cluster: Cluster, controller_kubeconfig: Path
+) -> None:
+    def can(verb: str, resource: str) -> bool:
+        done = cluster.kubectl("auth", "can-i", verb, resource, "--all-namespaces",
+                               kubeconfig=controller_kubeconfig, check=False)
+        return done.stdout.strip() == "yes"
+
+    who = cluster.kubectl("auth", "whoami", "-o", "json", kubeconfig=controller_kubeconfig)
+    username = json.loads(who.stdout)["status"]["userInfo"]["username"]
+    assert username == (f"system:serviceaccount:{stack.CONTROLLER_NAMESPACE}:"
+                        f"{stack.CONTROLLER_SERVICE_ACCOUNT}")
+    assert can("watch", "flinkdeployments.flink.apache.org")
+    assert can("patch", "hybridscalingpolicies.hybridscaler.dev")
+    assert not can("list", "secrets")
+    assert not can("create", "clusterrolebindings")
+
+
+def test_a_flink_deployment_gets_its_pods_running_on_kwok_nodes(
+    cluster: Cluster, namespace: str, flink_deployment: FlinkDeploymentFactory, twin: Twin
+) -> None:
+    obj = flink_deployment("read", replicas=3, cpu=2, memory="3g")
+    nodes = json.loads(cluster.kubectl("get", "nodes", "-l", "type=kwok", "-o", "json").stdout)
+    kwok_nodes = {n["metadata"]["name"] for n in nodes["items"]}
+
+    def running_pods() -> list[dict[str, Any]] | None:
+        pods = cluster.pods(namespace, "app=read")
+        ok = len(pods) == 4 and all(p["status"]["phase"] == "Running" for p in pods)
+        return pods if ok else None
+
+    pods = wait_until(running_pods, 60, "1 JobManager and 3 TaskManager pods Running")
+    assert {p["spec"]["nodeName"] for p in pods} <= kwok_nodes
+    task_managers = [p for p in pods if p["metadata"]["labels"]["component"] == "taskmanager"]
+    assert len(task_managers) == 3
+    for pod in task_managers:
+        requests = pod["spec"]["containers"][0]["resources"]["requests"]
+        assert requests == {"cpu": "2", "memory": "3Gi"}  # Flink's "3g" is 3 GiB, not 3 GB
+    status = obj["status"]
+    assert status["taskManager"] == {"replicas": 3,
+                                     "labelSelector": "app=read,component=taskmanager"}
+    # The job the operator reports is the one the JobManager REST API serves.
+    overview = twin.rest(namespace, "read", "jobs/overview")["jobs"]
+    assert [j["jid"] for j in overview] == [status["jobStatus"]["jobId"]]
+    assert overview[0]["state"] == "RUNNING"
+
+
+def test_prometheus_answers_busy_time_of_the_job(
+    flink_deployment: FlinkDeploymentFactory, prometheus: Prometheus
+) -> None:
+    obj = flink_deployment("read")
+    job_id = obj["status"]["jobStatus"]["jobId"]
+    series = prometheus.wait_for(
+        f'{BUSY}{{job_id="{job_id}"}}', lambda r: len(r) > 0, timeout_s=4 * ONE_SCRAPE_S)
+    assert {s["metric"]["job"] for s in series} == {"twin"}
+    assert all(0.0 <= float(s["value"][1]) <= 1000.0 for s in series)
+    # The read benchmark is CPU-bound on its stateful vertex at the default parallelism.
+    by_task = {s["metric"]["task_name"]: float(s["value"][1]) for s in series}
+    assert by_task["Read_State"] > 500.0
+
+
+def _vertex_id(twin: Twin, namespace: str, name: str, job_id: str, vertex_name: str) -> str:
+    job = twin.rest(namespace, name, f"jobs/{job_id}")
+    return next(str(v["id"]) for v in job["vertices"] if v["name"] == vertex_name)
+
+
+def _transitions(cluster: Cluster, namespace: str, name: str, resource_version: str,
+                 generation: int, timeout_s: float = 90) -> list[tuple[str, str]]:
+    """Every (lifecycleState, jobState) the FlinkDeployment went through, until it is
+    STABLE/RUNNING again at `generation`."""
+    seen: list[tuple[str, str]] = []
+    stream = watch.Watch().stream(  # type: ignore[no-untyped-call]
+        cluster.custom.list_namespaced_custom_object, FLINK_GROUP, FLINK_VERSION, namespace,
+        FLINK_PLURAL, field_selector=f"metadata.name={name}",
+        resource_version=resource_version, timeout_seconds=int(timeout_s))
+    for event in stream:
+        obj = event["object"]
+        state = flink_status(obj)
+        if not seen or seen[-1] != state:
+            seen.append(state)
+        observed = int((obj.get("status") or {}).get("observedGeneration") or 0)
+        if state == ("STABLE", "RUNNING") and observed >= generation:
+            return seen
+    pytest.fail(f"{namespace}/{name} not STABLE/RUNNING at generation {generation}; saw {seen}")
+
+
+def test_patching_parallelism_overrides_restarts_the_job_and_changes_its_metrics(
+    cluster: Cluster, namespace: str, flink_deployment: FlinkDeploymentFactory,
+    twin: Twin, prometheus: Prometheus
+) -> None:
+    obj = flink_deployment("read", replicas=1)
+    old_job = obj["status"]["jobStatus"]["jobId"]
+    vertex = _vertex_id(twin, namespace, "read", old_job, "Read State")
+    prometheus.wait_for(f'count({BUSY}{{job_id="{old_job}",task_id="{vertex}"}}) == 1',
+                        lambda r: len(r) == 1, timeout_s=4 * ONE_SCRAPE_S)
+
+    patched = cluster.custom.patch_namespaced_custom_object(
+        FLINK_GROUP, FLINK_VERSION, namespace, FLINK_PLURAL, "read",
+        {"spec": {"flinkConfiguration": {OVERRIDES_KEY: f"{vertex}:3"}}})
+    generation = int(patched["metadata"]["generation"])  # type: ignore[index]
+    assert generation == 2
+    seen = _transitions(cluster, namespace, "read", obj["metadata"]["resourceVersion"],
+                        generation)
+    running_at = time.monotonic()
+    # The operator's stateful upgrade, as a user watching `kubectl get flinkdep` sees it
+    # (the first event is the patch itself, before the operator reacts).
+    assert seen == [("STABLE", "RUNNING"), ("UPGRADING", "RESTARTING"), ("STABLE", "RUNNING")]
+
+    new_job = cluster.flink(namespace, "read")["status"]["jobStatus"]["jobId"]
+    assert new_job != old_job  # a savepoint upgrade submits a new job
+    vertices = twin.rest(namespace, "read", f"jobs/{new_job}")["vertices"]
+    assert [v["parallelism"] for v in vertices if v["id"] == vertex] == [3]
+    # Within one scrape after the restart, Prometheus has the new job's three
+    # subtasks and no longer the old job's one.
+    prometheus.wait_for(
+        f'count({BUSY}{{job_id="{new_job}",task_id="{vertex}"}})',
+        lambda r: len(r) == 1 and r[0]["value"][1] == "3", timeout_s=ONE_SCRAPE_S,
+        what="the new job's 3 busy-time series")
+    prometheus.wait_for(f'{BUSY}{{job_id="{old_job}"}}', lambda r: r == [],
+                        timeout_s=max(0.5, ONE_SCRAPE_S - (time.monotonic() - running_at)),
+                        what="the old job's series to go stale")
+    # The TaskManager pods were replaced by the new attempt's.
+    attempts = {p["metadata"]["labels"]["hybridscaler.dev/attempt"]
+                for p in cluster.pods(namespace, "app=read")}
+    assert attempts == {"2"}
+
+
+def test_the_policy_crd_from_crds_applies(cluster: Cluster, namespace: str) -> None:
+    crd_file = REPO / "crds" / "hybridscalingpolicy.yaml"
+    assert crd_file.is_file(), "crds/hybridscalingpolicy.yaml is missing: run `make crds`"
+    out = cluster.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(crd_file))
+    assert "serverside-applied" in out.stdout
+    cluster.kubectl("wait", "--for=condition=Established", "--timeout=60s",
+                    "crd/hybridscalingpolicies.hybridscaler.dev")
+    example = REPO / "examples" / "minimal.yaml"
+    cluster.kubectl("apply", "-n", namespace, "-f", str(example))
+    got = json.loads(cluster.kubectl("get", "hsp", "-n", namespace, "-o", "json").stdout)
+    assert [p["metadata"]["name"] for p in got["items"]] == [
+        yaml.safe_load(example.read_text())["metadata"]["name"]]
+
+
+def test_an_invalid_policy_is_rejected_by_the_api_server_naming_the_field(
+    cluster: Cluster, namespace: str
+) -> None:
+    invalid = REPO / "examples" / "invalid" / "invalid-policy.yaml"
+    done = cluster.kubectl("apply", "-n", namespace, "-f", str(invalid), check=False)
+    assert done.returncode != 0
+    assert "is invalid" in done.stderr
+    assert "spec.memory.maxLevel" in done.stderr
+    assert "spec.mode" in done.stderr
+    left = cluster.kubectl("get", "hsp", "-n", namespace, "-o", "name").stdout
+    assert left.strip() == ""
+
+
+@pytest.mark.slow
+def test_stack_cli_up_is_idempotent_and_down_leaves_nothing(tmp_path: Path) -> None:
+    run_dir = tmp_path / "stack"
+    env = {**os.environ, "HYBRID_SCALER_E2E_DIR": str(run_dir)}
+
+    def cli(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "e2e.stack", *args], cwd=REPO, env=env,
+                              capture_output=True, text=True, timeout=300)
+
+    first = cli("up")
+    assert first.returncode == 0, first.stderr + first.stdout
+    info = StackInfo.load(run_dir)
+    assert info is not None and stack.healthy(info)
+    assert f"logs in {run_dir}-logs" in first.stdout
+    again = cli("up")
+    assert again.returncode == 0 and "already up" in again.stdout
+    assert StackInfo.load(run_dir) == info  # same processes, same ports
+    assert cli("status").returncode == 0
+    exports = cli("env").stdout
+    assert f"export KUBECONFIG={info.kubeconfig}" in exports
+    down = cli("down")
+    assert down.returncode == 0, down.stderr
+    assert not run_dir.exists()
+    for name, pid in info.pids.items():
+        assert not stack.is_stack_process(pid, str(run_dir)), f"{name} still runs"
+    assert cli("status").returncode == 1
