@@ -61,35 +61,38 @@ def first_fit_groups(
 ) -> list[dict[int, int]] | None:
     """First fit of `groups` in the given order. Returns per TaskManager {group index: count},
     or None when some group's slot does not fit an empty TaskManager of `shape`."""
-    capacity = bin_capacity(shape)
-    free: list[list[int]] = []
-    contents: list[dict[int, int]] = []
-    for index, group in enumerate(groups):
-        demand = group_demand(group, shape)
+    items = [(i, group_demand(g, shape), g.size) for i, g in enumerate(groups)]
+    return first_fit_counts(items, bin_capacity(shape))
+
+
+def first_fit_counts(
+    items: Sequence[tuple[int, Demand, int]],
+    capacity: Demand,
+    rooms: list[list[int]] | None = None,
+    contents: list[dict[int, int]] | None = None,
+) -> list[dict[int, int]] | None:
+    """First fit of (key, demand, count) items, in order, into open TaskManagers, then new
+    ones of `capacity`. `rooms` (free capacity) and `contents` ({key: count}) describe the
+    open ones and grow in place. None when an item does not fit an empty TaskManager."""
+    rooms = [] if rooms is None else rooms
+    contents = [] if contents is None else contents
+    for key, demand, count in items:
         if any(d > c for d, c in zip(demand, capacity, strict=True)):
             return None
-        left = group.size
-        for room, items in zip(free, contents, strict=True):
-            if left == 0:
-                break
-            fit = how_many_fit(room, demand, left)
-            if fit:
-                _take(room, items, index, demand, fit)
-                left -= fit
+        left = count
+        b = 0
         while left > 0:
-            room, items = list(capacity), {}
-            fit = how_many_fit(room, demand, left)
-            _take(room, items, index, demand, fit)
-            free.append(room)
-            contents.append(items)
-            left -= fit
+            if b == len(rooms):
+                rooms.append(list(capacity))
+                contents.append({})
+            fit = how_many_fit(rooms[b], demand, left)
+            if fit:
+                for k, d in enumerate(demand):
+                    rooms[b][k] -= d * fit
+                contents[b][key] = contents[b].get(key, 0) + fit
+                left -= fit
+            b += 1
     return contents
-
-
-def _take(room: list[int], items: dict[int, int], index: int, demand: Demand, n: int) -> None:
-    for k, d in enumerate(demand):
-        room[k] -= d * n
-    items[index] = items.get(index, 0) + n
 
 
 def decreasing(groups: Sequence[Group], shape: TaskManagerShape) -> list[int]:

@@ -23,8 +23,14 @@ from dataclasses import dataclass
 from ortools.linear_solver import pywraplp
 from ortools.sat.python import cp_model
 
+from packer.greedy import first_fit_counts
+
 Pattern = tuple[int, ...]
 
+MAX_PRICING_ROUNDS = 2_000
+DETERMINISTIC_PER_SECOND = 0.15
+"""CP-SAT's deterministic time per second of budget: measured 0.2–0.5 on this 2-core
+machine under load, so the deterministic limit nearly always ends the search first."""
 _PRICE_SCALE = 1_000_000
 _EPS = 1e-7
 SEED = 20240101
@@ -35,6 +41,14 @@ class PatternResult:
     bound: int  # a valid lower bound on the TaskManager count
     counts: list[dict[int, int]]  # the best packing found, per TaskManager {group: tasks}
     proven: bool  # counts has exactly `bound` TaskManagers
+
+
+def limit(solver: cp_model.CpSolver, seconds: float) -> None:
+    """Stop CP-SAT by deterministic time (same answer on every run), with wall-clock
+    time only as the backstop on a machine too slow or too busy to reach it first."""
+    solver.parameters.max_time_in_seconds = max(seconds, 0.01)
+    solver.parameters.max_deterministic_time = max(seconds, 0.01) * DETERMINISTIC_PER_SECOND
+    solver.parameters.random_seed = SEED
 
 
 def _fits(
@@ -127,9 +141,8 @@ def _exact_price(
             model.add(sum(d * v for d, v in terms) <= cap)
     model.maximize(sum(w * v for w, v in zip(worth, a, strict=True)))
     solver = cp_model.CpSolver()
-    solver.parameters.max_time_in_seconds = max(seconds, 0.01)
+    limit(solver, seconds)
     solver.parameters.num_workers = 1
-    solver.parameters.random_seed = SEED
     status = solver.solve(model)
     # Rounding the prices moves each unit's worth by at most half a unit of scale.
     slack = 0.5 * sum(limits) / _PRICE_SCALE
@@ -170,26 +183,71 @@ def solve_patterns(
     for g in range(groups):  # every group alone, as full as it goes: keeps the LP feasible
         master.add(tuple(limits[g] if h == g else 0 for h in range(groups)))
 
-    while time.perf_counter() < deadline and bound < len(incumbent):
+    # Price until the LP is solved (the integer step then has the right patterns to
+    # choose from), for at most half the time; Farley's bound is valid at every step.
+    pricing_ends = time.perf_counter() + 0.5 * (deadline - time.perf_counter())
+    for _ in range(MAX_PRICING_ROUNDS):
+        if time.perf_counter() > pricing_ends or bound == len(incumbent):
+            break
         value, prices, _ = master.solve()
-        if math.ceil(value - _EPS) <= bound:
-            break  # the LP cannot prove more than we already know
         pattern = _greedy_price(prices, demands, capacity, limits)
         if sum(p * a for p, a in zip(prices, pattern, strict=True)) > 1 + _EPS \
                 and master.add(pattern):
             continue
         found, best = _exact_price(prices, demands, capacity, limits,
-                                   min(0.5, deadline - time.perf_counter()))
+                                   pricing_ends - time.perf_counter())
         bound = max(bound, math.ceil(value / max(best, 1.0) - _EPS))
         if best <= 1 + _EPS:
             break  # no pattern prices above 1: the LP is solved, the bound is final
         if found is None or not master.add(found):
             break
 
+    _, _, weights = master.solve()
+    rounded = _round_down(master, weights, demands, sizes, capacity)
+    if len(rounded) < len(incumbent):
+        incumbent = rounded
     packing = _integer_packing(master, demands, sizes, capacity, bound, incumbent, deadline)
     if len(packing) < len(incumbent):
         incumbent = packing
     return PatternResult(bound, incumbent, len(incumbent) == bound)
+
+
+def _round_down(
+    master: _Master,
+    weights: Sequence[float],
+    demands: Sequence[Sequence[int]],
+    sizes: Sequence[int],
+    capacity: Sequence[int],
+) -> list[dict[int, int]]:
+    """The LP's patterns, each used ⌊λ⌋ times, and first-fit-decreasing for the rest."""
+    packing: list[list[int]] = []
+    for (pattern, _), weight in zip(master.columns, weights, strict=True):
+        packing.extend(list(pattern) for _ in range(math.floor(weight + _EPS)))
+    counts = _trim(packing, sizes)
+    rooms = [[c - sum(tm.get(g, 0) * demands[g][k] for g in tm) for k, c in enumerate(capacity)]
+             for tm in counts]
+    left = [(g, tuple(demands[g]), sizes[g] - sum(tm.get(g, 0) for tm in counts))
+            for g in sorted(range(len(sizes)), key=lambda g: _share(demands[g], capacity),
+                            reverse=True)]
+    packed = first_fit_counts(left, tuple(capacity), rooms, counts)
+    assert packed is not None  # every group fits an empty TaskManager
+    return [tm for tm in packed if tm]
+
+
+def _share(demand: Sequence[int], capacity: Sequence[int]) -> float:
+    return max((d / c for d, c in zip(demand, capacity, strict=True) if c), default=0.0)
+
+
+def _trim(packing: list[list[int]], sizes: Sequence[int]) -> list[dict[int, int]]:
+    """Take back what patterns hold beyond each group's size (removing tasks keeps a
+    TaskManager feasible); drop TaskManagers left empty."""
+    for g, size in enumerate(sizes):
+        surplus = sum(tm[g] for tm in packing) - size
+        for tm in reversed(packing):
+            cut = min(max(surplus, 0), tm[g])
+            tm[g] -= cut
+            surplus -= cut
+    return [{g: a for g, a in enumerate(tm) if a} for tm in packing if any(tm)]
 
 
 def _integer_packing(
@@ -223,20 +281,13 @@ def _integer_packing(
     for p, y in zip(patterns, uses, strict=True):
         model.add_hint(y, start.count(p))
     solver = cp_model.CpSolver()
-    solver.parameters.max_time_in_seconds = remaining
+    limit(solver, remaining)
     solver.parameters.num_workers = 1
-    solver.parameters.random_seed = SEED
     if solver.solve(model) not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
         return list(incumbent)
     packing: list[list[int]] = []
     for p, y in zip(patterns, uses, strict=True):
         packing.extend(list(p) for _ in range(solver.value(y)))
-    # Patterns cover each group at least once over; take the surplus back out.
-    for g in range(groups):
-        surplus = sum(tm[g] for tm in packing) - sizes[g]
-        for tm in reversed(packing):
-            cut = min(surplus, tm[g])
-            tm[g] -= cut
-            surplus -= cut
-    assert all(_fits(tm, demands, capacity) for tm in packing)
-    return [{g: a for g, a in enumerate(tm) if a} for tm in packing if any(tm)]
+    counts = _trim(packing, sizes)
+    assert all(_fits([tm.get(g, 0) for g in range(groups)], demands, capacity) for tm in counts)
+    return counts

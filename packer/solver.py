@@ -23,6 +23,7 @@ from packer.greedy import (
     Group,
     bin_capacity,
     decreasing,
+    first_fit_counts,
     first_fit_groups,
     flink_first_fit,
     group_demand,
@@ -31,7 +32,7 @@ from packer.greedy import (
     lower_bound,
     unfit_slot,
 )
-from packer.patterns import solve_patterns
+from packer.patterns import limit, solve_patterns
 from packer.types import (
     CurrentPlacement,
     Placement,
@@ -49,7 +50,6 @@ MAX_MODEL_CELLS = 40_000
 MAX_PATTERN_GROUPS = 300
 """Above this many groups the pattern model is not built either: FFD answers."""
 
-SEED = 20240101
 
 
 @dataclass
@@ -58,6 +58,18 @@ class _Solution:
     status: Status
     bound: int
     names: list[str | None] = field(default_factory=list)  # today's name per TaskManager
+
+
+@dataclass
+class _Candidate:
+    """One shape's answer, with what decides between shapes and what the Placement reports."""
+
+    cost: float
+    moved: int
+    shape: TaskManagerShape
+    solution: _Solution
+    ffd_count: int
+    flink_count: int
 
 
 def pack(
@@ -78,7 +90,8 @@ def pack(
     deadline = started + max(time_limit_s, 0.0)
     if not slots:
         shape = _current_shape(shapes, current) or shapes[0]
-        return _finish(slots, shape, _Solution([], Status.OPTIMAL, 0), current, 0, started)
+        empty = _Candidate(0.0, 0, shape, _Solution([], Status.OPTIMAL, 0), 0, 0)
+        return _finish(slots, empty, current, started)
 
     usable = [s for s in shapes if unfit_slot(slots, s) is None]
     if not usable:
@@ -91,22 +104,23 @@ def pack(
     bounds = {s.name: lower_bound(slots, s) for s in usable}
     # Cheapest bound first, so a good shape is solved early and prunes the rest.
     usable.sort(key=lambda s: (bounds[s.name] * s.price, s.price, s.name))
-    best: tuple[float, int, TaskManagerShape, _Solution, int] | None = None
+    best: _Candidate | None = None
     for position, shape in enumerate(usable):
-        if best is not None and bounds[shape.name] * shape.price >= best[0]:
+        if best is not None and bounds[shape.name] * shape.price >= best.cost:
             continue
         budget = (deadline - time.perf_counter()) / (len(usable) - position)
         today = current if current is not None and current.shape == shape.name else None
         ffd = _ffd(groups, shape)
-        heuristics = [ffd, *_other_greedy(groups, shape), _flink_counts(slots, groups, shape)]
+        flink = _flink_counts(slots, groups, shape)
+        heuristics = [ffd, *_other_greedy(groups, shape), flink]
         solution = _solve(groups, shape, heuristics, bounds[shape.name], today, budget)
-        cost = len(solution.counts) * shape.price
-        moved = _moves(groups, solution, current, shape.name)
-        if best is None or (cost, moved) < (best[0], best[1]):
-            best = (cost, moved, shape, solution, len(ffd))
+        candidate = _Candidate(len(solution.counts) * shape.price,
+                               _moves(groups, solution, current, shape.name),
+                               shape, solution, len(ffd), len(flink))
+        if best is None or (candidate.cost, candidate.moved) < (best.cost, best.moved):
+            best = candidate
     assert best is not None
-    _, _, shape, solution, ffd_count = best
-    return _finish(slots, shape, solution, current, ffd_count, started, groups)
+    return _finish(slots, best, current, started, groups)
 
 
 def _validate(slots: Sequence[TaskSlot], shapes: Sequence[TaskManagerShape]) -> None:
@@ -308,21 +322,10 @@ def _incremental(
                 if not tm[g]:
                     del tm[g]
         rooms.append(room)
-    labels: list[str | None] = list(names)
-    for g in order:
-        left = groups[g].size - sum(tm.get(g, 0) for tm in counts)
-        b = 0
-        while left > 0:
-            if b == len(counts):
-                counts.append({})
-                rooms.append(list(capacity))
-                labels.append(None)
-            fit = how_many_fit(rooms[b], demands[g], left)
-            if fit:
-                counts[b][g] = counts[b].get(g, 0) + fit
-                rooms[b] = [r - d * fit for r, d in zip(rooms[b], demands[g], strict=True)]
-                left -= fit
-            b += 1
+    left = [(g, demands[g], groups[g].size - sum(tm.get(g, 0) for tm in counts))
+            for g in order]
+    first_fit_counts(left, capacity, rooms, counts)
+    labels = names + [None] * (len(counts) - len(names))
     keep = [b for b, tm in enumerate(counts) if tm]
     return _Solution([counts[b] for b in keep], Status.FEASIBLE, bound,
                      [labels[b] for b in keep])
@@ -395,8 +398,7 @@ class _BinModel:
 
     def _solve(self, deadline: float) -> cp_model.CpSolver | None:
         solver = cp_model.CpSolver()
-        solver.parameters.max_time_in_seconds = max(deadline - time.perf_counter(), 0.01)
-        solver.parameters.random_seed = SEED
+        limit(solver, deadline - time.perf_counter())
         # One worker is deterministic and enough for small models; two interleaved
         # workers stay deterministic and find better packings in larger ones.
         if self.cells > 2_000:
@@ -479,16 +481,14 @@ def _moves(
 
 def _finish(
     slots: Sequence[TaskSlot],
-    shape: TaskManagerShape,
-    solution: _Solution,
+    chosen: _Candidate,
     current: CurrentPlacement | None,
-    ffd_count: int,
     started: float,
     groups: Sequence[Group] = (),
 ) -> Placement:
+    shape, solution = chosen.shape, chosen.solution
     today = current if current is not None and current.shape == shape.name else None
     assignment = _assign(groups, solution, today)
-    flink = flink_first_fit(slots, shape)
     loads = tuple(
         TaskManagerLoad(name, shape.name, tuple(s.key for s in members),
                         _utilisation(members, shape))
@@ -506,8 +506,8 @@ def _finish(
         status=solution.status,
         solve_seconds=time.perf_counter() - started,
         moved=moved,
-        ffd_count=ffd_count,
-        flink_count=None if flink is None else len(flink),
+        ffd_count=chosen.ffd_count,
+        flink_count=chosen.flink_count,
     )
     problems = check(placement, slots, [shape], current=current)
     if problems:
