@@ -56,9 +56,9 @@ def _table(model: JobModel, rows: list[tuple[str, dict[str, Any], Any]]) -> None
     typer.echo(f"\n{'policy':8} {'steps':>5} {'to target':>9} {'converged at':>12} "
                f"{'rate/s':>12} {'cores':>6} {'memory MB':>10}  final configuration")
     for name, entry, config in rows:
-        at = entry["converged_at_s"]
+        at, to_target = entry["converged_at_s"], entry["steps_to_target"]
         typer.echo(
-            f"{name:8} {entry['steps']:>5} {entry['steps_to_target'] or '-':>9} "
+            f"{name:8} {entry['steps']:>5} {'-' if to_target is None else to_target:>9} "
             f"{'-' if at is None else f'{at:.0f}s':>12} {entry['achieved_rate']:>12,.0f} "
             f"{entry['cpu_cores']:>6.0f} {entry['memory_mb']:>10,.0f}  {describe(model, config)}"
         )

@@ -217,7 +217,7 @@ class JobModel(Strict):
         return sum(o.state.total_bytes for o in self.operators if o.state is not None)
 
     def job_graph(self, level: int | None = 0) -> JobGraph:
-        """The graph at the model's initial parallelism; stateless vertices at ⊥ only if asked."""
+        """The graph at the initial parallelism, every vertex at `level` (the paper starts at 0)."""
         vertices = tuple(
             Vertex(
                 id=o.vertex_id,

@@ -1,0 +1,129 @@
+"""Regenerate docs/simulator.md's results: DS2, Justin and the oracle on the six Nexmark
+models, set against the Justin paper's §5.1, plus the q11 plot and wall-clock timings.
+
+    .venv/bin/python -m bench.simulate_all              # print the table and timings
+    .venv/bin/python -m bench.simulate_all --update-doc # also rewrite the doc's table and plot
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import time
+from pathlib import Path
+
+from simulator.cli import describe
+from simulator.loop import RunResult, oracle, run
+from simulator.model import load_model
+from simulator.plot import plot_runs
+
+JOBS = ("q1", "q2", "q3", "q5", "q8", "q11")
+DURATION_S = 1200.0
+ROOT = Path(__file__).resolve().parent.parent
+DOC = ROOT / "docs" / "simulator.md"
+PLOT = ROOT / "docs" / "img" / "simulator-q11.png"
+BEGIN, END = "<!-- results:begin -->", "<!-- results:end -->"
+FIG4_BEGIN, FIG4_END = "<!-- fig4:begin -->", "<!-- fig4:end -->"
+# Justin paper §5.1, for the comparison column (Justin vs DS2).
+PAPER = {
+    "q1": "40 % less memory, same CPU, 2 steps each",
+    "q2": "like Q1",
+    "q3": "10 % less memory, same steps, join (12;158)",
+    "q5": "same, small memory saving (sink), (24;158)",
+    "q8": "48 % less CPU, 27 % less memory, 3 vs 4 steps",
+    "q11": "48 % less CPU, 28 % less memory, same steps",
+}
+
+
+def saving(justin: float, ds2: float) -> str:
+    if not ds2:
+        return "n/a"
+    change = 100 * (1 - justin / ds2)
+    if abs(change) < 0.5:
+        return "same"
+    return f"{abs(change):.0f} % {'less' if change > 0 else 'more'}"
+
+
+def fig4_grid() -> str:
+    """The twin's Figure 4: records/s of the benchmark operator per (tasks; managed MB)."""
+    from policies.model import VertexConfig
+    from simulator.twin import Twin
+
+    memory = (128, 256, 512, 1024, 2048)
+    lines = ["| workload (target) | tasks | " + " | ".join(f"{m} MB" for m in memory) + " |",
+             "|---|---|" + "---|" * len(memory)]
+    for job in ("read", "write", "update"):
+        model = load_model(job)
+        bench = model.operators[1]
+        for p in (1, 2, 4, 8):
+            cells = []
+            for level in range(len(memory)):
+                twin = Twin(model, seed=1, base_managed_mib=128.0,
+                            configuration={bench.vertex_id: VertexConfig(p, level)})
+                twin.advance(60)
+                rate = twin.observe(60).vertices[bench.vertex_id].records_in_per_s
+                mark = " ✓" if rate >= 0.97 * model.load.rate else ""
+                cells.append(f"{rate / 1000:.1f}k{mark}")
+            label = f"{job} ({model.load.rate / 1000:.0f}k/s)" if p == 1 else ""
+            lines.append(f"| {label} | {p} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def row(job: str, name: str, steps: str, at: str, cores: float, memory: float, config: str,
+        extra: str = "") -> str:
+    return (f"| {job} | {name} | {steps} | {at} | {cores:.0f} | {memory:,.0f} | {config} |"
+            f" {extra} |")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--update-doc", action="store_true")
+    args = parser.parse_args()
+    lines = [
+        "| job | policy | steps to target (all) | converged at | CPU cores | memory MB "
+        "| final configuration (p;MB) | Justin vs DS2 here / in the paper |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    timings = []
+    for job in JOBS:
+        model = load_model(job)
+        runs: dict[str, RunResult] = {}
+        for policy in ("ds2", "justin"):
+            start = time.perf_counter()
+            runs[policy] = run(model, policy, DURATION_S)  # type: ignore[arg-type]
+            timings.append((job, policy, time.perf_counter() - start))
+        best = oracle(model)
+        justin, ds2 = runs["justin"], runs["ds2"]
+        compare = (f"CPU {saving(justin.cpu_cores, ds2.cpu_cores)}, memory "
+                   f"{saving(justin.memory_mib, ds2.memory_mib)} / {PAPER[job]}")
+        for name, r in (("DS2", ds2), ("Justin", justin)):
+            at = f"{r.converged_at_s:.0f} s" if r.converged_at_s is not None else "not"
+            lines.append(row(f"{job} ({model.load.rate:,.0f}/s)" if name == "DS2" else "",
+                             name, f"{r.steps_to_target} ({len(r.steps)})", at, r.cpu_cores,
+                             r.memory_mib, describe(model, r.final),
+                             compare if name == "Justin" else ""))
+        lines.append(row("", "oracle", "-", "-", best.cpu_cores, best.memory_mib,
+                         describe(model, best.configuration)))
+        if job == "q11" and args.update_doc:
+            PLOT.parent.mkdir(parents=True, exist_ok=True)
+            plot_runs([justin, ds2], PLOT, "q11: Justin (plain) vs DS2 (dotted), twin")
+    table = "\n".join(lines)
+    print(table)
+    print("\nwall-clock time of one 20-minute closed-loop experiment:")
+    for job, policy, seconds in timings:
+        print(f"  {job:4} {policy:7} {seconds:5.2f} s")
+    print(f"  max {max(t for *_, t in timings):.2f} s")
+    grid = fig4_grid()
+    print("\nthe twin's Figure 4 (✓: sustains the target):\n" + grid)
+    if args.update_doc:
+        text = DOC.read_text()
+        for begin, end, body in ((BEGIN, END, table), (FIG4_BEGIN, FIG4_END, grid)):
+            block = f"{begin}\n{body}\n{end}"
+            text = re.sub(re.escape(begin) + ".*?" + re.escape(end), lambda _, b=block: b, text,
+                          flags=re.S)
+        DOC.write_text(text)
+        print(f"\nupdated {DOC.relative_to(ROOT)} and {PLOT.relative_to(ROOT)}")
+
+
+if __name__ == "__main__":
+    main()
