@@ -11,6 +11,7 @@ subresource.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import logging
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
@@ -87,8 +88,10 @@ async def policy_loop(body: kopf.Body, meta: kopf.Meta, namespace: str | None, n
             try:
                 policy = api.parse_policy(dict(body))
                 resolution = policy.spec.metrics.resolution
+                # kopf's context (its event poster) must follow the pass into the thread.
+                context = contextvars.copy_context()
                 result = await loop.run_in_executor(
-                    _executor(), reconcile, policy, meta.get("generation"), status,
+                    _executor(), context.run, reconcile, policy, meta.get("generation"), status,
                     ports_for(body, store),
                 )
                 status = result.status

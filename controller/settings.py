@@ -54,5 +54,8 @@ def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
     settings.peering.standalone = RUNTIME.standalone
     settings.peering.mandatory = False
     settings.peering.clusterwide = not RUNTIME.namespaces
+    # The CRDs exist before the controller starts (the chart installs them): no need to
+    # watch CRDs and namespaces, which would need cluster-wide rights on both.
+    settings.scanning.disabled = True
     settings.execution.max_workers = RUNTIME.workers
     settings.networking.request_timeout = 30
