@@ -42,11 +42,11 @@ def _documents(path: Path) -> Iterator[Any]:
         yield from (d for d in yaml.safe_load_all(f) if d is not None)
 
 
-def field_errors(error: ValidationError, prefix: str = "") -> list[str]:
+def field_errors(error: ValidationError) -> list[str]:
     """One line per error, each naming the field by its wire path (spec.cpu.utilizationMin)."""
     lines = []
     for e in error.errors():
-        where = prefix
+        where = ""
         for part in e["loc"]:
             where += f"[{part}]" if isinstance(part, int) else f".{part}"
         where = where.lstrip(".") or "(document)"
@@ -94,7 +94,7 @@ class Recording(BaseModel):
     is the policy's status before this step (Justin's history).
     """
 
-    model_config = ConfigDict(extra="forbid", arbitrary_types_allowed=True)
+    model_config = ConfigDict(extra="forbid")
 
     time: float = Field(description="seconds since the epoch at the end of the window")
     policy: dict[str, Any]
@@ -126,12 +126,14 @@ def _level(m: int | None) -> str:
 
 
 def render_decision(decision: Decision, spec: api.HybridScalingPolicySpec) -> str:
+    effect = {
+        api.Mode.ACTIVE: "the controller would patch the FlinkDeployment",
+        api.Mode.RECOMMEND: "the controller would record it and patch nothing",
+        api.Mode.DISABLED: "the controller would not evaluate at all",
+    }[spec.mode]
     lines = [
-        f"step {decision.step}: "
-        + ("reconfigure" if decision.reconfigures else "no change")
-        + f" ({spec.mode} mode"
-        + (", the FlinkDeployment would be patched)" if spec.mode == api.Mode.ACTIVE
-           else ", nothing is patched)"),
+        f"step {decision.step}: {'reconfigure' if decision.reconfigures else 'no change'} "
+        f"({spec.mode} mode: {effect})",
         f"why: {decision.reason}",
         f"CPU {decision.before.cpu_cores:g} -> {decision.after.cpu_cores:g} cores, "
         f"memory {decision.before.memory_mib:.0f} -> {decision.after.memory_mib:.0f} MiB",

@@ -68,7 +68,7 @@ def test_explain_tells_why_the_counter_scales_up() -> None:
     assert "scale-up: parallelism 4 -> 4, memory level 0 -> 1" in result.output
     assert "branch memory-pressure" in result.output
     assert "strip-memory" in result.output
-    assert "nothing is patched" in result.output
+    assert "Recommend mode: the controller would record it and patch nothing" in result.output
 
 
 def test_explain_json_is_a_decision() -> None:
@@ -79,6 +79,17 @@ def test_explain_json_is_a_decision() -> None:
     assert (count.action, count.branch) == (Action.SCALE_UP, Branch.MEMORY_PRESSURE)
     assert count.cache_hit_rate is not None and count.cache_hit_rate < 0.8
     assert decision.step == 1 and decision.reconfigures
+
+
+def test_the_second_recorded_step_scales_up_again_because_it_helped() -> None:
+    recording = EXAMPLES / "recorded" / "q11-scale-up-helped.yaml"
+    result = runner.invoke(app, ["explain", "--json", str(recording)])
+    assert result.exit_code == 0, result.output
+    decision = Decision.model_validate(json.loads(result.output))
+    count = decision.vertex(COUNT)
+    assert count.branch is Branch.SCALED_UP_HELPED
+    assert (count.parallelism_after, count.memory_level_after) == (4, 2)
+    assert decision.step == 2
 
 
 def test_explain_continues_from_a_recorded_status(tmp_path: Path) -> None:
