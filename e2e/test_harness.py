@@ -7,12 +7,15 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
+import requests
 import yaml
 from kubernetes import watch
+from prometheus_client import CollectorRegistry, Gauge, start_http_server
 
 from e2e import stack
 from e2e.conftest import (
@@ -104,8 +107,8 @@ def test_a_flink_deployment_gets_its_pods_running_on_kwok_nodes(
     task_managers = [p for p in pods if p["metadata"]["labels"]["component"] == "taskmanager"]
     assert len(task_managers) == 3
     for pod in task_managers:
-        requests = pod["spec"]["containers"][0]["resources"]["requests"]
-        assert requests == {"cpu": "2", "memory": "3Gi"}  # Flink's "3g" is 3 GiB, not 3 GB
+        asked = pod["spec"]["containers"][0]["resources"]["requests"]
+        assert asked == {"cpu": "2", "memory": "3Gi"}  # Flink's "3g" is 3 GiB, not 3 GB
     status = obj["status"]
     assert status["taskManager"] == {"replicas": 3,
                                      "labelSelector": "app=read,component=taskmanager"}
@@ -248,3 +251,66 @@ def test_stack_cli_up_is_idempotent_and_down_leaves_nothing(tmp_path: Path) -> N
     for name, pid in info.pids.items():
         assert not stack.is_stack_process(pid, str(run_dir)), f"{name} still runs"
     assert cli("status").returncode == 1
+
+
+def test_a_spec_flink_cannot_run_is_reported_and_the_last_good_job_keeps_running(
+    cluster: Cluster, namespace: str, flink_deployment: FlinkDeploymentFactory, twin: Twin
+) -> None:
+    obj = flink_deployment("read", replicas=1)
+    job_id = obj["status"]["jobStatus"]["jobId"]
+    vertex = _vertex_id(twin, namespace, "read", job_id, "Read State")
+
+    def patch_overrides(value: str) -> None:
+        cluster.custom.patch_namespaced_custom_object(
+            FLINK_GROUP, FLINK_VERSION, namespace, FLINK_PLURAL, "read",
+            {"spec": {"flinkConfiguration": {OVERRIDES_KEY: value}}})
+
+    patch_overrides(f"{vertex}:0")
+    failed = wait_until(lambda: (cluster.flink(namespace, "read").get("status") or {})
+                        .get("error"), 30, "status.error")
+    assert "parallelism 0" in failed
+    assert twin.status(namespace, "read")["jobId"] == job_id  # nothing restarted
+    assert flink_status(cluster.flink(namespace, "read")) == ("STABLE", "RUNNING")
+    # Fixing the spec clears the error and upgrades the job.
+    patch_overrides(f"{vertex}:2")
+    fixed = cluster.wait_flink(namespace, "read", min_generation=3)
+    assert "error" not in fixed["status"]
+    assert fixed["status"]["jobStatus"]["jobId"] != job_id
+
+
+def test_deleting_a_flink_deployment_stops_its_job_and_its_pods_go(
+    cluster: Cluster, namespace: str, flink_deployment: FlinkDeploymentFactory, twin: Twin
+) -> None:
+    flink_deployment("gone", replicas=2)
+    wait_until(lambda: len(cluster.pods(namespace, "app=gone")) == 3, 30, "3 pods")
+    cluster.custom.delete_namespaced_custom_object(
+        FLINK_GROUP, FLINK_VERSION, namespace, FLINK_PLURAL, "gone")
+
+    def job_gone() -> bool:
+        try:
+            twin.status(namespace, "gone")
+        except requests.HTTPError as error:
+            return error.response is not None and error.response.status_code == 404
+        return False
+
+    wait_until(job_gone, 30, "the twin to stop the job")
+    # The garbage collector deletes pods whose owner is gone.
+    wait_until(lambda: cluster.pods(namespace, "app=gone") == [] or None, 60, "pods to go")
+
+
+def test_a_scrape_target_added_by_a_test_is_scraped(
+    scrape_target: Callable[[str, str], None], prometheus: Prometheus
+) -> None:
+    registry = CollectorRegistry()
+    Gauge("hybrid_e2e_probe", "a value only this test exports", registry=registry).set(42)
+    port = stack.free_port()
+    server, thread = start_http_server(port, addr="127.0.0.1", registry=registry)
+    try:
+        scrape_target("e2e-probe", f"127.0.0.1:{port}")
+        # file_sd notices the file within its refresh interval, then one scrape.
+        series = prometheus.wait_for('hybrid_e2e_probe{job="e2e-probe"}', lambda r: len(r) == 1,
+                                     timeout_s=4 * ONE_SCRAPE_S)
+        assert series[0]["value"][1] == "42"
+    finally:
+        server.shutdown()
+        thread.join(timeout=5)

@@ -61,14 +61,16 @@ case "$what" in
   all|k8s)
     build_k8s kube-apiserver
     build_k8s kube-scheduler
-    build_k8s kube-controller-manager ;;&
+    build_k8s kube-controller-manager
+    # The machine's kubectl serves when there is one (any 1.31-1.33 works).
+    command -v kubectl >/dev/null || build_k8s kubectl ;;&
   all|kwok) go_install kwok sigs.k8s.io/kwok/cmd/kwok "$KWOK_VERSION" ;;&
   all|helm) go_install helm helm.sh/helm/v3/cmd/helm "$HELM_VERSION" ;;&
   all|k8s|kwok|helm) ;;
   *) echo "usage: build-tools.sh [all|k8s|kwok|helm]" >&2; exit 2 ;;
 esac
 # Stable names, so callers need not know versions.
-for b in kube-apiserver kube-scheduler kube-controller-manager; do
+for b in kube-apiserver kube-scheduler kube-controller-manager kubectl; do
   [ -x "$BIN/$b-$K8S_VERSION" ] && ln -sf "$b-$K8S_VERSION" "$BIN/$b"
 done
 [ -x "$BIN/kwok-$KWOK_VERSION" ] && ln -sf "kwok-$KWOK_VERSION" "$BIN/kwok"
