@@ -162,7 +162,8 @@ class TwinServer:
 
     def start(self) -> TwinServer:
         self._threads = [
-            threading.Thread(target=self._http.serve_forever, name="twin-http", daemon=True),
+            threading.Thread(target=self._http.serve_forever, args=(0.1,), name="twin-http",
+                             daemon=True),
             threading.Thread(target=self._clock, name="twin-clock", daemon=True),
         ]
         for t in self._threads:
