@@ -278,6 +278,25 @@ def test_a_spec_flink_cannot_run_is_reported_and_the_last_good_job_keeps_running
     assert fixed["status"]["jobStatus"]["jobId"] != job_id
 
 
+def test_suspending_stops_the_job_and_its_pods_and_resuming_starts_them_again(
+    cluster: Cluster, namespace: str, flink_deployment: FlinkDeploymentFactory
+) -> None:
+    flink_deployment("nap", replicas=1)
+
+    def set_state(state: str) -> None:
+        cluster.custom.patch_namespaced_custom_object(
+            FLINK_GROUP, FLINK_VERSION, namespace, FLINK_PLURAL, "nap",
+            {"spec": {"job": {"state": state}}})
+
+    set_state("suspended")
+    cluster.wait_flink(namespace, "nap", lifecycle="SUSPENDED", job_state="FINISHED",
+                       min_generation=2)
+    assert cluster.pods(namespace, "app=nap") == []
+    set_state("running")
+    cluster.wait_flink(namespace, "nap", min_generation=3)
+    wait_until(lambda: len(cluster.pods(namespace, "app=nap")) == 2, 30, "2 pods again")
+
+
 def test_deleting_a_flink_deployment_stops_its_job_and_its_pods_go(
     cluster: Cluster, namespace: str, flink_deployment: FlinkDeploymentFactory, twin: Twin
 ) -> None:
