@@ -24,7 +24,7 @@ ENV PATH=/opt/venv/bin:$PATH \
     MPLCONFIGDIR=/tmp/matplotlib
 # Numeric, so that Kubernetes can verify runAsNonRoot without a passwd lookup.
 USER 10001:10001
-# 8080: kopf's liveness probe, 9090: the controller's /metrics (chart defaults).
-EXPOSE 8080 9090
+# 8080: kopf's liveness probe, 9464: the controller's /metrics (chart defaults).
+EXPOSE 8080 9464
 ENTRYPOINT ["hybrid-scaler"]
-CMD ["run", "--all-namespaces"]
+CMD ["run"]

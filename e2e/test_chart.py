@@ -60,6 +60,18 @@ def container(docs: list[dict[str, Any]]) -> dict[str, Any]:
     return dict(spec["containers"][0])
 
 
+def run_options(docs: list[dict[str, Any]]) -> dict[str, Any]:
+    """The container's arguments as `hybrid-scaler run` itself parses them (unknown ones fail)."""
+    import typer.main
+
+    from controller.cli import app
+
+    command, *args = container(docs)["args"]
+    assert command == "run"
+    cli = typer.main.get_command(app)
+    return dict(cli.commands["run"].make_context("run", args).params)  # type: ignore[attr-defined]
+
+
 # --- helm alone -------------------------------------------------------------------
 
 
@@ -93,9 +105,8 @@ def test_one_replica_runs_standalone_with_recreate() -> None:
     deployment = one(docs, "Deployment")
     assert deployment["spec"]["replicas"] == 1
     assert deployment["spec"]["strategy"] == {"type": "Recreate"}
-    args = container(docs)["args"]
-    assert "--standalone" in args and "--all-namespaces" in args
-    assert not [a for a in args if a.startswith("--peering")]
+    options = run_options(docs)
+    assert options["standalone"] is True and not options["namespace"]
     assert not [d for d in docs if d["apiVersion"].startswith("kopf.dev/")]
     assert {d["kind"] for d in docs if d["kind"].endswith("Role")} == {"ClusterRole"}
 
@@ -105,16 +116,17 @@ def test_two_replicas_peer_cluster_wide() -> None:
     deployment = one(docs, "Deployment")
     assert deployment["spec"]["replicas"] == 2
     assert deployment["spec"]["strategy"]["type"] == "RollingUpdate"
-    peering = one(docs, "ClusterKopfPeering")["metadata"]["name"]
-    assert f"--peering={peering}" in container(docs)["args"]
-    assert "--standalone" not in container(docs)["args"]
+    options = run_options(docs)
+    assert options["peering"] == one(docs, "ClusterKopfPeering")["metadata"]["name"]
+    assert options["standalone"] is False and not options["namespace"]
 
 
 def test_watch_namespaces_gives_roles_and_peerings_per_namespace() -> None:
     docs = render("hs", "ops", *VARIANTS["namespaced-ha"])
-    args = container(docs)["args"]
-    assert [a for a in args if a.startswith("--namespace")] == [f"--namespace={n}" for n in WATCHED]
-    assert "--all-namespaces" not in args
+    options = run_options(docs)
+    assert options["namespace"] == list(WATCHED)
+    peerings = {d["metadata"]["name"] for d in docs if d["kind"] == "KopfPeering"}
+    assert peerings == {options["peering"]}
     for kind in ("Role", "RoleBinding", "KopfPeering"):
         namespaces = sorted(d["metadata"]["namespace"] for d in docs if d["kind"] == kind)
         assert namespaces == list(WATCHED)
@@ -131,10 +143,12 @@ def test_pod_is_non_root_with_read_only_root_and_a_liveness_probe() -> None:
     assert c["securityContext"]["readOnlyRootFilesystem"] is True
     assert c["securityContext"]["allowPrivilegeEscalation"] is False
     assert c["livenessProbe"]["httpGet"]["port"] == "health"
-    health = next(p for p in c["ports"] if p["name"] == "health")["containerPort"]
-    assert f"--liveness=http://0.0.0.0:{health}/healthz" in c["args"]
+    ports = {p["name"]: p["containerPort"] for p in c["ports"]}
+    options = run_options(docs)
+    assert options["liveness_port"] == ports["health"]
+    assert options["metrics_port"] == ports["metrics"]
     assert c["resources"]["requests"] and c["resources"]["limits"]
-    assert any(a.startswith("--prometheus-url=http") for a in c["args"])
+    assert options["prometheus_url"].startswith("http")
 
 
 def test_service_monitor_scrapes_the_metrics_service() -> None:
@@ -299,7 +313,9 @@ def installed(kube: Kube) -> Iterator[dict[str, list[dict[str, Any]]]]:
     # One release name per variant: ClusterRoles are cluster-scoped and would collide.
     docs = {v: render(v, RELEASE_NS[v], *VARIANTS[v], crds=True) for v in VARIANTS}
     crds = [d for d in docs["default"] if d["kind"] == "CustomResourceDefinition"]
-    kube.apply(crds)
+    # The stack applied crds/ already; never let a stale chart copy replace it.
+    test_chart_ships_the_generated_crd()
+    kube.apply(crds, "--force-conflicts")
     for crd in crds:
         kube.run("wait", "--for=condition=Established", "--timeout=60s",
                  f"crd/{crd['metadata']['name']}")
