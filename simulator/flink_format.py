@@ -16,6 +16,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from policies.model import estimate_mean_from_quantiles
 from simulator.twin import MIB_BYTES, Twin
 
 _UNSAFE = re.compile(r"[^a-zA-Z0-9:_]")
@@ -116,10 +117,14 @@ def _operator_labels(task: list[tuple[str, str]], vid: str, name: str) -> list[t
 
 
 def latency_quantiles(mean_ns: float) -> dict[float, float]:
-    """Quantiles of a log-normal (σ = 0.5) latency distribution with this mean."""
+    """Quantiles of a log-normal (σ = 0.5) latency distribution, scaled so that the
+    mean a reader estimates from these quantiles (Flink summaries have no `_sum`;
+    `policies.model.estimate_mean_from_quantiles`) is the model's mean."""
     sigma = 0.5
     z = {0.5: 0.0, 0.75: 0.6745, 0.95: 1.6449, 0.98: 2.0537, 0.99: 2.3263, 0.999: 3.0902}
-    return {q: mean_ns * math.exp(sigma * z[q] - sigma * sigma / 2) for q in LATENCY_QUANTILES}
+    shape = {q: math.exp(sigma * z[q]) for q in LATENCY_QUANTILES}
+    estimate = estimate_mean_from_quantiles(shape) or 1.0
+    return {q: mean_ns * v / estimate for q, v in shape.items()}
 
 
 def add_job_metrics(scrape: Scrape, job: DeployedJob, twin: Twin, now_ms: int) -> None:

@@ -1,0 +1,43 @@
+"""Flink's text quirks, reproduced: sanitising, Java number format, latency summaries."""
+
+from __future__ import annotations
+
+import pytest
+
+from policies.model import estimate_mean_from_quantiles
+from simulator.flink_format import flink_memory_model, java_double, latency_quantiles, sanitize
+
+
+def test_sanitize_like_flinks_reporter():
+    # ARCHITECTURE.md: "Stateful Counter [v2] é" -> Stateful_Counter__v2___ (runs kept)
+    assert sanitize("Stateful Counter [v2] é") == "Stateful_Counter__v2___"
+    assert sanitize("1bbf45ec-3770-4270") == "1bbf45ec_3770_4270"
+    assert sanitize("Sink: Writer") == "Sink:_Writer"
+
+
+@pytest.mark.parametrize(
+    ("value", "text"),
+    [(0.0, "0.0"), (1000.0, "1000.0"), (28203.4, "28203.4"), (1.11848106e8, "1.11848106E8"),
+     (2.68435456e8, "2.68435456E8"), (9.98134629e8, "9.98134629E8"), (1e7, "1.0E7"),
+     (0.0001, "1.0E-4")],
+)
+def test_numbers_print_as_javas_double_tostring(value, text):
+    assert java_double(value) == text
+
+
+def test_latency_quantiles_let_the_controller_recover_the_mean():
+    quantiles = latency_quantiles(20_000.0)
+    assert list(quantiles) == [0.5, 0.75, 0.95, 0.98, 0.99, 0.999]
+    assert list(quantiles.values()) == sorted(quantiles.values())
+    estimate = estimate_mean_from_quantiles(quantiles)
+    assert estimate is not None and estimate == pytest.approx(20_000.0, rel=1e-9)
+    assert quantiles[0.999] > 4 * quantiles[0.5]  # a tail, as real latencies have
+
+
+def test_taskmanager_memory_model_gives_the_papers_158_mb_slots():
+    memory = flink_memory_model(2048)
+    assert memory["managedMemory"] / 4 / 2**20 == pytest.approx(158.7, abs=0.1)
+    assert memory["totalProcessMemory"] == 2048 * 2**20
+    parts = ("frameworkHeap", "taskHeap", "frameworkOffHeap", "taskOffHeap", "networkMemory",
+             "managedMemory")
+    assert sum(memory[p] for p in parts) == pytest.approx(memory["totalFlinkMemory"], abs=2)
