@@ -8,9 +8,11 @@ own bounds (the API server runs CEL only then). Inputs come from hypothesis.
 from __future__ import annotations
 
 from functools import cache
+from pathlib import Path
 from typing import Any
 
 import celpy
+import yaml
 from celpy.adapter import json_to_cel
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -127,3 +129,28 @@ def test_each_rule_can_fail() -> None:
         value = json_to_cel(apply_defaults(section, _section(model)))
         assert not program(rule).evaluate({"self": value}), rule
         assert not pydantic_accepts(model, section), rule
+
+
+def test_the_cross_field_example_breaks_a_rule_in_every_section() -> None:
+    """examples/invalid/cross-field.yaml passes the schema and fails CEL: what e2e applies."""
+    path = Path(__file__).resolve().parents[2] / "examples" / "invalid" / "cross-field.yaml"
+    spec = yaml.safe_load(path.read_text())["spec"]
+    sections: dict[type[BaseModel], list[dict[str, Any]]] = {
+        api.TargetRef: [spec["targetRef"]], api.MetricsSpec: [spec["metrics"]],
+        CpuScaling: [{k: v for k, v in spec["cpu"].items() if k != "overrides"}],
+        ParallelismOverride: spec["cpu"]["overrides"], api.PlacementSpec: [spec["placement"]],
+    }
+    for model, values in sections.items():
+        for section in values:
+            assert not cel_accepts(model, section), model.__name__
+            assert not pydantic_accepts(model, section), model.__name__
+    failed = {
+        r.rule for model, values in sections.items() for section in values
+        for r in api.CEL_RULES[model]
+        if not program(r.rule).evaluate(
+            {"self": json_to_cel(apply_defaults(section, _section(model)))})
+    }
+    unbroken = {"self.apiVersion == 'flink.apache.org/v1beta1'",
+                "duration(self.resolution) > duration('0s')",
+                "self.utilizationTarget <= self.utilizationMax"}
+    assert failed == {r.rule for rules in api.CEL_RULES.values() for r in rules} - unbroken
