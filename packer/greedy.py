@@ -76,11 +76,18 @@ def first_fit_counts(
     open ones and grow in place. None when an item does not fit an empty TaskManager."""
     rooms = [] if rooms is None else rooms
     contents = [] if contents is None else contents
+    # TaskManagers too full for the smallest item in some dimension take nothing more;
+    # first fit fills them front to back, so skipping that prefix saves most of the scan.
+    smallest = [min((d[k] for _, d, n in items if n), default=0) for k in range(len(capacity))]
+    start = 0
     for key, demand, count in items:
         if any(d > c for d, c in zip(demand, capacity, strict=True)):
             return None
         left = count
-        b = 0
+        while start < len(rooms) and any(r < m for r, m in zip(rooms[start], smallest,
+                                                              strict=True)):
+            start += 1
+        b = start
         while left > 0:
             if b == len(rooms):
                 rooms.append(list(capacity))
