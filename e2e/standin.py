@@ -132,6 +132,9 @@ class StandIn:
             except ApiException as error:
                 # Conflicts and races with deletion resolve on a later pass.
                 log.info("%s/%s: %s %s", *key, error.status, error.reason)
+            except Exception:
+                # One deployment's surprise must not stop the stand-in serving the others.
+                log.exception("%s/%s: reconcile failed; retrying", *key)
 
     def _forget(self, key: tuple[str, str]) -> None:
         self._tracked.pop(key, None)
