@@ -158,6 +158,25 @@ class HybridResourcesTest {
         assertFalse(members.get("hybridscaler:union").contains("b"));
     }
 
+    @Test
+    void vertexIdIsMurmur3OfTheChainHeadsUid() {
+        // docs/metrics.md: the controller may compute task_id from the head's uid; these are
+        // test vectors for it (seen as task_id in a real scrape of this job).
+        Map<String, String> expected = Map.of(
+                "counter", "0da08f51eaa85fc298e176a139b3649a",
+                "gen", "6bf01baa9d2ca23a3ef7ce311722523d");
+        Map<String, String> byHead = new HashMap<>();
+        for (JobVertex v : plainGraph().getVertices()) {
+            byHead.put(v.getName().startsWith("Source") ? "gen" : "counter", v.getID().toHexString());
+        }
+        assertEquals(expected, byHead);
+        for (Map.Entry<String, String> e : expected.entrySet()) {
+            byte[] hash = org.apache.flink.shaded.guava31.com.google.common.hash.Hashing.murmur3_128(0)
+                    .hashString(e.getKey(), java.nio.charset.StandardCharsets.UTF_8).asBytes();
+            assertEquals(e.getValue(), new JobVertexID(hash).toHexString());
+        }
+    }
+
     private static MapFunction<Long, Long> identity() {
         return x -> x;
     }
