@@ -31,7 +31,6 @@ from pydantic import (
 )
 from pydantic.alias_generators import to_camel
 
-from packer.flink_memory import MIB, task_manager_memory
 from policies.decision import Action, Decision, HistoryRecord, VertexDecision
 from policies.params import HISTORY_LIMIT, PolicyState, ScalingParams
 from policies.spec import (
@@ -139,6 +138,9 @@ class TaskManagerShape(SpecModel):
 
     def slot_footprint(self) -> TaskFootprint:
         """One slot's share of CPU, task heap and network memory, as Flink splits the TM."""
+        # On use: `packer` loads OR-Tools, which `hybrid-scaler crd/validate` do not need.
+        from packer.flink_memory import MIB, task_manager_memory
+
         split = task_manager_memory(self.memory)
         return TaskFootprint(
             cpu_cores=self.cpu / self.slots,
@@ -435,14 +437,13 @@ class Status(StatusModel):
         if isinstance(status, bool):
             status = ConditionStatus.TRUE if status else ConditionStatus.FALSE
         old = self.condition(type_)
-        changed = old is None or old.status != status
+        same = old is not None and old.status == status
         new = Condition(
             type=type_,
             status=status,
             reason=reason,
             message=message,
-            last_transition_time=timestamp(now) if changed or old is None
-            else old.last_transition_time,
+            last_transition_time=old.last_transition_time if same and old else timestamp(now),
             observed_generation=observed_generation,
         )
         others = tuple(c for c in self.conditions if c.type != type_)

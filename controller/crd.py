@@ -114,7 +114,10 @@ class _Translator:
         schema = root.model_json_schema(by_alias=True, mode="validation")
         self.defs: dict[str, Any] = schema.pop("$defs", {})
         self.root = schema
-        self.models = {m.__name__: m for m in _models(root)}
+        models = list(_models(root))
+        self.models = {m.__name__: m for m in models}
+        if len(self.models) != len(models):  # pydantic would then qualify the $defs names
+            raise ValueError("two models in the CRD share a class name; rename one")
         self.defaults = {name: _wire_defaults(m) for name, m in self.models.items()}
 
     def model(self, name: str) -> dict[str, Any]:
