@@ -386,7 +386,7 @@ def up(run_dir: Path | None = None, echo: Callable[[str], None] = print) -> tupl
     logs = log_dir_for(run_dir)
     shutil.rmtree(logs, ignore_errors=True)
     logs.mkdir(parents=True)
-    run_dir.mkdir(parents=True)
+    run_dir.mkdir(parents=True, mode=0o700)  # holds the admin token
     echo(f"e2e stack: run dir {run_dir}; logs in {logs}")
     started = time.monotonic()
     try:
