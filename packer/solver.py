@@ -4,8 +4,11 @@ The model counts tasks per (group, TaskManager): a group is the tasks of one
 vertex, all the same size, so the model grows with vertices × TaskManagers, not
 with tasks. One shape is used for all TaskManagers (a FlinkDeployment has one
 `spec.taskManager.resource`); with several allowed shapes each is solved and the
-cheapest wins. First-fit-decreasing gives the upper bound (the model has exactly
-that many TaskManagers, so the answer is never worse) and the fallback.
+cheapest wins. Greedy packings (FFD, Flink's own first fit, first fit by each
+dimension) give the upper bound: the model has exactly that many TaskManagers
+and is hinted with the best, so the answer is never worse, and FFD is the
+fallback. Above a few thousand cells the pattern model (patterns.py) replaces
+the per-TaskManager one for stage 1.
 """
 
 from __future__ import annotations
@@ -14,7 +17,7 @@ import itertools
 import math
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from ortools.sat.python import cp_model
 
@@ -51,7 +54,6 @@ FINISH_SECONDS_PER_SLOT = 1e-4
 """Measured cost of assigning, measuring and checking one slot after the solve."""
 MAX_PATTERN_GROUPS = 300
 """Above this many groups the pattern model is not built either: FFD answers."""
-
 
 
 @dataclass
@@ -107,10 +109,11 @@ def pack(
     groups = group_slots(slots)
     bounds = {s.name: lower_bound(slots, s) for s in usable}
     # Cheapest bound first, so a good shape is solved early and prunes the rest.
-    usable.sort(key=lambda s: (bounds[s.name] * s.price, s.price, s.name))
+    today_shape = None if current is None else current.shape
+    usable.sort(key=lambda s: (bounds[s.name] * s.price, s.name != today_shape, s.price, s.name))
     best: _Candidate | None = None
     for position, shape in enumerate(usable):
-        if best is not None and bounds[shape.name] * shape.price >= best.cost:
+        if best is not None and bounds[shape.name] * shape.price > best.cost:
             continue
         budget = (deadline - time.perf_counter()) / (len(usable) - position)
         today = current if current is not None and current.shape == shape.name else None
@@ -245,56 +248,55 @@ def _solve(
     deadline = now + budget_s
     names, before = _today_counts(groups, today)
     incremental = _incremental(groups, shape, names, before, bound) if names else None
-    if incremental is not None and len(incremental.counts) == bound:
-        # Today's placement, minimally repaired, meets the lower bound: optimal, fewest moves.
-        incremental.status = Status.OPTIMAL
-        return incremental
     best = min(heuristics, key=len)
-    if len(best) == bound and not names:
-        return _Solution(best, Status.OPTIMAL, bound)
-    if budget_s <= 0:
-        status = Status.OPTIMAL if len(best) == bound else Status.FALLBACK
+
+    def greedy(status: Status) -> _Solution:
+        """The best greedy answer: today's repaired placement if it is no larger."""
+        if len(best) == bound:
+            status = Status.OPTIMAL
         if incremental is not None and len(incremental.counts) <= len(best):
-            incremental.status = status
-            return incremental
+            return replace(incremental, status=status)
         return _relabel(best, status, bound, names, before)
+
+    if incremental is not None and len(incremental.counts) == bound:
+        return greedy(Status.OPTIMAL)  # today's placement barely changed and is still optimal
+    if (len(best) == bound and not names) or budget_s <= 0:
+        return greedy(Status.FALLBACK)
     # With today's placement to respect, leave time for stage 2.
     stage_one = deadline if not names else now + 0.6 * budget_s
 
     bins = max(len(best), len(names))
+    model: _BinModel | None = None
     if len(groups) * bins <= BIN_MODEL_CELLS:
         model = _BinModel(groups, shape, bins, len(names), bound)
-        start = incremental if incremental is not None and \
-            len(incremental.counts) <= len(best) else \
-            _relabel(best, Status.FEASIBLE, bound, names, before)
-        model.hint(_arrange(start, names, bins, model.anchor))
+        model.hint(_arrange(greedy(Status.FEASIBLE), names, bins, model.anchor))
         found = model.minimise_count(stage_one)
         if found is None:
-            return _relabel(best, Status.FALLBACK, bound, names, before)
+            return greedy(Status.FALLBACK)
         counts, proven = found
-        solution = _Solution(counts, Status.FEASIBLE, max(bound, proven))
-        solution.names = [names[b] if b < len(names) else None for b in range(bins)]
+        solution = _Solution(counts, Status.FEASIBLE, max(bound, proven),
+                             [names[b] if b < len(names) else None for b in range(bins)])
     elif len(groups) <= MAX_PATTERN_GROUPS:
         demands = [group_demand(g, shape) for g in groups]
         result = solve_patterns(demands, [g.size for g in groups], bin_capacity(shape),
                                 heuristics, bound, stage_one)
         solution = _relabel(result.counts, Status.FEASIBLE, result.bound, names, before)
-        model = None
     else:
-        status = Status.OPTIMAL if len(best) == bound else Status.FALLBACK
-        return _relabel(best, status, bound, names, before)
+        return greedy(Status.FALLBACK)
 
-    used = [tm for tm in solution.counts if tm]
-    if incremental is not None and len(incremental.counts) <= len(used):
-        incremental.bound = solution.bound
-        solution, used = incremental, incremental.counts
-    if len(used) == solution.bound:
-        solution.status = Status.OPTIMAL
+    used = sum(1 for tm in solution.counts if tm)
+    if used > len(best):  # a solver that lost its hint: never worse than the greedy answer
+        solution = replace(greedy(Status.FEASIBLE), bound=solution.bound)
+    elif incremental is not None and len(incremental.counts) <= used:
+        solution = replace(incremental, bound=solution.bound)
+    used = sum(1 for tm in solution.counts if tm)
+    solution.status = Status.OPTIMAL if used == solution.bound else Status.FEASIBLE
+
     if names and time.perf_counter() < deadline and len(groups) * bins <= MAX_MODEL_CELLS:
         if model is None:
             model = _BinModel(groups, shape, bins, len(names), solution.bound)
         model.hint(_arrange(solution, names, bins, model.anchor))
-        kept = model.maximise_kept(len(used), before, deadline)
+        kept = model.maximise_kept(used, before, deadline)
         if kept is not None:
             solution.counts = kept
             solution.names = [names[b] if b < len(names) else None for b in range(bins)]
