@@ -1,0 +1,200 @@
+"""The controller end to end: real API server (with the chart's RBAC), real Prometheus,
+the real FlinkDeployment CRD, and the twin standing in for Flink and its operator.
+
+Windows are short (20 s window, 10 s stabilization, 5 s resolution) and the twin's
+restart downtime is scaled down, so each test takes a minute or two.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from e2e.conftest import Cluster, Twin, wait_until
+from e2e.demo import ControllerProcess, flink_deployment, policy
+from e2e.stack import StackInfo
+
+pytestmark = pytest.mark.e2e
+
+GROUP, VERSION, PLURAL = "hybridscaler.dev", "v1alpha1", "hybridscalingpolicies"
+
+
+@pytest.fixture(scope="module")
+def controller(e2e_stack: StackInfo, controller_kubeconfig: Path,
+               tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControllerProcess]:
+    log = tmp_path_factory.mktemp("controller") / "controller.log"
+    process = ControllerProcess(str(controller_kubeconfig), e2e_stack.prometheus_url,
+                                e2e_stack.twin_url + "/{namespace}/{name}", log).start()
+    yield process
+    process.stop()
+
+
+def hsp(cluster: Cluster, namespace: str, name: str) -> dict[str, Any]:
+    obj: Any = cluster.custom.get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name)
+    return dict(obj)
+
+
+def condition(obj: dict[str, Any], type_: str) -> dict[str, Any]:
+    for c in (obj.get("status") or {}).get("conditions") or []:
+        if c["type"] == type_:
+            return dict(c)
+    return {}
+
+
+def events(cluster: Cluster, namespace: str, name: str) -> list[tuple[str, str]]:
+    found = cluster.core.list_namespaced_event(
+        namespace, field_selector=f"involvedObject.name={name},involvedObject.kind="
+        "HybridScalingPolicy")
+    return [(e.reason or "", e.message or "") for e in found.items]
+
+
+def generation(cluster: Cluster, namespace: str, name: str) -> int:
+    return int(cluster.flink(namespace, name)["metadata"]["generation"])
+
+
+def deploy(cluster: Cluster, *docs: dict[str, Any]) -> None:
+    cluster.kubectl("apply", "-f", "-", stdin=yaml.safe_dump_all(docs))
+
+
+def converged(twin: Twin, namespace: str, name: str) -> dict[str, Any] | None:
+    status = twin.status(namespace, name)
+    ok = status["state"] == "RUNNING" and status["sourceRate"] >= 0.95 * status["targetRate"]
+    return status if ok else None
+
+
+def assert_steps_are_consecutive(cluster: Cluster, namespace: str, name: str,
+                                 initial_generation: int) -> dict[str, Any]:
+    """Every step once: history counts 1..k, and each step patched the deployment once."""
+    status = hsp(cluster, namespace, name)["status"]
+    steps = [record["step"] for record in status.get("history") or []]
+    assert steps == list(range(status["step"] - len(steps) + 1, status["step"] + 1)), steps
+    assert generation(cluster, namespace, name) - initial_generation == status["step"]
+    announced = [m for reason, m in events(cluster, namespace, name)
+                 if reason in ("ScaledOut", "ScaledUp", "ScaledIn", "MemoryRolledBack",
+                               "MemoryStripped")]
+    per_vertex = [m.split(" p ", 1)[0] for m in announced]  # "step N: <vertex>"
+    assert len(per_vertex) == len(set(per_vertex)), "a step was announced twice"
+    return dict(status)
+
+
+def test_q11_reaches_its_target_rate_with_justins_decisions(
+    controller: ControllerProcess, cluster: Cluster, twin: Twin, namespace: str
+) -> None:
+    deploy(cluster, flink_deployment(namespace, "q11"))
+    cluster.wait_flink(namespace, "q11")
+    initial = generation(cluster, namespace, "q11")
+    deploy(cluster, policy(namespace, "q11", "q11"))
+
+    wait_until(lambda: converged(twin, namespace, "q11"), 420, "q11 at its target rate")
+    status = assert_steps_are_consecutive(cluster, namespace, "q11", initial)
+    assert status["step"] >= 2
+    reasons = [r for r, _ in events(cluster, namespace, "q11")]
+    # Justin answered the session window's short cache with memory before parallelism.
+    assert "ScaledUp" in reasons, reasons
+    assert condition(hsp(cluster, namespace, "q11"), "Ready")["status"] == "True"
+    described = cluster.kubectl("describe", "hsp", "-n", namespace, "q11").stdout
+    assert "ScaledUp" in described and "cache hit rate" in described
+    managed = cluster.flink(namespace, "q11")["metadata"]["managedFields"]
+    ours = [m for m in managed if m["manager"] == "hybrid-scaler"]
+    assert ours and all(m["operation"] == "Apply" for m in ours)
+    assert 'hybridscaler_decisions_total{kind="scale-up",mode="Active"}' in controller.metrics()
+
+
+def test_recommend_patches_nothing_and_a_kubectl_apply_retunes_the_next_decision(
+    controller: ControllerProcess, cluster: Cluster, namespace: str
+) -> None:
+    deploy(cluster, flink_deployment(namespace, "q11"))
+    cluster.wait_flink(namespace, "q11")
+    initial = generation(cluster, namespace, "q11")
+    deploy(cluster, policy(namespace, "rec", "q11", mode="Recommend"))
+
+    def session_action() -> str | None:
+        decision = (hsp(cluster, namespace, "rec").get("status") or {}).get("lastDecision")
+        if not decision:
+            return None
+        return str(next(v["action"] for v in decision["vertices"]
+                        if v["vertexName"].startswith("SessionWindow")))
+
+    assert wait_until(session_action, 120, "a first recommendation") == "scale-up"
+    assert ("Recommended" in [r for r, _ in events(cluster, namespace, "rec")])
+    # No cache pressure at these thresholds: Justin lets DS2 scale out instead.
+    deploy(cluster, policy(namespace, "rec", "q11", mode="Recommend",
+                           memory={"cacheHitRateThreshold": 0.1, "stateLatencyThreshold": "1s"}))
+    assert wait_until(lambda: session_action() == "scale-out" and "scale-out", 120,
+                      "the retuned recommendation")
+    obj = hsp(cluster, namespace, "rec")
+    assert obj["status"]["observedGeneration"] == obj["metadata"]["generation"] == 2
+    assert condition(obj, "Scaling")["reason"] == "Recommended"
+    assert obj["spec"]["memory"]["cacheHitRateThreshold"] == 0.1  # spec is the user's
+    deployment = cluster.flink(namespace, "q11")
+    assert deployment["metadata"]["generation"] == initial
+    assert all(m["manager"] != "hybrid-scaler" for m in deployment["metadata"]["managedFields"])
+
+
+def test_kill_9_mid_run_neither_repeats_nor_forgets_a_step(
+    controller: ControllerProcess, cluster: Cluster, twin: Twin, namespace: str
+) -> None:
+    deploy(cluster, flink_deployment(namespace, "q11"))
+    cluster.wait_flink(namespace, "q11")
+    initial = generation(cluster, namespace, "q11")
+    deploy(cluster, policy(namespace, "q11", "q11"))
+
+    def step() -> int:
+        return int((hsp(cluster, namespace, "q11").get("status") or {}).get("step") or 0)
+
+    wait_until(lambda: step() >= 1, 120, "the first step")
+    # Kill at varied points of the loop (deciding, patching, stabilizing, collecting).
+    for pause in (0.0, 3.1, 7.3):
+        time.sleep(pause)
+        controller.kill9()
+        controller.start()
+    wait_until(lambda: converged(twin, namespace, "q11"), 420, "q11 at its target rate")
+    status = assert_steps_are_consecutive(cluster, namespace, "q11", initial)
+    assert status["step"] >= 2
+    history = status["history"]
+    # Justin's memory of the previous step survived: each record after a scale-up
+    # names the hit rate it compared against.
+    assert all(v["cacheHitRate"] is not None for r in history for v in r["vertices"]
+               if v["memoryLevel"] is not None)
+
+
+def test_invalid_policies_are_rejected_naming_the_field(
+    controller: ControllerProcess, cluster: Cluster, namespace: str
+) -> None:
+    bad = policy(namespace, "bad", "q11", cpu={"utilizationMin": 0.9, "utilizationMax": 0.5})
+    done = cluster.kubectl("apply", "-f", "-", stdin=yaml.safe_dump(bad), check=False)
+    assert done.returncode != 0 and "spec.cpu.utilizationMin" in done.stderr, done.stderr
+    bad = policy(namespace, "bad", "q11", memory={"maxLevel": 0})
+    done = cluster.kubectl("apply", "-f", "-", stdin=yaml.safe_dump(bad), check=False)
+    assert done.returncode != 0 and "maxLevel" in done.stderr, done.stderr
+
+
+def test_a_missing_target_is_reported(
+    controller: ControllerProcess, cluster: Cluster, namespace: str
+) -> None:
+    deploy(cluster, policy(namespace, "orphan", "nowhere"))
+    ready = wait_until(lambda: condition(hsp(cluster, namespace, "orphan"), "Ready") or None,
+                       60, "the Ready condition")
+    assert (ready["status"], ready["reason"]) == ("False", "TargetNotFound")
+    assert "TargetNotFound" in [r for r, _ in events(cluster, namespace, "orphan")]
+
+
+def test_refuses_a_stateless_upgrade_mode(
+    controller: ControllerProcess, cluster: Cluster, namespace: str
+) -> None:
+    deploy(cluster, flink_deployment(namespace, "q11", upgrade_mode="stateless"))
+    cluster.wait_flink(namespace, "q11")
+    initial = generation(cluster, namespace, "q11")
+    deploy(cluster, policy(namespace, "q11", "q11"))
+    refused = wait_until(
+        lambda: [m for r, m in events(cluster, namespace, "q11") if r == "Refused"], 120,
+        "a Refused event")
+    assert "upgradeMode is stateless" in refused[0]
+    assert condition(hsp(cluster, namespace, "q11"), "Scaling")["reason"] == "Refused"
+    assert generation(cluster, namespace, "q11") == initial
+
