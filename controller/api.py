@@ -160,6 +160,16 @@ class TaskManagerSpec(SpecModel):
         Realization.FINE_GRAINED, description="fineGrained (per-operator memory) or adaptive"
     )
 
+    def memory_problems(self) -> list[str]:
+        """Shapes Flink would refuse to start, by field; a check the CRD cannot express."""
+        problems = []
+        for i, shape in enumerate(self.shapes):
+            try:
+                shape.slot_footprint()
+            except ValueError as e:
+                problems.append(f"spec.taskManager.shapes[{i}].memory: {e}")
+        return problems
+
 
 class PlacementSpec(SpecModel):
     """Bin packing of tasks onto TaskManagers (OR-Tools CP-SAT)."""

@@ -48,6 +48,18 @@ def test_validate_rejects_the_invalid_example_naming_fields() -> None:
     assert "spec.memory.maxLevel:" in result.output
 
 
+def test_validate_rejects_a_task_manager_flink_cannot_start(tmp_path: Path) -> None:
+    doc = yaml.safe_load((EXAMPLES / "minimal.yaml").read_text())
+    doc["spec"]["taskManager"] = {"shapes": [{"cpu": 2, "memory": "4Gi", "slots": 2},
+                                             {"cpu": 1, "memory": "512Mi", "slots": 1}]}
+    path = tmp_path / "small.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    result = runner.invoke(app, ["validate", str(path)])
+    assert result.exit_code == 1
+    assert "spec.taskManager.shapes[1].memory: process memory 512" in result.output
+    assert "shapes[0]" not in result.output
+
+
 def test_validate_reports_each_document_of_a_multi_document_file(tmp_path: Path) -> None:
     good = (EXAMPLES / "minimal.yaml").read_text()
     target = "targetRef:\n    name: q11\n"
