@@ -11,8 +11,9 @@ test:
 lint:
 	bash scripts/test.sh lint
 
+# Regenerates crds/, the chart's copy of the CRD and docs/api.md from the pydantic model.
 crds:
-	bash scripts/bootstrap.sh python >/dev/null && .venv/bin/hybrid-scaler crd > crds/hybridscalingpolicy.yaml
+	bash scripts/bootstrap.sh python >/dev/null && .venv/bin/python -m controller.crd --write
 
 e2e-up:
 	bash scripts/bootstrap.sh all >/dev/null && .venv/bin/python -m e2e.stack up

@@ -29,6 +29,8 @@ from policies.spec import DURATION_PATTERN, MEMORY_PATTERN
 
 REPO = Path(__file__).resolve().parent.parent
 CRD_PATH = REPO / "crds" / "hybridscalingpolicy.yaml"
+# Helm installs CRDs only from a chart's own crds/ folder, so the chart keeps a copy.
+CHART_CRD_PATH = REPO / "charts" / "hybrid-scaler" / "crds" / "hybridscalingpolicy.yaml"
 DOCS_PATH = REPO / "docs" / "api.md"
 DOCS_BEGIN = "<!-- BEGIN GENERATED: python -m controller.crd --write -->"
 DOCS_END = "<!-- END GENERATED -->"
@@ -327,6 +329,7 @@ def render_docs(current: str) -> str:
 
 def write() -> None:
     CRD_PATH.write_text(crd_yaml())
+    CHART_CRD_PATH.write_text(crd_yaml())
     DOCS_PATH.write_text(render_docs(DOCS_PATH.read_text()))
 
 
