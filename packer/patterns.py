@@ -206,9 +206,10 @@ def solve_patterns(
     rounded = _round_down(master, weights, demands, sizes, capacity)
     if len(rounded) < len(incumbent):
         incumbent = rounded
-    packing = _integer_packing(master, demands, sizes, capacity, bound, incumbent, deadline)
-    if len(packing) < len(incumbent):
-        incumbent = packing
+    if len(incumbent) > bound:
+        packing = _integer_packing(master, demands, sizes, capacity, bound, incumbent, deadline)
+        if len(packing) < len(incumbent):
+            incumbent = packing
     return PatternResult(bound, incumbent, len(incumbent) == bound)
 
 

@@ -452,15 +452,20 @@ def _relabel(
     names: list[str],
     today: list[dict[int, int]],
 ) -> _Solution:
-    """Give heuristic TaskManagers today's names where they overlap most with today's."""
-    overlap = sorted(
-        ((-sum(min(n, old.get(g, 0)) for g, n in tm.items()), b, o)
-         for b, tm in enumerate(counts) for o, old in enumerate(today)),
-    )
+    """Give heuristic TaskManagers today's names, greedily by the most tasks in common."""
+    holders: dict[int, list[int]] = {}  # group -> today's TaskManagers holding it
+    for o, old in enumerate(today):
+        for g in old:
+            holders.setdefault(g, []).append(o)
+    common: dict[tuple[int, int], int] = {}
+    for b, tm in enumerate(counts):
+        for g, n in tm.items():
+            for o in holders.get(g, ()):
+                common[b, o] = common.get((b, o), 0) + min(n, today[o][g])
     chosen: list[str | None] = [None] * len(counts)
     taken: set[int] = set()
-    for score, b, o in overlap:
-        if score < 0 and chosen[b] is None and o not in taken:
+    for (b, o), _ in sorted(common.items(), key=lambda item: (-item[1], item[0])):
+        if chosen[b] is None and o not in taken:
             chosen[b] = names[o]
             taken.add(o)
     return _Solution(counts, status, bound, chosen)
@@ -526,33 +531,29 @@ def _assign(
 ) -> list[tuple[str, list[TaskSlot]]]:
     """Concrete slots per TaskManager: each keeps its own tasks from today first."""
     names = solution.names or [None] * len(solution.counts)
-    taken: set[SlotKey] = set()
     members: list[list[TaskSlot]] = [[] for _ in solution.counts]
     quota = [dict(tm) for tm in solution.counts]
+    taken: set[SlotKey] = set()
     if today is not None:
+        home: dict[tuple[str, int], list[TaskSlot]] = {}
+        for g, group in enumerate(groups):
+            for slot in group.slots:
+                if slot.key in today.assignment:
+                    home.setdefault((today.assignment[slot.key], g), []).append(slot)
         for b, name in enumerate(names):
-            if name is None:
-                continue
-            for g in list(quota[b]):
-                for slot in groups[g].slots:
-                    if quota[b][g] and today.assignment.get(slot.key) == name:
-                        members[b].append(slot)
-                        taken.add(slot.key)
-                        quota[b][g] -= 1
+            for g in quota[b]:
+                staying = home.get((name, g), [])[: quota[b][g]] if name is not None else []
+                members[b].extend(staying)
+                taken.update(s.key for s in staying)
+                quota[b][g] -= len(staying)
+    free = [iter([s for s in group.slots if s.key not in taken]) for group in groups]
     for b, tm in enumerate(quota):
         for g, n in sorted(tm.items()):
-            free = (s for s in groups[g].slots if s.key not in taken)
-            for slot in [next(free) for _ in range(n)]:
-                members[b].append(slot)
-                taken.add(slot.key)
+            members[b].extend(next(free[g]) for _ in range(n))
     known = set() if today is None else set(today.assignment.values())
     fresh = (f"tm-{i}" for i in itertools.count() if f"tm-{i}" not in known)
-    return [(name if name is not None else next(fresh), sorted(m, key=_order))
+    return [(name if name is not None else next(fresh), sorted(m, key=lambda s: s.key))
             for name, m in zip(names, members, strict=True)]
-
-
-def _order(slot: TaskSlot) -> tuple[str, int]:
-    return slot.key
 
 
 def _utilisation(members: Sequence[TaskSlot], shape: TaskManagerShape) -> dict[str, float]:
