@@ -1,5 +1,6 @@
 package dev.hybridscaler.flink;
 
+import org.apache.flink.api.common.ExecutionConfig;
 import org.apache.flink.api.common.operators.SlotSharingGroup;
 import org.apache.flink.api.dag.Transformation;
 import org.apache.flink.configuration.ConfigOption;
@@ -65,6 +66,12 @@ public final class HybridResources {
                             "JSON object: operator uid -> {cpuCores, taskHeapMb, managedMemoryMb}"
                                     + " for one task of that operator's slot-sharing group.");
 
+    /**
+     * The global job parameter (REST {@code /jobs/<jid>/config} → {@code user-config}) listing the
+     * job's operator uids, comma-separated, so the controller can map vertex ids back to uids.
+     */
+    public static final String OPERATOR_UIDS = "hybridscaler.operator-uids";
+
     /** Prefix of the slot-sharing groups this class creates. */
     public static final String GROUP_PREFIX = "hybridscaler:";
 
@@ -96,6 +103,7 @@ public final class HybridResources {
      *     and the operator uid
      */
     public static Applied apply(StreamExecutionEnvironment env, ReadableConfig config) {
+        publishUids(env);
         String value = config.get(OPERATOR_RESOURCES);
         if (value == null || value.isBlank()) {
             return Applied.NOTHING;
@@ -112,6 +120,34 @@ public final class HybridResources {
                     OPERATOR_RESOURCES.key(), applied.unmatchedUids());
         }
         return applied;
+    }
+
+    /**
+     * Adds {@link #OPERATOR_UIDS} to the job's global parameters (keeping the author's), also when
+     * no resources are configured: the controller needs the uids before it writes any.
+     */
+    private static void publishUids(StreamExecutionEnvironment env) {
+        Set<String> uids = new LinkedHashSet<>();
+        for (Transformation<?> t : physicalTransformations(env.getTransformations()).values()) {
+            if (t.getUid() == null) {
+                continue;
+            }
+            if (t.getUid().contains(",")) {
+                LOG.warn("{}: uid \"{}\" contains a comma and is not published", OPERATOR_UIDS, t.getUid());
+            } else {
+                uids.add(t.getUid());
+            }
+        }
+        Map<String, String> params = new LinkedHashMap<>(env.getConfig().getGlobalJobParameters().toMap());
+        params.put(OPERATOR_UIDS, String.join(",", uids));
+        env.getConfig().setGlobalJobParameters(new ExecutionConfig.GlobalJobParameters() {
+            private static final long serialVersionUID = 1L;
+
+            @Override
+            public Map<String, String> toMap() {
+                return params;
+            }
+        });
     }
 
     /**

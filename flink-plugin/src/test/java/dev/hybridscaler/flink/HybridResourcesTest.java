@@ -59,6 +59,18 @@ class HybridResourcesTest {
     }
 
     @Test
+    void operatorUidsArePublishedNextToTheAuthorsJobParameters() {
+        StreamExecutionEnvironment env = new StreamExecutionEnvironment(new Configuration());
+        env.getConfig().setGlobalJobParameters(
+                org.apache.flink.api.java.utils.ParameterTool.fromMap(Map.of("input", "s3://bucket")));
+        CounterJob.build(env);
+        HybridResources.apply(env);
+        Map<String, String> params = env.getConfig().getGlobalJobParameters().toMap();
+        assertEquals("s3://bucket", params.get("input"));
+        assertEquals("gen,key-map,counter,format,sink", params.get(HybridResources.OPERATOR_UIDS));
+    }
+
+    @Test
     void absentOrBlankKeyLeavesTheJobUntouched() {
         for (Configuration conf : List.of(new Configuration(), config("  "))) {
             StreamExecutionEnvironment env = new StreamExecutionEnvironment(conf);

@@ -153,6 +153,12 @@ class MiniClusterResourcesTest {
                 assertEquals(CounterJob.COUNTER, s.label("operator_name"), s.toString());
             }
         }
+        // The controller learns uids from the job's user config.
+        JsonNode userConfig = flink.rest("/jobs/" + job.toHexString() + "/config")
+                .get("execution-config").get("user-config");
+        assertEquals("gen,key-map,counter,format,sink",
+                userConfig.get(HybridResources.OPERATOR_UIDS).asText());
+
         // RocksDB reserves its slot's managed memory up front; nothing else reserves any.
         double used = onlyValue("flink_taskmanager_Status_Flink_Memory_Managed_Used");
         assertEquals(2L * managedMb * 1024 * 1024, (long) used);
