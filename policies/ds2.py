@@ -60,7 +60,8 @@ def output_ratio(graph: JobGraph, observation: Observation, vertex_id: str) -> f
     if graph.is_source(vertex_id):
         return 1.0
     m = observation.vertices[vertex_id]
-    return m.records_out_per_s / m.records_in_per_s if m.records_in_per_s > 0 else 0.0
+    # Below one record per ~12 days the input is noise, and dividing by it overflows.
+    return m.records_out_per_s / m.records_in_per_s if m.records_in_per_s > 1e-6 else 0.0
 
 
 def target_rates(graph: JobGraph, observation: Observation, cpu: CpuScaling) -> dict[str, float]:
@@ -105,7 +106,7 @@ def size(
     """New parallelism for a vertex at the utilization target, and how the clamps shaped it."""
     p = vertex.parallelism
     notes: list[str] = []
-    factor = target / (tpr * cpu.utilization_target)
+    factor = target / tpr / cpu.utilization_target  # tpr * target could underflow to 0
     low_factor, high_factor = 1 - cpu.max_scale_down_factor, 1 + cpu.max_scale_up_factor
     if factor < low_factor:
         factor = low_factor
