@@ -82,10 +82,13 @@ class KubeStatusStore:
         self.last: Status | None = None  # what the API server last accepted from us
 
     def save(self, status: Status) -> None:
-        body = {"status": status.model_dump(by_alias=True, mode="json")}
+        # Replace the whole status (a merge patch would keep map keys we dropped); unset
+        # fields are left out, and read back as their defaults.
+        value = status.model_dump(by_alias=True, mode="json", exclude_none=True)
+        body = [{"op": "add", "path": "/status", "value": value}]
         retrying(lambda: self.objects.patch_namespaced_custom_object_status(
             api.GROUP, api.VERSION, self.namespace, api.PLURAL, self.name, body,
-            _content_type="application/merge-patch+json",
+            _content_type="application/json-patch+json",
         ))
         self.last = status
 
