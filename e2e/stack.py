@@ -403,6 +403,9 @@ def up(run_dir: Path | None = None, echo: Callable[[str], None] = print) -> tupl
 
 def _start(tools: Tools, crd: Path, run_dir: Path, logs: Path,
            echo: Callable[[str], None]) -> StackInfo:
+    """etcd, then the API server (Prometheus meanwhile), then every client of the API
+    server at once, then the cluster's objects (nodes, CRDs, the controller's identity),
+    and last a wait until everything answers."""
     pki_dir = run_dir / "pki"
     pki.make_pki(pki_dir)
     tokens = pki.make_tokens(run_dir / "tokens.csv")
