@@ -137,6 +137,9 @@ class RocksDB(Strict):
     small_memtable_penalty: float = Field(
         0.1, ge=0, description="relative put cost per halving of the MemTable below 64 MB"
     )
+    misses_per_put: float = Field(
+        0.01, ge=0, description="block reads past the cache per put (flush, compaction)"
+    )
     unmanaged_cache_mib: float = Field(
         8.0, gt=0, description="cache of a stateful task given no managed memory"
     )
