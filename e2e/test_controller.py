@@ -96,6 +96,9 @@ def test_q11_reaches_its_target_rate_with_justins_decisions(
     reasons = [r for r, _ in events(cluster, namespace, "q11")]
     # Justin answered the session window's short cache with memory before parallelism.
     assert "ScaledUp" in reasons, reasons
+    # kubectl created the deployment, so it owned spec.taskManager.replicas: the first
+    # change of replicas met a server-side apply conflict and took over that field only.
+    assert "FieldsTakenOver" in reasons, reasons
     assert condition(hsp(cluster, namespace, "q11"), "Ready")["status"] == "True"
     described = cluster.kubectl("describe", "hsp", "-n", namespace, "q11").stdout
     assert "ScaledUp" in described and "cache hit rate" in described
