@@ -44,11 +44,13 @@ def describe(model: JobModel, configuration: Any) -> str:
 
 def _print_run(result: RunResult) -> None:
     typer.echo(f"\n{result.policy}: {len(result.steps)} reconfiguration(s)")
+    target = result.model.load.rate
     for n, step in enumerate(result.steps, 1):
         typer.echo(
             f"  step {n} at {step.time:5.0f}s (down {step.downtime_s:.0f}s): "
-            f"{describe(result.model, step.configuration)}; rate before "
-            f"{step.rate_before:,.0f}/s; {step.cpu_cores:.0f} cores, {step.memory_mib:,.0f} MB"
+            f"{describe(result.model, step.configuration)}; achieves "
+            f"{min(step.capacity, target):,.0f}/s (was {step.rate_before:,.0f}/s); "
+            f"{step.cpu_cores:.0f} cores, {step.memory_mib:,.0f} MB"
         )
 
 

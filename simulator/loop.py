@@ -118,6 +118,7 @@ class Step:
     cpu_cores: float
     memory_mib: float
     rate_before: float
+    capacity: float  # the highest source rate this configuration sustains
     reason: str
 
 
@@ -182,7 +183,8 @@ def run(model: JobModel, policy: PolicyName, duration_s: float = 1200.0, seed: i
             downtime = twin.apply(evaluation.configuration)
             cores, memory = paper_resources(model, twin.configuration)
             result.steps.append(Step(twin.time, downtime, twin.configuration, cores, memory,
-                                     rate_before, evaluation.decision.reason))
+                                     rate_before, capacity(model, twin.configuration),
+                                     evaluation.decision.reason))
             next_decision = twin.time + downtime + stabilization_s + window_s
         else:
             next_decision = twin.time + window_s

@@ -107,6 +107,10 @@ class Counters:
     puts: list[float]
 
 
+def mean(values: list[float]) -> float:
+    return sum(values) / len(values)
+
+
 class Twin:
     """A job model running under a configuration, in virtual time (seconds)."""
 
@@ -356,10 +360,6 @@ class Twin:
         n = len(ticks)
         for vid, op in self._ops.items():
             samples = [t.vertices[vid] for t in ticks]
-
-            def mean(values: list[float]) -> float:
-                return sum(values) / len(values)
-
             busy = mean([self.noisy(mean([s.busy for s in v.subtasks])) for v in samples])
             busy_max = mean([self.noisy(max(s.busy for s in v.subtasks)) for v in samples])
             bp = mean([mean([s.backpressured for s in v.subtasks]) for v in samples])
