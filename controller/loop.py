@@ -251,6 +251,7 @@ class _Run:
                collected: Collected) -> Pass:
         params = self.params()
         state = self.status.to_policy_state()
+        started = time.perf_counter()
         evaluation = evaluate(graph, collected.observation, state, params, self.now)
         decision = evaluation.decision
         telemetry.EVALUATIONS.labels(
@@ -262,12 +263,14 @@ class _Run:
                        "Clipped" if decision.clipped else "WithinLimits",
                        decision.clip_reason or "the decision is within spec.limits")
         if not decision.reconfigures:
+            telemetry.DECIDE_SECONDS.observe(time.perf_counter() - started)
             self.status = self.status.with_policy_state(evaluation.state)
             self.condition(ConditionType.SCALING, False, "Steady", decision.reason)
             return self.done("unchanged")
 
         placed = place(graph, evaluation.configuration, params.memory, self.spec.task_manager,
                        self.spec.placement.solver_time_limit)
+        telemetry.DECIDE_SECONDS.observe(time.perf_counter() - started)
         if isinstance(placed, Placed):
             telemetry.SOLVER_SECONDS.observe(placed.placement.solve_seconds)
         if self.spec.mode == Mode.RECOMMEND:

@@ -22,6 +22,11 @@ RECONCILE_SECONDS = Histogram(
     "hybridscaler_reconcile_seconds", "Wall time of one loop pass (collect to record)",
     buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30), registry=REGISTRY,
 )
+DECIDE_SECONDS = Histogram(
+    "hybridscaler_decide_seconds", "CPU-bound part of a pass: the core's evaluation and placement",
+    buckets=(0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1, 2, 5),
+    registry=REGISTRY,
+)
 SOLVER_SECONDS = Histogram(
     "hybridscaler_solver_seconds", "Time the packer spent placing tasks",
     buckets=(0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1, 2, 5), registry=REGISTRY,
