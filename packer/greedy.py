@@ -114,16 +114,23 @@ def decreasing(groups: Sequence[Group], shape: TaskManagerShape) -> list[int]:
     return sorted(range(len(groups)), key=size)
 
 
+def first_fit_in_order(
+    groups: Sequence[Group], shape: TaskManagerShape, order: Sequence[int]
+) -> list[dict[int, int]] | None:
+    """First fit taking groups in `order`; counts keyed by the groups' own indices."""
+    packed = first_fit_groups([groups[i] for i in order], shape)
+    if packed is None:
+        return None
+    return [{order[i]: n for i, n in tm.items()} for tm in packed]
+
+
 def first_fit_decreasing(
     slots: Sequence[TaskSlot], shape: TaskManagerShape
 ) -> list[list[TaskSlot]] | None:
     """FFD of `slots` onto TaskManagers of `shape`; None if a slot fits no empty TaskManager."""
     groups = group_slots(slots)
-    order = decreasing(groups, shape)
-    packed = first_fit_groups([groups[i] for i in order], shape)
-    if packed is None:
-        return None
-    return materialise([{order[i]: n for i, n in tm.items()} for tm in packed], groups)
+    packed = first_fit_in_order(groups, shape, decreasing(groups, shape))
+    return None if packed is None else materialise(packed, groups)
 
 
 def flink_first_fit(

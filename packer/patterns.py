@@ -189,14 +189,16 @@ def solve_patterns(
     for _ in range(MAX_PRICING_ROUNDS):
         if time.perf_counter() > pricing_ends or bound == len(incumbent):
             break
-        value, prices, _ = master.solve()
+        _, prices, _ = master.solve()
         pattern = _greedy_price(prices, demands, capacity, limits)
         if sum(p * a for p, a in zip(prices, pattern, strict=True)) > 1 + _EPS \
                 and master.add(pattern):
             continue
         found, best = _exact_price(prices, demands, capacity, limits,
                                    pricing_ends - time.perf_counter())
-        bound = max(bound, math.ceil(value / max(best, 1.0) - _EPS))
+        # Farley: prices scaled down by the best pattern's worth are dual feasible.
+        dual = sum(p * n for p, n in zip(prices, sizes, strict=True))
+        bound = max(bound, math.ceil(dual / max(best, 1.0) - _EPS))
         if best <= 1 + _EPS:
             break  # no pattern prices above 1: the LP is solved, the bound is final
         if found is None or not master.add(found):
