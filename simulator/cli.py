@@ -112,7 +112,9 @@ def simulate(
 
 @twin_app.command("serve")
 def serve(
-    job: Annotated[list[str], typer.Option(help="NAME=MODEL, e.g. default/q11=q11 (repeatable)")],
+    job: Annotated[list[str] | None, typer.Option(
+        help="NAME=MODEL, e.g. default/q11=q11 (repeatable); more via PUT /control/jobs/..")
+    ] = None,
     port: Annotated[int, typer.Option(help="HTTP port (0: any free port)")] = 8081,
     host: Annotated[str, typer.Option()] = "127.0.0.1",
     time_scale: Annotated[float, typer.Option(help="virtual seconds per wall second")] = 1.0,
@@ -128,7 +130,8 @@ def serve(
 
     server = TwinServer(host, port, seed=seed, time_scale=time_scale,
                         downtime_scale=downtime_scale)
-    for spec in job:
+    jobs = job or []
+    for spec in jobs:
         name, sep, model_name = spec.partition("=")
         if not sep or not name or not model_name:
             typer.echo(f"--job {spec!r}: use NAME=MODEL", err=True)
@@ -144,6 +147,6 @@ def serve(
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     with server:
-        typer.echo(f"twin serving {len(job)} job(s) on {server.url}: /metrics, /<ns>/<name>/jobs/")
+        typer.echo(f"twin serving {len(jobs)} job(s) on {server.url}: /metrics, /<ns>/<name>/jobs/")
         with contextlib.suppress(KeyboardInterrupt):
             stop.wait()
