@@ -185,6 +185,7 @@ class Twin:
         return downtime
 
     def _set(self, configuration: Configuration) -> None:
+        """Validate the whole configuration first: a rejected one changes nothing."""
         for vid, vc in configuration.items():
             if vid not in self._ops:
                 raise KeyError(f"unknown vertex id {vid} for job {self.model.name}")
@@ -193,7 +194,7 @@ class Twin:
                 raise ValueError(
                     f"{op.uid}: parallelism {vc.parallelism} outside 1..{op.max_parallelism}"
                 )
-            self._config[vid] = vc
+        self._config.update(configuration)
         self._costs = {}
         self._share_cache = {}
 

@@ -123,3 +123,15 @@ def test_resources_are_counted_as_in_the_paper():
     assert memory == pytest.approx(8 * (134 + 40))  # paper: 1,379 MB for Justin's Q1
     twin = Twin(model, configuration={map_: VertexConfig(7, 0)})
     assert paper_resources(model, twin.configuration)[1] == pytest.approx(8 * (134 + 40 + 158))
+
+
+def test_an_invalid_configuration_changes_nothing():
+    model = load_model("q3")
+    twin = Twin(model)
+    before = dict(twin.configuration)
+    join, sink = vid(model, "q3-join"), vid(model, "q3-sink")
+    with pytest.raises(ValueError, match=r"outside 1\.\.720"):
+        twin.apply({sink: VertexConfig(1, None), join: VertexConfig(721, 0)})
+    with pytest.raises(KeyError):
+        twin.apply({"0" * 32: VertexConfig(1, 0)})
+    assert dict(twin.configuration) == before and twin.restarts == 0 and twin.running
