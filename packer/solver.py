@@ -18,6 +18,7 @@ import math
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from types import MappingProxyType
 
 from ortools.sat.python import cp_model
 
@@ -498,7 +499,7 @@ def _finish(
     assignment = _assign(groups, solution, today)
     loads = tuple(
         TaskManagerLoad(name, shape.name, tuple(s.key for s in members),
-                        _utilisation(members, shape))
+                        MappingProxyType(_utilisation(members, shape)))
         for name, members in assignment
     )
     moved = 0

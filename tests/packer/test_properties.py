@@ -122,3 +122,15 @@ def test_optimal_means_optimal(slots: list[TaskSlot], shape: TaskManagerShape) -
         return
     assert placement.status is Status.OPTIMAL  # tiny instances are always proven
     assert placement.count == _fewest_task_managers(slots, shape)
+
+
+@settings(max_examples=30, deadline=None)
+@given(jobs(max_vertices=4, max_parallelism=6))
+def test_several_shapes_cost_no_more_than_the_best_single_one(slots: list[TaskSlot]) -> None:
+    placement = pack(slots, SHAPES, time_limit_s=1.0)
+    assert check(placement, slots, SHAPES) == []
+    singles = [(pack(slots, [s], time_limit_s=0.5), s) for s in SHAPES]
+    proven = [p.count * s.price for p, s in singles if p.status is Status.OPTIMAL]
+    if placement.status is not Status.INFEASIBLE and len(proven) == len(SHAPES):
+        chosen = next(s for s in SHAPES if s.name == placement.shape)
+        assert placement.count * chosen.price <= min(proven) + 1e-9
