@@ -68,13 +68,18 @@ def clip(graph: JobGraph, proposed: Configuration, params: ScalingParams) -> Cli
         low, _ = params.cpu.bounds_for(v.id, v.operator_uids)
         floors[v.id] = min(config[v.id].parallelism, max(current[v.id].parallelism, low))
     wanted = {vid: c.parallelism for vid, c in config.items()}
-    while not within_limits(totals(config, params), limits):
+    left = totals(config, params)
+    fp = params.footprint
+    while not within_limits(left, limits):
         candidates = [v.id for v in graph.vertices if config[v.id].parallelism > floors[v.id]]
         if not candidates:
             break
         vid = max(candidates, key=lambda i: config[i].parallelism - current[i].parallelism)
         c = config[vid]
         config[vid] = VertexConfig(c.parallelism - 1, c.memory_level)
+        task_mib = fp.heap_mib + fp.network_mib + params.memory.managed_mib(c.memory_level)
+        left = Totals(cpu_cores=left.cpu_cores - fp.cpu_cores,
+                      memory_mib=left.memory_mib - task_mib)
     for vid, p in wanted.items():
         if config[vid].parallelism != p:
             before = current[vid].parallelism
