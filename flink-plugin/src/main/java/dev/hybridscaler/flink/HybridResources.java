@@ -215,58 +215,69 @@ public final class HybridResources {
 
     /** Groups the job's transformations into predicted chains and sets their slot-sharing groups. */
     static Applied assign(List<Transformation<?>> sinks, Map<String, OperatorResources> wanted) {
-        Map<Integer, Transformation<?>> byId = physicalTransformations(sinks);
-        // Chain head id per transformation id; ids grow in creation order, so inputs come first.
-        Map<Integer, Integer> headOf = new HashMap<>();
-        Map<Integer, List<Transformation<?>>> chains = new LinkedHashMap<>();
-        for (Transformation<?> t : byId.values()) {
+        Set<String> unmatched = new LinkedHashSet<>(wanted.keySet());
+        // Ids grow in creation order, so every input is placed before its consumers.
+        Map<Integer, Chain> chainOf = new HashMap<>();
+        List<Chain> chains = new ArrayList<>();
+        for (Transformation<?> t : physicalTransformations(sinks).values()) {
             List<Input> inputs = new ArrayList<>();
             for (Transformation<?> in : t.getInputs()) {
                 collectInputs(in, true, inputs);
             }
-            boolean joins = !isStateful(t) && inputs.size() == 1 && inputs.get(0).direct();
-            int head = joins ? headOf.get(inputs.get(0).physical().getId()) : t.getId();
-            headOf.put(t.getId(), head);
-            chains.computeIfAbsent(head, h -> new ArrayList<>()).add(t);
-        }
-
-        Set<String> unmatched = new LinkedHashSet<>(wanted.keySet());
-        List<Group> groups = new ArrayList<>();
-        for (List<Transformation<?>> chain : chains.values()) {
-            String owner = null;
-            for (Transformation<?> t : chain) {
-                String uid = t.getUid();
-                if (uid == null || !wanted.containsKey(uid)) {
-                    continue;
-                }
-                unmatched.remove(uid);
-                if (owner == null) {
-                    owner = uid;
-                } else if (!wanted.get(uid).equals(wanted.get(owner))) {
-                    throw invalid(uid, "operators \"" + owner + "\" and \"" + uid + "\" are chained"
-                            + " into one task, so their entries must be equal");
+            OperatorResources own = t.getUid() == null ? null : wanted.get(t.getUid());
+            if (own != null) {
+                unmatched.remove(t.getUid());
+            }
+            Chain chain = null;
+            if (!isStateful(t) && inputs.size() == 1 && inputs.get(0).direct()) {
+                chain = chainOf.get(inputs.get(0).physical().getId());
+                if (own != null && chain.resources != null && !own.equals(chain.resources)) {
+                    // The controller writes one value per JobVertex: different values mean Flink
+                    // did not chain these two (e.g. different parallelism), so neither do we.
+                    chain = null;
                 }
             }
-            if (owner == null) {
+            if (chain == null) {
+                chain = new Chain();
+                chains.add(chain);
+            }
+            if (own != null && chain.resources == null) {
+                chain.owner = t.getUid();
+                chain.resources = own;
+            }
+            chain.members.add(t);
+            chainOf.put(t.getId(), chain);
+        }
+
+        List<Group> groups = new ArrayList<>();
+        for (Chain chain : chains) {
+            if (chain.resources == null) {
                 // Pin the group: Flink would otherwise inherit a named input's group.
-                chain.stream().filter(t -> t.getSlotSharingGroup().isEmpty())
+                chain.members.stream().filter(t -> t.getSlotSharingGroup().isEmpty())
                         .forEach(t -> t.setSlotSharingGroup(DEFAULT_GROUP));
                 continue;
             }
-            OperatorResources resources = wanted.get(owner);
-            SlotSharingGroup group = resources.toSlotSharingGroup(GROUP_PREFIX + owner);
+            SlotSharingGroup group = chain.resources.toSlotSharingGroup(GROUP_PREFIX + chain.owner);
             List<String> names = new ArrayList<>();
-            for (Transformation<?> t : chain) {
+            for (Transformation<?> t : chain.members) {
                 t.setSlotSharingGroup(group);
                 names.add(t.getName());
             }
-            if (resources.managedMemoryMb() == 0 && chain.stream().anyMatch(HybridResources::isStateful)) {
+            if (chain.resources.managedMemoryMb() == 0
+                    && chain.members.stream().anyMatch(HybridResources::isStateful)) {
                 LOG.warn("{}: uid {} has keyed state but managedMemoryMb 0",
-                        OPERATOR_RESOURCES.key(), owner);
+                        OPERATOR_RESOURCES.key(), chain.owner);
             }
-            groups.add(new Group(group.getName(), resources, names));
+            groups.add(new Group(group.getName(), chain.resources, names));
         }
         return new Applied(List.copyOf(groups), Set.copyOf(unmatched));
+    }
+
+    /** A predicted operator chain and the entry that names it, if any. */
+    private static final class Chain {
+        final List<Transformation<?>> members = new ArrayList<>();
+        String owner;
+        OperatorResources resources;
     }
 
     private record Input(Transformation<?> physical, boolean direct) {}

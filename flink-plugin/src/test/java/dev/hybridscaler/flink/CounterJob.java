@@ -1,10 +1,10 @@
 package dev.hybridscaler.flink;
 
 import org.apache.flink.api.common.functions.MapFunction;
+import org.apache.flink.api.common.functions.OpenContext;
 import org.apache.flink.api.common.state.ValueState;
 import org.apache.flink.api.common.state.ValueStateDescriptor;
 import org.apache.flink.api.common.typeinfo.Types;
-import org.apache.flink.configuration.Configuration;
 import org.apache.flink.streaming.api.environment.StreamExecutionEnvironment;
 import org.apache.flink.streaming.api.functions.KeyedProcessFunction;
 import org.apache.flink.streaming.api.functions.sink.v2.DiscardingSink;
@@ -61,7 +61,7 @@ final class CounterJob {
         private transient ValueState<Long> count;
 
         @Override
-        public void open(Configuration parameters) {
+        public void open(OpenContext context) {
             count = getRuntimeContext().getState(new ValueStateDescriptor<>(STATE, Types.LONG));
         }
 

@@ -20,6 +20,7 @@ import java.net.http.HttpResponse;
 import java.time.Duration;
 import java.util.ArrayList;
 import java.util.List;
+import java.util.Map;
 import java.util.function.BooleanSupplier;
 
 /**
@@ -34,6 +35,11 @@ final class FlinkCluster implements AutoCloseable {
     private final URI metrics;
 
     FlinkCluster(int managedMemoryMb, int slots) throws Exception {
+        this(managedMemoryMb, slots, Map.of());
+    }
+
+    /** {@code extra}: more Flink settings on top of {@link Metrics#CONFIG}. */
+    FlinkCluster(int managedMemoryMb, int slots, Map<String, String> extra) throws Exception {
         int promPort = freePort();
         Configuration conf = new Configuration();
         conf.set(TaskManagerOptions.MANAGED_MEMORY_SIZE, MemorySize.ofMebiBytes(managedMemoryMb));
@@ -43,6 +49,7 @@ final class FlinkCluster implements AutoCloseable {
             conf.setString(kv[0], kv[1]);
         }
         conf.setString("metrics.reporter.prom.port", Integer.toString(promPort));
+        extra.forEach(conf::setString);
         cluster = new MiniCluster(new MiniClusterConfiguration.Builder()
                 .setConfiguration(conf)
                 .setNumTaskManagers(1)
