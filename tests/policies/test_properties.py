@@ -9,7 +9,7 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from policies import PolicyState, ScalingParams, ds2, evaluate, totals
-from policies.decision import Action
+from policies.decision import Action, HistoryRecord, VertexHistory
 from policies.explain import action
 from policies.model import Edge, JobGraph, Observation, ShipStrategy, Vertex, VertexMetrics
 from policies.params import within_limits
@@ -104,7 +104,19 @@ def scenarios(draw: st.DrawFn, with_limits: bool = True) -> Scenario:
         footprint=TaskFootprint(cpu_cores=draw(st.sampled_from([0.25, 1.0, 2.0])), heap_mib=100),
     )
     since = {v.id: NOW - draw(st.floats(0, 600)) for v in vertices if draw(st.booleans())}
-    return Scenario(graph, observation, params, PolicyState(scale_down_wanted_since=since))
+    history: tuple[HistoryRecord, ...] = ()
+    if draw(st.booleans()):  # a previous step, so Justin's "did it help?" branches run too
+        history = (HistoryRecord(time=NOW - 300, step=1, vertices=tuple(
+            VertexHistory(
+                vertex_id=v.id, parallelism=v.parallelism, memory_level=v.memory_level,
+                scaled_up=v.memory_level is not None and v.memory_level > 0 and draw(st.booleans()),
+                cache_hit_rate=draw(st.none() | st.floats(0, 1)),
+                state_latency_ns=draw(st.none() | st.floats(1e3, 1e8)),
+            )
+            for v in vertices
+        )),)
+    state = PolicyState(step=len(history), history=history, scale_down_wanted_since=since)
+    return Scenario(graph, observation, params, state)
 
 
 def run(s: Scenario) -> tuple[dict[str, tuple[int, int | None]], bool]:
