@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from policies.model import VertexConfig
 from simulator.model import JobModel, load_model
@@ -135,3 +137,35 @@ def test_an_invalid_configuration_changes_nothing():
     with pytest.raises(KeyError):
         twin.apply({"0" * 32: VertexConfig(1, 0)})
     assert dict(twin.configuration) == before and twin.restarts == 0 and twin.running
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    job=st.sampled_from(["q1", "q3", "q8", "q11", "update"]),
+    parallelism=st.integers(1, 40), level=st.sampled_from([None, 0, 1, 2]),
+    skew=st.floats(0, 2), seconds=st.integers(1, 30),
+)
+def test_every_subtask_second_is_busy_backpressured_or_idle(job, parallelism, level, skew,
+                                                            seconds):
+    model = load_model(job)
+    op = next(o for o in model.operators if not o.is_source and not o.fixed_parallelism)
+    model = model.model_copy(update={"operators": tuple(
+        o.model_copy(update={"subtask_skew": skew}) if o.uid == op.uid else o
+        for o in model.operators)})
+    twin = Twin(model, seed=seconds,
+                configuration={op.vertex_id: VertexConfig(parallelism, level)})
+    twin.advance(seconds)
+    tick = twin.last_tick()
+    assert tick is not None and tick.running
+    for sample in tick.vertices.values():
+        for s in sample.subtasks:
+            assert 0 <= s.busy <= 1000 and s.backpressured >= 0 and s.idle >= -1e-9
+            assert s.busy + s.backpressured + s.idle == pytest.approx(1000)
+    # Without a restart there is no lag to catch up on: sources produce at most the target,
+    # and whatever they did not produce is lag.
+    assert tick.source_rate <= model.load.rate * (1 + 1e-9)
+    assert twin.lag() == pytest.approx((model.load.rate - tick.source_rate) * seconds, abs=1e-3)
+    for vid, metrics in twin.observe(seconds).vertices.items():
+        assert 0 <= metrics.busyness <= 1
+        assert metrics.busy_ms_per_s_max >= metrics.busy_ms_per_s - 1e-9
+        assert metrics.has_state_backend_metrics == (model.by_vertex()[vid].state is not None)
