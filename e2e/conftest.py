@@ -100,15 +100,16 @@ class Cluster:
         return obj
 
     def wait_flink(self, namespace: str, name: str, *, lifecycle: str = "STABLE",
-                   job_state: str = "RUNNING", min_generation: int = 1,
+                   job_state: str | None = "RUNNING", min_generation: int = 1,
                    timeout_s: float = 90) -> dict[str, Any]:
-        """Wait until the stand-in reports `lifecycle`/`job_state` for >= min_generation."""
+        """Wait until the stand-in reports `lifecycle`/`job_state` (None: any) for a
+        generation >= `min_generation`; returns the object."""
 
         def reached() -> dict[str, Any] | None:
             obj = self.flink(namespace, name)
             status = obj.get("status") or {}
             done = (status.get("lifecycleState") == lifecycle
-                    and (status.get("jobStatus") or {}).get("state") == job_state
+                    and job_state in (None, (status.get("jobStatus") or {}).get("state"))
                     and int(status.get("observedGeneration") or 0) >= min_generation)
             return obj if done else None
 

@@ -63,7 +63,6 @@ class Tracked:
     """What the stand-in knows of one FlinkDeployment it handles."""
 
     spec_json: str  # the spec last reconciled, canonical JSON
-    generation: int
     attempt: int
     running_reported: bool  # STABLE/RUNNING already written for this attempt
     pods_ok: bool
@@ -150,11 +149,9 @@ class StandIn:
         suspended = (spec.get("job") or {}).get("state") == "suspended"
         if tracked is None or tracked.spec_json != spec_json:
             tracked = self._apply_spec(key, obj, tracked, suspended, spec_json, generation)
-            if tracked is None:
-                return
             self._tracked[key] = tracked
-        if tracked.suspended:
-            return
+        if tracked.suspended or key not in self.twin.jobs():
+            return  # suspended, or a spec that never ran
         if not tracked.pods_ok:
             tracked.pods_ok = self._ensure_pods(obj, tracked)
         status = self.twin.status(*key)
@@ -163,7 +160,7 @@ class StandIn:
             tracked.running_reported = True
 
     def _apply_spec(self, key: tuple[str, str], obj: dict[str, Any], tracked: Tracked | None,
-                    suspended: bool, spec_json: str, generation: int) -> Tracked | None:
+                    suspended: bool, spec_json: str, generation: int) -> Tracked:
         spec = obj["spec"]
         hosted = key in self.twin.jobs()
         conf = {str(k): str(v) for k, v in (spec.get("flinkConfiguration") or {}).items()}
@@ -181,8 +178,8 @@ class StandIn:
                 "error": None,
             })
             log.info("%s/%s suspended", *key)
-            return Tracked(spec_json, generation, tracked.attempt if tracked else 0,
-                           False, True, suspended=True)
+            return Tracked(spec_json, tracked.attempt if tracked else 0, False, True,
+                           suspended=True)
         try:
             if hosted:
                 status = self.twin.reconfigure(*key, conf, task_manager)
@@ -199,7 +196,7 @@ class StandIn:
             if tracked is not None:
                 tracked.spec_json = spec_json
                 return tracked
-            return Tracked(spec_json, generation, 0, True, True)
+            return Tracked(spec_json, 0, True, True)
         attempt = (tracked.attempt if tracked else 0) + 1
         first = not hosted
         lifecycle = "DEPLOYED" if first else "UPGRADING"
@@ -219,7 +216,7 @@ class StandIn:
         log.info("%s/%s generation %d: %s (attempt %d)", *key, generation,
                  "deploying" if first else "restarting", attempt)
         self._delete_pods(obj)
-        return Tracked(spec_json, generation, attempt, False, False)
+        return Tracked(spec_json, attempt, False, False)
 
     def _report_running(self, obj: dict[str, Any], tracked: Tracked,
                         status: Mapping[str, Any]) -> None:

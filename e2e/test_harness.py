@@ -278,6 +278,15 @@ def test_a_spec_flink_cannot_run_is_reported_and_the_last_good_job_keeps_running
     assert fixed["status"]["jobStatus"]["jobId"] != job_id
 
 
+def test_a_new_deployment_naming_an_unknown_job_model_fails_with_the_reason(
+    cluster: Cluster, namespace: str, flink_deployment: FlinkDeploymentFactory
+) -> None:
+    flink_deployment("typo", model="q99", wait=False)
+    failed = cluster.wait_flink(namespace, "typo", lifecycle="FAILED", job_state=None)
+    assert "q99" in failed["status"]["error"]
+    assert cluster.pods(namespace, "app=typo") == []
+
+
 def test_suspending_stops_the_job_and_its_pods_and_resuming_starts_them_again(
     cluster: Cluster, namespace: str, flink_deployment: FlinkDeploymentFactory
 ) -> None:
