@@ -34,7 +34,6 @@ from e2e.demo import ControllerProcess, flink_deployment, free_port, policy
 from tests.controller.promproc import PrometheusProcess
 
 MODELS = ("q11", "q5", "q3", "read")
-NAMESPACE = "bench-controller"
 
 
 def proc_cpu_seconds(pid: int) -> float:
@@ -82,12 +81,14 @@ def run(policies: int, interval: float, seconds: float, warmup: float) -> dict[s
     info, started = stack.up(echo=lambda line: print(line, file=sys.stderr, flush=True))
     work = Path(tempfile.mkdtemp(prefix="bench-controller-"))
     names = [f"p{i:03d}" for i in range(policies)]
+    # A fresh namespace: the last run's may still be terminating.
+    namespace = f"bench-controller-{os.getpid()}"
     twin_port = free_port()
     twin_log = (work / "twin.log").open("w")
     twin = subprocess.Popen(
         [str(Path(sys.executable).parent / "hybrid-scaler"), "twin", "serve", "--port",
          str(twin_port), *(a for i, n in enumerate(names)
-                           for a in ("--job", f"{NAMESPACE}/{n}={MODELS[i % len(MODELS)]}"))],
+                           for a in ("--job", f"{namespace}/{n}={MODELS[i % len(MODELS)]}"))],
         stdout=twin_log, stderr=subprocess.STDOUT)
     twin_url = f"http://127.0.0.1:{twin_port}"
     prometheus: PrometheusProcess | None = None
@@ -102,20 +103,23 @@ def run(policies: int, interval: float, seconds: float, warmup: float) -> dict[s
                 time.sleep(0.3)
         prometheus = PrometheusProcess(work, [{"job_name": "twins", "static_configs": [
             {"targets": [f"127.0.0.1:{twin_port}"]}]}], interval_s=5)
-        subprocess.run([*kubectl, "create", "namespace", NAMESPACE], capture_output=True)
+        subprocess.run([*kubectl, "create", "namespace", namespace], check=True,
+                       capture_output=True)
         docs: list[dict[str, Any]] = []
         for n in names:
-            deployment = flink_deployment(NAMESPACE, n)
+            deployment = flink_deployment(namespace, n)
             # Not a twin model the stand-in runs: this benchmark's twins are served above.
             del deployment["spec"]["flinkConfiguration"]["hybridscaler.twin.job-model"]
-            docs += [deployment, policy(NAMESPACE, n, n, mode="Recommend", metrics={
+            docs += [deployment, policy(namespace, n, n, mode="Recommend", metrics={
                 "prometheusUrl": prometheus.url, "window": f"{interval:g}s",
                 "resolution": f"{interval:g}s", "stabilization": "0s"})]
-        subprocess.run([*kubectl, "apply", "--server-side", "-f", "-"], check=True,
-                       input=yaml.safe_dump_all(docs), capture_output=True, text=True)
+        applied = subprocess.run([*kubectl, "apply", "--server-side", "-f", "-"],
+                                 input=yaml.safe_dump_all(docs), capture_output=True, text=True)
+        if applied.returncode != 0:
+            raise RuntimeError(f"kubectl apply failed: {applied.stderr[-2000:]}")
         controller = ControllerProcess(info.controller_kubeconfig, prometheus.url,
                                        twin_url + "/{namespace}/{name}", work / "controller.log",
-                                       namespaces=(NAMESPACE,)).start()
+                                       namespaces=(namespace,)).start()
         assert controller.process is not None
         pid = controller.process.pid
         time.sleep(warmup)
@@ -143,7 +147,7 @@ def run(policies: int, interval: float, seconds: float, warmup: float) -> dict[s
     finally:
         if controller is not None:
             controller.stop()
-        subprocess.run([*kubectl, "delete", "namespace", NAMESPACE, "--wait=false"],
+        subprocess.run([*kubectl, "delete", "namespace", namespace, "--wait=false"],
                        capture_output=True)
         if prometheus is not None:
             prometheus.stop()

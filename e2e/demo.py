@@ -24,6 +24,8 @@ import requests
 import typer
 import yaml
 
+from policies.spec import MemoryScaling
+
 REPO = Path(__file__).resolve().parent.parent
 HYBRID_SCALER = Path(sys.executable).parent / "hybrid-scaler"
 
@@ -191,7 +193,7 @@ def run_demo(seconds: float, plot_path: Path, keep: bool) -> None:
             samples.append(Sample(
                 time.monotonic() - t0, float(twin["sourceRate"]), float(twin["targetRate"]),
                 {u: c["parallelism"] for u, c in twin["configuration"].items()},
-                {u: 0.0 if c["memoryLevel"] is None else 158.0 * 2 ** c["memoryLevel"]
+                {u: MemoryScaling().managed_mib(c["memoryLevel"])
                  for u, c in twin["configuration"].items()},
                 step,
             ))

@@ -1,0 +1,97 @@
+"""The owned FlinkDeployment fields: rendering, parsing back, comparing, refusing."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from controller.realize import (
+    OVERRIDES_KEY,
+    RESOURCES_KEY,
+    apply_body,
+    current_fields,
+    desired_fields,
+    memory_levels,
+    parse_memory_mib,
+    parse_overrides,
+    refusal,
+    render_overrides,
+)
+from policies.model import JobGraph, Vertex, VertexConfig
+
+A, B = "a" * 32, "b" * 32
+GRAPH = JobGraph((Vertex(A, "src", 128, 2, 0, ("src",)),
+                  Vertex(B, "agg", 128, 2, 0, ("agg", "agg-sink"))))
+
+
+def desired(p_b: int = 4, level_b: int | None = 1, per_operator: bool = True) -> Any:
+    config = {A: VertexConfig(2, None), B: VertexConfig(p_b, level_b)}
+    return desired_fields(GRAPH, config, cpu_per_task=1.0, heap_per_task_mib=134.4,
+                          base_managed_mib=158, tm_cpu=4.0, tm_memory_mib=2048, replicas=3,
+                          per_operator=per_operator)
+
+
+def test_overrides_round_trip_in_a_stable_order() -> None:
+    text = render_overrides({B: 4, A: 2})
+    assert text == f"{A}:2,{B}:4"
+    assert parse_overrides(text) == {A: 2, B: 4}
+    assert parse_overrides(None) == {} and parse_overrides("junk,x:y") == {}
+
+
+@pytest.mark.parametrize(("text", "mib"), [
+    ("2048m", 2048), ("2g", 2048), ("2Gi", 2048), ("1536Mi", 1536), (str(2 * 1024**3), 2048),
+    (None, None), ("lots", None),
+])
+def test_memory_sizes(text: str | None, mib: int | None) -> None:
+    assert parse_memory_mib(text) == mib
+
+
+def test_the_apply_document_holds_only_owned_fields() -> None:
+    body = apply_body("q11", "ns", desired())
+    assert body["metadata"] == {"name": "q11", "namespace": "ns"}
+    assert set(body["spec"]) == {"flinkConfiguration", "taskManager"}
+    assert set(body["spec"]["flinkConfiguration"]) == {OVERRIDES_KEY, RESOURCES_KEY}
+    assert body["spec"]["taskManager"] == {"resource": {"cpu": 4.0, "memory": "2048m"},
+                                           "replicas": 3}
+    resources = json.loads(body["spec"]["flinkConfiguration"][RESOURCES_KEY])
+    # Chained operators share a slot-sharing group, so their entries are equal.
+    assert resources["agg"] == resources["agg-sink"] == {
+        "cpuCores": 1.0, "taskHeapMb": 134, "managedMemoryMb": 316}
+    assert resources["src"]["managedMemoryMb"] == 0
+    adaptive = apply_body("q11", "ns", desired(per_operator=False))
+    assert RESOURCES_KEY not in adaptive["spec"]["flinkConfiguration"]
+
+
+def test_applied_fields_read_back_equal_so_a_second_apply_is_skipped() -> None:
+    want = desired()
+    deployment = apply_body("q11", "ns", want)
+    assert want.differences(current_fields(deployment)) == []
+    assert desired(p_b=6).differences(current_fields(deployment)) == [OVERRIDES_KEY]
+    assert desired(level_b=2).differences(current_fields(deployment)) == [RESOURCES_KEY]
+    assert set(want.differences(current_fields({}))) == {
+        OVERRIDES_KEY, RESOURCES_KEY, "taskManager.resource.cpu",
+        "taskManager.resource.memory", "taskManager.replicas"}
+
+
+def test_memory_levels_come_from_the_deployment() -> None:
+    deployment = apply_body("q11", "ns", desired(level_b=2))
+    assert memory_levels(deployment, GRAPH, 158) == {A: None, B: 2}
+    assert memory_levels({}, GRAPH, 158) == {A: 0, B: 0}  # never set: Flink's default slot
+
+
+def deployment(upgrade: str | None, state: str = "RUNNING", lifecycle: str = "STABLE"
+               ) -> dict[str, Any]:
+    job = {} if upgrade is None else {"upgradeMode": upgrade}
+    return {"spec": {"job": job},
+            "status": {"jobStatus": {"state": state}, "lifecycleState": lifecycle}}
+
+
+def test_refusals() -> None:
+    assert refusal(deployment("savepoint")) is None
+    assert refusal(deployment("last-state")) is None
+    assert "stateless" in (refusal(deployment("stateless")) or "")
+    assert "stateless" in (refusal(deployment(None)) or "")  # the CRD's default
+    assert "RESTARTING" in (refusal(deployment("savepoint", "RESTARTING", "UPGRADING")) or "")
+
