@@ -172,8 +172,9 @@ def e2e_stack(request: pytest.FixtureRequest) -> Iterator[StackInfo]:
         return
     # A stack of this session's own, in its own directory unless one was named, so
     # concurrent sessions on one machine do not share (and tear down) each other's.
+    stack.reap_orphans()
     explicit = "HYBRID_SCALER_E2E_DIR" in os.environ
-    run_dir = shared if explicit else shared.with_name(f"{shared.name}-pytest-{os.getpid()}")
+    run_dir = shared if explicit else stack.pytest_run_dir(os.getpid())
     try:
         info, started = stack.up(run_dir, echo=lambda line: print(line, flush=True))
     except stack.PrerequisiteMissing as error:

@@ -373,6 +373,24 @@ def down(run_dir: Path | None = None) -> None:
     shutil.rmtree(run_dir, ignore_errors=True)
 
 
+def pytest_run_dir(pid: int) -> Path:
+    """Where a pytest session (process `pid`) keeps a stack of its own."""
+    shared = default_run_dir()
+    return shared.with_name(f"{shared.name}-pytest-{pid}")
+
+
+def reap_orphans() -> list[Path]:
+    """Take down stacks of pytest sessions that died without tearing them down."""
+    prefix = pytest_run_dir(0).name[:-1]
+    reaped = []
+    for run_dir in default_run_dir().parent.glob(prefix + "*"):
+        pid = run_dir.name[len(prefix):]
+        if pid.isdigit() and not Path(f"/proc/{pid}").exists():
+            down(run_dir)
+            reaped.append(run_dir)
+    return reaped
+
+
 def up(run_dir: Path | None = None, echo: Callable[[str], None] = print) -> tuple[StackInfo, bool]:
     """Bring the stack up; returns (info, started). A healthy running stack is reused."""
     run_dir = (run_dir or default_run_dir()).resolve()
@@ -637,9 +655,12 @@ def up_command() -> None:
 
 @app.command("down")
 def down_command() -> None:
-    """Stop every process of the stack and remove its run directory (logs are kept)."""
+    """Stop every process of the stack and remove its run directory (logs are kept);
+    also take down stacks left by pytest sessions that were killed."""
     down()
     typer.echo(f"e2e stack down; logs kept in {log_dir_for(default_run_dir())}")
+    for run_dir in reap_orphans():
+        typer.echo(f"also took down {run_dir}, left by a pytest session that is gone")
 
 
 @app.command("status")

@@ -342,3 +342,31 @@ def test_a_scrape_target_added_by_a_test_is_scraped(
     finally:
         server.shutdown()
         thread.join(timeout=5)
+
+
+def test_down_also_reaps_stacks_of_killed_pytest_sessions(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("HYBRID_SCALER_E2E_DIR", str(tmp_path / "stack"))
+    dead = stack.pytest_run_dir(2**22 + 1)  # above Linux's pid_max: never a live process
+    alive = stack.pytest_run_dir(os.getpid())
+    procs = {}
+    for run_dir in (dead, alive):
+        run_dir.mkdir()
+        procs[run_dir] = subprocess.Popen(
+            [sys.executable, "-c", "import time; time.sleep(120)", str(run_dir)],
+            start_new_session=True)
+        state = {"run_dir": str(run_dir), "log_dir": str(run_dir) + "-logs",
+                 "pids": {"sleeper": procs[run_dir].pid}}
+        (run_dir / "state.json").write_text(json.dumps(
+            {field: state.get(field, "") for field in StackInfo.__dataclass_fields__}
+            | {"controller_rbac": False, "downtime_scale": 0.1, "started_at": 0.0}))
+    try:
+        assert stack.reap_orphans() == [dead]
+        assert procs[dead].wait(timeout=15) != 0  # killed
+        assert not dead.exists()
+        assert procs[alive].poll() is None and alive.exists()
+    finally:
+        for proc in procs.values():
+            proc.kill()
+            proc.wait()
