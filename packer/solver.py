@@ -24,6 +24,7 @@ from ortools.sat.python import cp_model
 
 from packer.check import check
 from packer.greedy import (
+    Demand,
     Group,
     bin_capacity,
     decreasing,
@@ -265,7 +266,7 @@ def _solve(
     bins = max(len(best), len(names))
     model: _BinModel | None = None
     if len(groups) * bins <= BIN_MODEL_CELLS:
-        model = _BinModel(groups, shape, bins, len(names), bound)
+        model = _BinModel.of(groups, shape, bins, len(names), bound)
         model.hint(_arrange(greedy(Status.FEASIBLE), names, bins, model.anchor))
         found = model.minimise_count(stage_one)
         if found is None:
@@ -287,11 +288,17 @@ def _solve(
     elif incremental is not None and len(incremental.counts) <= used:
         solution = replace(incremental, bound=solution.bound)
     used = sum(1 for tm in solution.counts if tm)
+    if incremental is not None and today is not None and len(incremental.counts) > used:
+        nearby = _repair_nearby(groups, shape, incremental, used, names, before,
+                                time.perf_counter() + 0.5 * (deadline - time.perf_counter()))
+        if nearby is not None and _moves(groups, nearby, today, shape.name) < \
+                _moves(groups, solution, today, shape.name):
+            solution = replace(nearby, bound=solution.bound)
     solution.status = Status.OPTIMAL if used == solution.bound else Status.FEASIBLE
 
     if names and time.perf_counter() < deadline and len(groups) * bins <= MAX_MODEL_CELLS:
         if model is None:
-            model = _BinModel(groups, shape, bins, len(names), solution.bound)
+            model = _BinModel.of(groups, shape, bins, len(names), solution.bound)
         model.hint(_arrange(solution, names, bins, model.anchor))
         kept = model.maximise_kept(used, before, deadline)
         if kept is not None:
@@ -334,42 +341,92 @@ def _incremental(
                      [labels[b] for b in keep])
 
 
+def _repair_nearby(
+    groups: Sequence[Group],
+    shape: TaskManagerShape,
+    repaired: _Solution,
+    target: int,
+    names: list[str],
+    before: Sequence[dict[int, int]],
+    deadline: float,
+) -> _Solution | None:
+    """Today's repaired placement brought down to `target` TaskManagers by re-packing
+    only a neighbourhood (the TaskManagers the repair added and today's emptiest) with
+    fewest moves; the rest stay exactly as they are. None if that neighbourhood fails."""
+    capacity = bin_capacity(shape)
+    demands = [group_demand(g, shape) for g in groups]
+    save = len(repaired.counts) - target
+    labels = repaired.names
+
+    def fullness(b: int) -> float:
+        return max(sum(demands[g][k] * n for g, n in repaired.counts[b].items()) / cap
+                   for k, cap in enumerate(capacity) if cap)
+
+    added = [b for b, name in enumerate(labels) if name is None]
+    older = sorted((b for b, name in enumerate(labels) if name is not None),
+                   key=lambda b: (fullness(b), b))
+    room = max(BIN_MODEL_CELLS // len(groups), len(added) + save + 1)
+    hood = older[: max(room - len(added), 0)] + added
+    if len(hood) <= save:
+        return None
+    sizes = [sum(repaired.counts[b].get(g, 0) for b in hood) for g in range(len(groups))]
+    present = [g for g in range(len(groups)) if sizes[g]]
+    index = {g: i for i, g in enumerate(present)}
+    staying = len(hood) - len(added)
+    model = _BinModel([demands[g] for g in present], [sizes[g] for g in present], capacity,
+                      len(hood), staying, 0)
+    old = [{index[g]: n for g, n in before[names.index(labels[b] or "")].items() if g in index}
+           for b in hood[:staying]]
+    counts = model.maximise_kept(len(hood) - save, old, deadline)
+    if counts is None:
+        return None
+    inside = set(hood)
+    merged = [(tm, labels[b]) for b, tm in enumerate(repaired.counts) if b not in inside]
+    merged += [({present[j]: n for j, n in tm.items()}, labels[hood[i]] if i < staying else None)
+               for i, tm in enumerate(counts) if tm]
+    return _Solution([tm for tm, _ in merged], Status.FEASIBLE, 0, [n for _, n in merged])
+
+
 class _BinModel:
     """Tasks per (group, TaskManager); TaskManagers 0..len(today)-1 are today's."""
 
-    def __init__(self, groups: Sequence[Group], shape: TaskManagerShape, bins: int,
-                 today: int, bound: int) -> None:
-        capacity = bin_capacity(shape)
-        demands = [group_demand(g, shape) for g in groups]
+    def __init__(self, demands: Sequence[Demand], sizes: Sequence[int], capacity: Demand,
+                 bins: int, today: int, bound: int) -> None:
+        groups = range(len(sizes))
         self.bins = bins
         self.model = cp_model.CpModel()
         model = self.model
         self.used = [model.new_bool_var(f"used[{b}]") for b in range(bins)]
         self.x = [
-            [model.new_int_var(0, how_many_fit(capacity, demands[g], groups[g].size),
-                               f"x[{g},{b}]") for b in range(bins)]
-            for g in range(len(groups))
+            [model.new_int_var(0, how_many_fit(capacity, demands[g], sizes[g]), f"x[{g},{b}]")
+             for b in range(bins)]
+            for g in groups
         ]
-        for g, group in enumerate(groups):
-            model.add(sum(self.x[g]) == group.size)
+        for g in groups:
+            model.add(sum(self.x[g]) == sizes[g])
         for b in range(bins):
             for k, cap in enumerate(capacity):
-                terms = [(demands[g][k], self.x[g][b]) for g in range(len(groups))
-                         if demands[g][k]]
+                terms = [(demands[g][k], self.x[g][b]) for g in groups if demands[g][k]]
                 if terms:
                     model.add(sum(d * v for d, v in terms) <= cap * self.used[b])
-            for g in range(len(groups)):
+            for g in groups:
                 if not any(demands[g]):  # nothing else keeps a weightless task off unused TMs
-                    model.add(self.x[g][b] <= groups[g].size * self.used[b])
+                    model.add(self.x[g][b] <= sizes[g] * self.used[b])
         # TaskManagers beyond today's are interchangeable: used ones first, ordered by
         # the count of the largest group (any packing can be permuted into this order).
-        self.anchor = max(range(len(groups)), key=lambda g: (groups[g].size, -g))
+        self.anchor = max(groups, key=lambda g: (sizes[g], -g))
         for b in range(today, bins - 1):
             model.add(self.used[b] >= self.used[b + 1])
             model.add(self.x[self.anchor][b] >= self.x[self.anchor][b + 1])
         self.count = sum(self.used)
         model.add(self.count >= bound)
-        self.cells = len(groups) * bins
+        self.cells = len(sizes) * bins
+
+    @classmethod
+    def of(cls, groups: Sequence[Group], shape: TaskManagerShape, bins: int, today: int,
+           bound: int) -> _BinModel:
+        return cls([group_demand(g, shape) for g in groups], [g.size for g in groups],
+                   bin_capacity(shape), bins, today, bound)
 
     def hint(self, counts: Sequence[dict[int, int]]) -> None:
         self.model.clear_hints()  # type: ignore[no-untyped-call]
