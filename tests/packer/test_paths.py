@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 import packer.solver as solver
-from packer import Status, TaskManagerShape, TaskSlot, check, lower_bound, pack
+from packer import CurrentPlacement, Status, TaskManagerShape, TaskSlot, check, lower_bound, pack
 from packer.greedy import bin_capacity, group_demand, group_slots
 from packer.patterns import solve_patterns
 from tests.packer.conftest import MEDIUM, vertex
@@ -63,3 +63,34 @@ def test_pattern_bound_beats_volume_on_a_classic_instance() -> None:
     result = solve_patterns(demands, [3, 3], bin_capacity(one_core), [worst], 4, 1e18)
     assert result.bound == 5
     assert len(result.counts) == 5 and result.proven
+
+
+def test_scale_in_repacks_a_neighbourhood_when_the_full_model_is_too_big(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Today: 3 TaskManagers of 4 cores, each with two 1-core x tasks and one 2-core y task.
+    # x scales in to 2 tasks (both on tm-a): 1 + 1 + 2·3 = 8 cores fit 2 TaskManagers, but
+    # today's placement, repaired, still needs 3. With the whole-job moves model disabled,
+    # only the neighbourhood repair can find 2 TaskManagers with few moves.
+    monkeypatch.setattr(solver, "MAX_MODEL_CELLS", 0)
+    calls: list[int] = []
+    original = solver._repair_nearby
+
+    def spy(*args: object, **kwargs: object) -> object:
+        calls.append(1)
+        return original(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(solver, "_repair_nearby", spy)
+    cpu4 = TaskManagerShape("cpu4", cpu_cores=4, process_mib=16384)
+    before = vertex("x", 6, cpu=1.0) + vertex("y", 3, cpu=2.0)
+    homes = {("x", 0): "tm-a", ("x", 1): "tm-a", ("x", 2): "tm-b", ("x", 3): "tm-b",
+             ("x", 4): "tm-c", ("x", 5): "tm-c", ("y", 0): "tm-a", ("y", 1): "tm-b",
+             ("y", 2): "tm-c"}
+    current = CurrentPlacement("cpu4", homes)
+    after = [s for s in before if s.vertex_id == "y" or s.subtask < 2]
+    placement = pack(after, [cpu4], current=current)
+    assert check(placement, after, [cpu4], current=current) == []
+    assert calls
+    assert placement.count == 2
+    assert placement.status is Status.OPTIMAL
+    assert placement.moved == 1  # one y task joins another TaskManager
