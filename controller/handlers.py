@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import logging
+import time
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from functools import cache
@@ -97,8 +98,18 @@ async def policy_loop(body: kopf.Body, meta: kopf.Meta, namespace: str | None, n
                 status = result.status
                 log.debug("%s: %s", key, result.outcome)
             except ValidationError as e:
+                # The CRD's schema and CEL rules should have refused it; say so anyway.
                 telemetry.ERRORS.labels("spec").inc()
                 log.error("%s: invalid spec: %s", key, e)
+                invalid = status.with_condition(
+                    api.ConditionType.READY, False, "InvalidSpec", str(e)[:1000],
+                    time.time(), meta.get("generation"))
+                if invalid != status:
+                    try:
+                        await loop.run_in_executor(_executor(), store.save, invalid)
+                        status = invalid
+                    except Exception:
+                        log.exception("%s: could not record the invalid spec", key)
             except Exception:
                 telemetry.ERRORS.labels("loop").inc()
                 log.exception("%s: loop pass failed; retrying next period", key)
