@@ -62,11 +62,14 @@ def _memory_quantity(value: Any, default: str) -> str:
 class Tracked:
     """What the stand-in knows of one FlinkDeployment it handles."""
 
-    spec_json: str  # the spec last reconciled, canonical JSON
-    attempt: int
-    running_reported: bool  # STABLE/RUNNING already written for this attempt
-    pods_ok: bool
+    spec_json: str  # the spec last applied to the twin, canonical JSON
+    attempt: int  # pods of other attempts are stale
+    running_reported: bool  # STABLE/RUNNING already decided for this attempt
+    pods_ok: bool  # this attempt's pods exist and no stale ones do
     suspended: bool = False
+    # Status not yet written. API writes are retried on later passes, while the twin
+    # is told each spec exactly once (a retry must not restart the job again).
+    pending: dict[str, Any] | None = None
 
 
 class StandIn:
@@ -150,14 +153,16 @@ class StandIn:
         if tracked is None or tracked.spec_json != spec_json:
             tracked = self._apply_spec(key, obj, tracked, suspended, spec_json, generation)
             self._tracked[key] = tracked
+        self._flush_status(obj, tracked)
+        if not tracked.pods_ok:
+            tracked.pods_ok = self._sync_pods(obj, tracked)
         if tracked.suspended or key not in self.twin.jobs():
             return  # suspended, or a spec that never ran
-        if not tracked.pods_ok:
-            tracked.pods_ok = self._ensure_pods(obj, tracked)
         status = self.twin.status(*key)
         if status["state"] == "RUNNING" and not tracked.running_reported:
-            self._report_running(obj, tracked, status)
+            tracked.pending = self._running_status(obj, tracked, status)
             tracked.running_reported = True
+            self._flush_status(obj, tracked)
 
     def _apply_spec(self, key: tuple[str, str], obj: dict[str, Any], tracked: Tracked | None,
                     suspended: bool, spec_json: str, generation: int) -> Tracked:
@@ -168,8 +173,9 @@ class StandIn:
         if suspended:
             if hosted:
                 self.twin.remove_job(*key)
-            self._delete_pods(obj)
-            self._patch_status(obj, {
+            log.info("%s/%s suspended", *key)
+            return Tracked(spec_json, tracked.attempt if tracked else 0, False, False,
+                           suspended=True, pending={
                 "lifecycleState": "SUSPENDED", "observedGeneration": generation,
                 "jobManagerDeploymentStatus": "MISSING",
                 "jobStatus": {"state": "FINISHED", "updateTime": str(_now_ms())},
@@ -177,9 +183,6 @@ class StandIn:
                 "taskManager": {"replicas": 0, "labelSelector": _tm_selector(key[1])},
                 "error": None,
             })
-            log.info("%s/%s suspended", *key)
-            return Tracked(spec_json, tracked.attempt if tracked else 0, False, True,
-                           suspended=True)
         try:
             if hosted:
                 status = self.twin.reconfigure(*key, conf, task_manager)
@@ -192,16 +195,17 @@ class StandIn:
                                      "observedGeneration": generation}
             if not hosted:
                 patch["lifecycleState"] = "FAILED"
-            self._patch_status(obj, patch)
-            if tracked is not None:
-                tracked.spec_json = spec_json
-                return tracked
-            return Tracked(spec_json, 0, True, True)
+            if tracked is None:
+                return Tracked(spec_json, 0, True, True, pending=patch)
+            tracked.spec_json, tracked.pending = spec_json, {**(tracked.pending or {}), **patch}
+            return tracked
         attempt = (tracked.attempt if tracked else 0) + 1
         first = not hosted
         lifecycle = "DEPLOYED" if first else "UPGRADING"
         job_state = "CREATED" if first else "RESTARTING"
-        self._patch_status(obj, {
+        log.info("%s/%s generation %d: %s (attempt %d)", *key, generation,
+                 "deploying" if first else "restarting", attempt)
+        return Tracked(spec_json, attempt, False, False, pending={
             "lifecycleState": lifecycle, "observedGeneration": generation,
             "jobManagerDeploymentStatus": "DEPLOYING",
             "jobStatus": {"jobName": key[1], "jobId": status["jobId"], "state": job_state,
@@ -213,31 +217,30 @@ class StandIn:
             "clusterInfo": self._cluster_info(spec, status),
             "error": None,
         })
-        log.info("%s/%s generation %d: %s (attempt %d)", *key, generation,
-                 "deploying" if first else "restarting", attempt)
-        self._delete_pods(obj)
-        return Tracked(spec_json, attempt, False, False)
 
-    def _report_running(self, obj: dict[str, Any], tracked: Tracked,
-                        status: Mapping[str, Any]) -> None:
+    def _running_status(self, obj: dict[str, Any], tracked: Tracked,
+                        status: Mapping[str, Any]) -> dict[str, Any]:
         reconciled = self._reconciliation(obj, "DEPLOYED")
         reconciled["lastStableSpec"] = reconciled["lastReconciledSpec"]
-        self._patch_status(obj, {
+        log.info("%s/%s running (job %s, attempt %d)", obj["metadata"]["namespace"],
+                 obj["metadata"]["name"], status["jobId"], tracked.attempt)
+        return {
             "lifecycleState": "STABLE",
             "jobManagerDeploymentStatus": "READY",
             "jobStatus": {"jobName": obj["metadata"]["name"], "jobId": status["jobId"],
                           "state": "RUNNING", "updateTime": str(_now_ms())},
             "reconciliationStatus": reconciled,
-        })
-        log.info("%s/%s running (job %s, attempt %d)", obj["metadata"]["namespace"],
-                 obj["metadata"]["name"], status["jobId"], tracked.attempt)
+        }
 
     # ---- status -------------------------------------------------------------------------
 
-    def _patch_status(self, obj: dict[str, Any], status: dict[str, Any]) -> None:
+    def _flush_status(self, obj: dict[str, Any], tracked: Tracked) -> None:
+        if tracked.pending is None:
+            return
         meta = obj["metadata"]
         self.custom.patch_namespaced_custom_object_status(
-            GROUP, VERSION, meta["namespace"], PLURAL, meta["name"], {"status": status})
+            GROUP, VERSION, meta["namespace"], PLURAL, meta["name"], {"status": tracked.pending})
+        tracked.pending = None
 
     @staticmethod
     def _reconciliation(obj: dict[str, Any], state: str) -> dict[str, Any]:
@@ -272,11 +275,14 @@ class StandIn:
 
     # ---- pods ---------------------------------------------------------------------------
 
-    def _ensure_pods(self, obj: dict[str, Any], tracked: Tracked) -> bool:
-        """Create this attempt's JobManager and TaskManager pods; False to retry later."""
+    def _sync_pods(self, obj: dict[str, Any], tracked: Tracked) -> bool:
+        """Other attempts' pods go (the operator tears the old cluster down), and this
+        attempt's JobManager and TaskManager pods are created; False to retry later."""
         namespace, name = obj["metadata"]["namespace"], obj["metadata"]["name"]
-        spec = obj["spec"]
-        count = self._tm_count(spec, self.twin.status(namespace, name))
+        self._delete_stale_pods(namespace, name, None if tracked.suspended else tracked.attempt)
+        if tracked.suspended or (namespace, name) not in self.twin.jobs():
+            return True
+        count = self._tm_count(obj["spec"], self.twin.status(namespace, name))
         wanted: list[Any] = [self._pod(obj, "jobmanager", f"{name}-jobmanager-{tracked.attempt}",
                             tracked.attempt)]
         wanted += [self._pod(obj, "taskmanager", f"{name}-taskmanager-{tracked.attempt}-{i}",
@@ -322,10 +328,10 @@ class StandIn:
             },
         }
 
-    def _delete_pods(self, obj: dict[str, Any]) -> None:
-        """The previous attempt's pods go (the operator tears the old cluster down)."""
-        namespace, name = obj["metadata"]["namespace"], obj["metadata"]["name"]
-        selector = f"app={name},{ATTEMPT_LABEL}"
+    def _delete_stale_pods(self, namespace: str, name: str, keep_attempt: int | None) -> None:
+        selector = f"app={name},{ATTEMPT_LABEL}"  # only pods the stand-in made
+        if keep_attempt is not None:
+            selector += f",{ATTEMPT_LABEL}!={keep_attempt}"
         pods = self.core.list_namespaced_pod(namespace, label_selector=selector)
         for pod in pods.items:
             if pod.metadata is None:
