@@ -359,6 +359,24 @@ def healthy(info: StackInfo) -> bool:
     return bool(states) and all(states.values())
 
 
+def _register_user(run_dir: Path) -> None:
+    """Note that this process uses the stack, so `down` from a shell will not pull it
+    from under a test session or demo that is still running on it."""
+    users = run_dir / "users"
+    users.mkdir(exist_ok=True)
+    (users / str(os.getpid())).write_text(" ".join(sys.argv))
+
+
+def users(run_dir: Path) -> dict[int, str]:
+    """Processes other than this one that use the stack and are still alive."""
+    found = {}
+    for entry in (run_dir / "users").glob("*"):
+        pid = int(entry.name) if entry.name.isdigit() else 0
+        if pid and pid != os.getpid() and Path(f"/proc/{pid}").exists():
+            found[pid] = entry.read_text(errors="replace")
+    return found
+
+
 def down(run_dir: Path | None = None) -> None:
     run_dir = run_dir or default_run_dir()
     info = StackInfo.load(run_dir)
@@ -397,6 +415,7 @@ def up(run_dir: Path | None = None, echo: Callable[[str], None] = print) -> tupl
     existing = StackInfo.load(run_dir)
     if existing is not None and healthy(existing):
         echo(f"e2e stack already up in {run_dir}; logs in {existing.log_dir}")
+        _register_user(run_dir)
         return existing, False
     down(run_dir)  # whatever is left of a broken one
     tools = find_tools()
@@ -416,6 +435,7 @@ def up(run_dir: Path | None = None, echo: Callable[[str], None] = print) -> tupl
         shutil.rmtree(run_dir, ignore_errors=True)
         raise
     echo(f"e2e stack up in {time.monotonic() - started:.1f} s")
+    _register_user(run_dir)
     return info, True
 
 
@@ -654,9 +674,16 @@ def up_command() -> None:
 
 
 @app.command("down")
-def down_command() -> None:
+def down_command(
+    force: bool = typer.Option(False, "--force", help="even while others still use it"),
+) -> None:
     """Stop every process of the stack and remove its run directory (logs are kept);
     also take down stacks left by pytest sessions that were killed."""
+    in_use = users(default_run_dir())
+    if in_use and not force:
+        for pid, command in in_use.items():
+            typer.echo(f"e2e stack in use by pid {pid}: {command}", err=True)
+        raise _fail(StackError("not taken down while in use; --force to do it anyway"))
     down()
     typer.echo(f"e2e stack down; logs kept in {log_dir_for(default_run_dir())}")
     for run_dir in reap_orphans():

@@ -245,6 +245,16 @@ def test_stack_cli_up_is_idempotent_and_down_leaves_nothing(tmp_path: Path) -> N
     assert cli("status").returncode == 0
     exports = cli("env").stdout
     assert f"export KUBECONFIG={info.kubeconfig}" in exports
+    # A process still using the stack (a test session, a demo) keeps `down` away.
+    user = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        (run_dir / "users" / str(user.pid)).write_text("a test session")
+        refused = cli("down")
+        assert refused.returncode == 1 and f"in use by pid {user.pid}" in refused.stderr
+        assert stack.healthy(info)
+    finally:
+        user.kill()
+        user.wait()
     down = cli("down")
     assert down.returncode == 0, down.stderr
     assert not run_dir.exists()
