@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import random
 from typing import Annotated
 
 import typer
@@ -57,4 +58,6 @@ def run(
         liveness_endpoint=f"http://0.0.0.0:{liveness_port}/healthz",
         standalone=standalone,
         peering_name=peering,
+        # kopf pauses every replica that shares the top priority: one draw per process.
+        priority=random.SystemRandom().randint(1, 2**31 - 1),
     )
