@@ -13,13 +13,22 @@ import json
 import os
 import re
 import subprocess
+import threading
+import time
 import tomllib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from functools import partial
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
+
+from e2e.conftest import Cluster, Prometheus, wait_until
+from e2e.demo import HYBRID_SCALER, ControllerProcess, flink_deployment, policy
+from e2e.pki import write_kubeconfig
+from e2e.stack import StackInfo
 
 ROOT = Path(__file__).resolve().parent.parent
 CHART = ROOT / "charts" / "hybrid-scaler"
@@ -521,3 +530,145 @@ def test_gitops_docs_ignore_exactly_the_fields_the_scaler_owns(
     # Git's other fields stay Git's.
     assert live["spec"]["jobManager"]["resource"]["memory"] == "1024m"
     assert live["spec"]["flinkConfiguration"]["taskmanager.numberOfTaskSlots"] == "2"
+
+
+# --- the controller under the chart's ServiceAccount ------------------------------------
+
+
+PASSES = "hybridscaler_reconcile_seconds_count"  # observed once per loop pass
+
+
+def counter(metrics_text: str, name: str) -> float:
+    """Sum of a counter's samples in a /metrics exposition (0 when absent)."""
+    return sum(float(line.rsplit(" ", 1)[1]) for line in metrics_text.splitlines()
+               if line.startswith(name + "{") or line.startswith(name + " "))
+
+
+def peers(kube: Kube, peering: str, namespace: str, expected: set[str]) -> bool:
+    """Whether the KopfPeering holds a keep-alive of each expected peer."""
+    done = kube.run("get", "kopfpeering", peering, "-n", namespace, "-o", "json")
+    return expected <= set(json.loads(done.stdout).get("status") or {})
+
+
+def purge(kube: Kube, namespace: str) -> None:
+    """Remove this test's objects, also policies whose controller is gone (finalizers)."""
+    for name in kube.run("get", "hsp", "-n", namespace, "-o", "name").stdout.split():
+        kube.run("patch", name, "-n", namespace, "--type=merge",
+                 "-p", '{"metadata":{"finalizers":null}}')
+    kube.run("delete", "hsp,flinkdeployment", "--all", "-n", namespace, "--ignore-not-found")
+
+
+def chart_replica(docs: list[dict[str, Any]], kubeconfig: Path, pod: str, stack_info: StackInfo,
+                  tmp: Path, monkeypatch: pytest.MonkeyPatch) -> ControllerProcess:
+    """One replica of the chart's Deployment as a local process: the container's args and
+    env, its own ports (two pods share this host) and the stack's Prometheus and twin."""
+    logs = Path(stack_info.log_dir) / "test_chart"  # kept by the harness for post-mortems
+    logs.mkdir(parents=True, exist_ok=True)
+    process = ControllerProcess(str(kubeconfig), stack_info.prometheus_url,
+                                stack_info.twin_url + "/{namespace}/{name}", logs / f"{pod}.log")
+    local = {"--liveness-port": str(process.liveness_port),
+             "--metrics-port": str(process.metrics_port),
+             "--prometheus-url": stack_info.prometheus_url,
+             "--flink-rest-url": stack_info.twin_url + "/{namespace}/{name}"}
+    args = [a.split("=", 1) for a in container(docs)["args"]]
+    process.argv = [str(HYBRID_SCALER), *(f"{a[0]}={local.get(a[0], a[-1])}" if len(a) == 2
+                                          else a[0] for a in args)]
+    with monkeypatch.context() as env:  # the child's environment only
+        for var in container(docs)["env"]:
+            value = pod if var.get("valueFrom") else str(var["value"])
+            env.setenv(var["name"], value.replace("/tmp", str(tmp)))
+        return process.start()
+
+
+@pytest.fixture
+def golden_flink(scrape_target: Callable[[str, str], None]) -> Iterator[str]:
+    """Prometheus scrapes a real Flink 1.20 job's /metrics (the golden sample); yields its
+    job_name."""
+    text = GOLDEN_SCRAPE.read_bytes()
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            self.send_response(200)
+            self.send_header("Content-Type", "text/plain; version=0.0.4")
+            self.end_headers()
+            self.wfile.write(text)
+
+        def log_message(self, *_: Any) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    scrape_target("flink-golden", f"127.0.0.1:{server.server_address[1]}")
+    yield re.findall(r'job_name="([^"]+)"', text.decode())[0]
+    server.shutdown()
+
+
+def check_dashboard(prometheus: Prometheus, flink_job: str) -> None:
+    """Every dashboard query parses in a real Prometheus, and returns series when its
+    metrics are there: Flink's (from the golden scrape) and the controller's loop passes."""
+    for query in dashboard_queries():
+        concrete = query.replace("$job", flink_job).replace("$__rate_interval", "1m")
+        result = prometheus.query(concrete)  # raises on a PromQL error
+        if "flink_" in query or "hybridscaler_reconcile_seconds" in query:
+            assert result, f"no data for {concrete}"
+
+
+@pytest.mark.e2e
+def test_two_replicas_under_the_charts_token_serve_policies_with_one_active(
+    kube: Kube, installed: dict[str, list[dict[str, Any]]], e2e_stack: StackInfo,
+    cluster: Cluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+    prometheus: Prometheus, scrape_target: Callable[[str, str], None], golden_flink: str,
+) -> None:
+    docs, release_ns = installed["namespaced-ha"], RELEASE_NS["namespaced-ha"]
+    account = one(docs, "ServiceAccount")["metadata"]["name"]
+    token = kube.run("create", "token", account, "-n", release_ns, "--duration=1h").stdout.strip()
+    kubeconfig = tmp_path / "token.kubeconfig"
+    write_kubeconfig(kubeconfig, e2e_stack.api_server, Path(e2e_stack.ca_file), token,
+                     sa_of("namespaced-ha", installed), release_ns)
+    ns, peering = WATCHED[0], one(docs, "Deployment")["metadata"]["name"]
+    purge(kube, ns)
+    replicas = [chart_replica(docs, kubeconfig, f"replica-{i}", e2e_stack, tmp_path, monkeypatch)
+                for i in range(2)]
+    try:
+        # Both replicas keep their peering alive in every namespace they serve.
+        for served in WATCHED:
+            wait_until(partial(peers, kube, peering, served, {"replica-0", "replica-1"}), 60,
+                       f"both replicas in the KopfPeering of {served}")
+
+        cluster.apply(flink_deployment(ns, "probe", model="read"))
+        cluster.wait_flink(ns, "probe")
+        cluster.apply(policy(ns, "probe", "probe", mode="Recommend"))
+
+        def seen() -> dict[str, Any] | None:
+            obj = json.loads(kube.run("get", "hsp", "probe", "-n", ns, "-o", "json").stdout)
+            status = obj.get("status") or {}
+            observed = status.get("observedGeneration") == obj["metadata"]["generation"]
+            return obj if observed and status.get("conditions") else None
+
+        wait_until(seen, 120, "the policy's status written by the controller")
+        def passes() -> list[float]:
+            return [counter(r.metrics(), PASSES) for r in replicas]
+
+        wait_until(lambda: any(passes()), 60, "a loop pass")
+        time.sleep(12)  # two more periods: a second active replica would show by now
+        active = [i for i, n in enumerate(passes()) if n > 0]
+        assert len(active) == 1, f"loop passes per replica: {passes()}"
+
+        # The standby takes over when the active replica stops.
+        standby = replicas[1 - active[0]]
+        replicas[active[0]].stop()
+        wait_until(lambda: counter(standby.metrics(), PASSES) > 0, 90,
+                   "the standby replica to take over")
+        # The dashboard, on the controller's metrics and a real Flink job's.
+        scrape_target("hybrid-scaler-chart", f"127.0.0.1:{standby.metrics_port}")
+        prometheus.wait_for(f"rate({PASSES}[1m])", bool, 60, "two scrapes of the controller")
+        check_dashboard(prometheus, golden_flink)
+        for replica in replicas:
+            log = replica.log.read_text()
+            assert "Forbidden" not in log and " 403" not in log, replica.log
+    finally:
+        # While a replica still runs, so that it removes its finalizer from the policy.
+        kube.run("delete", "hsp", "--all", "-n", ns, "--timeout=60s", check=False)
+        for replica in replicas:
+            replica.stop()
+        purge(kube, ns)
