@@ -12,10 +12,13 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import subprocess
+import sys
 import threading
 import time
 import tomllib
+import zipfile
 from collections.abc import Callable, Iterator
 from functools import partial
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -190,6 +193,30 @@ def test_dockerfile_builds_what_the_package_declares() -> None:
     assert user, "USER must be numeric so that runAsNonRoot can be verified"
     values = yaml.safe_load((CHART / "values.yaml").read_text())
     assert int(user.group(1)) == values["podSecurityContext"]["runAsUser"]
+    ignored = {line.strip() for line in (ROOT / ".dockerignore").read_text().splitlines()}
+    assert not copied & ignored, f".dockerignore hides {copied & ignored} from the build"
+
+
+def test_docker_build_context_builds_the_controller_wheel(tmp_path: Path) -> None:
+    # What `RUN pip install .` sees: only the Dockerfile's COPY sources.
+    dockerfile = (ROOT / "Dockerfile").read_text()
+    context = tmp_path / "src"
+    context.mkdir()
+    for line in re.findall(r"^COPY (?!--from)(.+)$", dockerfile, re.M):
+        for src in line.split()[:-1]:
+            copy = shutil.copytree if (ROOT / src).is_dir() else shutil.copy
+            copy(ROOT / src, context / src)
+    done = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "-w", str(tmp_path),
+         str(context)], capture_output=True, text=True, timeout=300,
+    )
+    assert done.returncode == 0, done.stderr
+    [wheel] = tmp_path.glob("*.whl")
+    with zipfile.ZipFile(wheel) as z:
+        names = set(z.namelist())
+        entry_points = next(z.read(n).decode() for n in names if n.endswith("entry_points.txt"))
+    assert "hybrid-scaler = controller.cli:app" in entry_points
+    assert {"controller/run.py", "controller/handlers.py", "simulator/jobs/q11.yaml"} <= names
 
 
 DASHBOARD = CHART / "dashboards" / "hybrid-scaler.json"
