@@ -294,7 +294,6 @@ def _solve(
         if nearby is not None and _moves(groups, nearby, today, shape.name) < \
                 _moves(groups, solution, today, shape.name):
             solution = replace(nearby, bound=solution.bound)
-    solution.status = Status.OPTIMAL if used == solution.bound else Status.FEASIBLE
 
     if names and time.perf_counter() < deadline and len(groups) * bins <= MAX_MODEL_CELLS:
         if model is None:
@@ -307,6 +306,7 @@ def _solve(
     keep = [b for b, tm in enumerate(solution.counts) if tm]
     solution.names = [solution.names[b] for b in keep] if solution.names else []
     solution.counts = [solution.counts[b] for b in keep]
+    solution.status = Status.OPTIMAL if len(keep) == solution.bound else Status.FEASIBLE
     return solution
 
 
