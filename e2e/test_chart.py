@@ -10,7 +10,6 @@ controller itself running under that ServiceAccount's token.
 from __future__ import annotations
 
 import json
-import os
 import re
 import shutil
 import subprocess
@@ -31,12 +30,12 @@ import yaml
 from e2e.conftest import Cluster, Prometheus, wait_until
 from e2e.demo import HYBRID_SCALER, ControllerProcess, flink_deployment, policy
 from e2e.pki import write_kubeconfig
-from e2e.stack import StackInfo
+from e2e.stack import StackInfo, cache_dir, find_tools
 
 ROOT = Path(__file__).resolve().parent.parent
 CHART = ROOT / "charts" / "hybrid-scaler"
-CACHE = Path(os.environ.get("HYBRID_SCALER_CACHE", Path.home() / ".cache" / "flink-hybrid-scaler"))
-HELM = os.environ.get("HELM", str(CACHE / "bin" / "helm"))
+# Built by e2e/scripts/build-tools.sh into the same cache as the control plane.
+HELM = str(cache_dir() / "bin" / "helm")
 
 # Value sets a user would install: one replica cluster-wide (the default), two
 # peered replicas cluster-wide, two peered replicas serving chosen namespaces.
@@ -287,12 +286,13 @@ class Kube:
 
     def __init__(self, kubeconfig: Path) -> None:
         self.kubeconfig = kubeconfig
+        self.kubectl = find_tools().kubectl
 
     def run(
         self, *args: str, stdin: str | None = None, check: bool = True
     ) -> subprocess.CompletedProcess[str]:
         done = subprocess.run(
-            ["kubectl", "--kubeconfig", str(self.kubeconfig), *args],
+            [self.kubectl, "--kubeconfig", str(self.kubeconfig), *args],
             input=stdin, capture_output=True, text=True, timeout=120,
         )
         if check:
