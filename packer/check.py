@@ -12,7 +12,10 @@ from collections.abc import Mapping, Sequence
 
 from packer.types import CurrentPlacement, Placement, Status, TaskManagerShape, TaskSlot
 
-_TOLERANCE = 1e-6  # MiB or cores; the solver rounds demands up, so real slack is larger
+# Resources are counted in whole micro-cores and bytes, rounding each slot's request
+# down like Flink does; so a TaskManager may exceed by less than one unit per slot.
+_RESOLUTION = {"cpu": 1e-6, "heap": 2.0**-20, "managed": 2.0**-20, "network": 2.0**-20}
+_NOISE = 1e-9
 
 
 def _offers(shape: TaskManagerShape) -> dict[str, float]:
@@ -36,7 +39,7 @@ def _needs(slot: TaskSlot) -> dict[str, float]:
 
 def _fits_alone(slot: TaskSlot, shape: TaskManagerShape) -> bool:
     offers = _offers(shape)
-    return all(v <= offers[k] + _TOLERANCE for k, v in _needs(slot).items())
+    return all(v <= offers[k] + _RESOLUTION[k] + _NOISE for k, v in _needs(slot).items())
 
 
 def check(
@@ -117,7 +120,7 @@ def _capacity_problems(
     members = [wanted[k] for k in keys if k in wanted]
     for dim, offered in offers.items():
         used = sum(_needs(s)[dim] for s in members)
-        if used > offered + _TOLERANCE:
+        if used > offered + len(members) * _RESOLUTION[dim] + _NOISE:
             problems.append(f"TaskManager {name} needs {used:g} {dim}, has {offered:g}")
         share = used / offered if offered else 0.0
         if abs(reported.get(dim, -1.0) - share) > 1e-6:

@@ -24,18 +24,17 @@ SlotKey = tuple[str, int]
 DIMENSIONS = ("cpu", "heap", "managed", "network")
 """Resource dimensions every slot and TaskManager has; `slots` is added when capped."""
 
-# Solver units: millicores and bytes (Flink's own memory unit). Demands round up,
-# capacities down, so any integer-feasible placement is feasible exactly too.
-_CPU_UNIT = 1000
-_MEM_UNIT = 1024 * 1024
-_EPS = 1e-9
+# Solver units: micro-cores and bytes (Flink's own memory unit). Both demands and
+# capacities round down to whole units, as Flink does when it divides a TaskManager
+# into equal slots (MemorySize.divide, CPUResource.divide): a slot asking for a
+# quarter of a TaskManager's task heap in MiB, a fractional byte, must still fit 4
+# times. The error is under one unit per slot; `check` allows exactly that.
+CPU_UNIT = 1_000_000
+MEMORY_UNIT = 1024 * 1024
+_EPS = 1e-6  # float noise: 157.99999999 MiB is 158 MiB
 
 
-def _up(value: float, unit: int) -> int:
-    return math.ceil(value * unit - _EPS)
-
-
-def _down(value: float, unit: int) -> int:
+def _units(value: float, unit: int) -> int:
     return math.floor(value * unit + _EPS)
 
 
@@ -75,12 +74,12 @@ class TaskSlot:
         }
 
     def demand(self) -> tuple[int, int, int, int]:
-        """Integer demand in solver units (millicores, bytes), rounded up."""
+        """Integer demand in solver units (micro-cores, bytes)."""
         return (
-            _up(self.cpu_cores, _CPU_UNIT),
-            _up(self.heap_mib, _MEM_UNIT),
-            _up(self.managed_mib, _MEM_UNIT),
-            _up(self.network_mib, _MEM_UNIT),
+            _units(self.cpu_cores, CPU_UNIT),
+            _units(self.heap_mib, MEMORY_UNIT),
+            _units(self.managed_mib, MEMORY_UNIT),
+            _units(self.network_mib, MEMORY_UNIT),
         )
 
 
@@ -125,9 +124,9 @@ class TaskManagerShape:
         }
 
     def capacity(self) -> tuple[int, int, int, int]:
-        """Integer capacity in solver units, rounded down."""
+        """Integer capacity in solver units (micro-cores, bytes)."""
         return (
-            _down(self.cpu_cores, _CPU_UNIT),
+            _units(self.cpu_cores, CPU_UNIT),
             self.memory.task_heap,
             self.memory.managed,
             self.memory.network,

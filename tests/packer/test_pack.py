@@ -176,3 +176,18 @@ def test_the_checker_finds_what_is_wrong() -> None:
     assert any("lower bound" in p for p in check(boasting, slots, [MEDIUM]))
     current = CurrentPlacement("medium", {s.key: "elsewhere" for s in slots})
     assert any("tasks move" in p for p in check(good, slots, [MEDIUM], current=current))
+
+
+@pytest.mark.parametrize("process_mib", [1728, 2048, 3000, 8192])
+@pytest.mark.parametrize("per_tm", [3, 4, 7])
+def test_equal_shares_of_a_task_manager_fill_it_exactly(process_mib: int, per_tm: int) -> None:
+    # The controller sizes slots as a TaskManager's resources ÷ slots, which is rarely a
+    # whole number of bytes or micro-cores; Flink rounds such shares down, and so do we.
+    shape = TaskManagerShape("s", cpu_cores=4, process_mib=process_mib, max_slots=per_tm)
+    offers = shape.amounts()
+    slots = [TaskSlot("v", i, offers["cpu"] / per_tm, offers["managed"] / per_tm,
+                      offers["heap"] / per_tm, offers["network"] / per_tm)
+             for i in range(2 * per_tm)]
+    placement = valid(pack(slots, [shape]), slots, [shape])
+    assert placement.count == 2
+    assert placement.status is Status.OPTIMAL
