@@ -119,6 +119,7 @@ def test_one_replica_runs_standalone_with_recreate() -> None:
     options = run_options(docs)
     assert options["standalone"] is True and not options["namespace"]
     assert not [d for d in docs if d["apiVersion"].startswith("kopf.dev/")]
+    assert not [d for d in docs if d["kind"] == "PodDisruptionBudget"]
     assert {d["kind"] for d in docs if d["kind"].endswith("Role")} == {"ClusterRole"}
 
 
@@ -130,6 +131,13 @@ def test_two_replicas_peer_cluster_wide() -> None:
     options = run_options(docs)
     assert options["peering"] == one(docs, "ClusterKopfPeering")["metadata"]["name"]
     assert options["standalone"] is False and not options["namespace"]
+    # One replica survives a node drain, and replicas prefer different nodes.
+    selector = deployment["spec"]["selector"]["matchLabels"]
+    budget = one(docs, "PodDisruptionBudget")["spec"]
+    assert budget == {"minAvailable": 1, "selector": {"matchLabels": selector}}
+    spread = deployment["spec"]["template"]["spec"]["affinity"]["podAntiAffinity"]
+    term = spread["preferredDuringSchedulingIgnoredDuringExecution"][0]["podAffinityTerm"]
+    assert term["labelSelector"]["matchLabels"] == selector
 
 
 def test_watch_namespaces_gives_roles_and_peerings_per_namespace() -> None:
@@ -405,9 +413,15 @@ def test_deployments_roll_out_on_the_stack(
     # kwok runs no containers, but the scheduler places the pods with their requests
     # and the ReplicaSet controller creates them through admission, as on a real cluster.
     for variant, objects in installed.items():
-        deployment = one(objects, "Deployment")["metadata"]["name"]
-        kube.run("rollout", "status", f"deployment/{deployment}", "-n", RELEASE_NS[variant],
-                 "--timeout=120s")
+        deployment = one(objects, "Deployment")
+        name, ns = deployment["metadata"]["name"], RELEASE_NS[variant]
+        kube.run("rollout", "status", f"deployment/{name}", "-n", ns, "--timeout=120s")
+        selector = ",".join(f"{k}={v}" for k, v in
+                            deployment["spec"]["selector"]["matchLabels"].items())
+        nodes = kube.run("get", "pods", "-n", ns, "-l", selector, "-o",
+                         "jsonpath={.items[*].spec.nodeName}").stdout.split()
+        assert len(nodes) == deployment["spec"]["replicas"]
+        assert len(set(nodes)) == len(nodes), f"{variant}: replicas share a node: {nodes}"
 
 
 @pytest.mark.e2e
