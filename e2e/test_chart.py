@@ -104,6 +104,24 @@ def test_helm_lint(variant: str) -> None:
     assert "0 chart(s) failed" in out
 
 
+def test_every_value_is_used_by_a_template() -> None:
+    # A key no template reads would be a setting that silently does nothing.
+    values = yaml.safe_load((CHART / "values.yaml").read_text())
+    read = set()
+    for template in (CHART / "templates").iterdir():
+        read |= set(re.findall(r"\.Values\.([\w.]+)", template.read_text()))
+
+    def leaves(tree: dict[str, Any], prefix: str = "") -> Iterator[str]:
+        for key, value in tree.items():
+            if isinstance(value, dict) and value:
+                yield from leaves(value, f"{prefix}{key}.")
+            else:
+                yield prefix + key
+
+    unused = [k for k in leaves(values) if not any(k == r or k.startswith(r + ".") for r in read)]
+    assert not unused, f"values no template reads: {unused}"
+
+
 def test_zero_replicas_is_refused() -> None:
     done = subprocess.run(
         [HELM, "template", "x", str(CHART), "--set", "replicas=0"], capture_output=True, text=True
