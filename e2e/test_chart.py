@@ -731,3 +731,37 @@ def test_two_replicas_under_the_charts_token_serve_policies_with_one_active(
         for replica in replicas:
             replica.stop()
         purge(kube, ns)
+
+
+@pytest.mark.e2e
+def test_helm_install_upgrade_uninstall_as_documented(
+    kube: Kube, installed: dict[str, list[dict[str, Any]]]
+) -> None:
+    """docs/install.md's commands against the API server, including switching replicas
+    1 -> 2 -> 1 (Recreate <-> RollingUpdate) as an ordinary upgrade."""
+    ns, release = "hs-helm", "hs-helm"
+    target = ["--kubeconfig", str(kube.kubeconfig), "--namespace", ns]
+    chart = str(CHART)
+    helm("install", release, chart, *target, "--create-namespace", "--wait", "--timeout=2m")
+
+    def deployment() -> dict[str, Any]:
+        out = kube.run("get", "deployment", f"{release}-hybrid-scaler", "-n", ns, "-o", "json")
+        return dict(json.loads(out.stdout))
+
+    assert deployment()["spec"]["strategy"]["type"] == "Recreate"
+    helm("upgrade", release, chart, *target, "--reuse-values", "--set", "replicas=2",
+         "--wait", "--timeout=2m")
+    assert deployment()["spec"]["strategy"]["type"] == "RollingUpdate"
+    kube.run("get", "clusterkopfpeering", f"{release}-hybrid-scaler")
+    kube.run("get", "poddisruptionbudget", f"{release}-hybrid-scaler", "-n", ns)
+    helm("upgrade", release, chart, *target, "--reuse-values", "--set", "replicas=1",
+         "--wait", "--timeout=2m")
+    assert deployment()["spec"]["strategy"] == {"type": "Recreate"}
+    helm("uninstall", release, *target, "--wait", "--timeout=2m")
+    left = kube.run("get", "all,sa,cm,role,rolebinding,pdb", "-n", ns, "-o", "name").stdout
+    assert "hybrid-scaler" not in left, left
+    cluster_wide = kube.run("get", "clusterrole,clusterrolebinding,clusterkopfpeering",
+                            "-o", "name").stdout
+    assert f"{release}-hybrid-scaler" not in cluster_wide
+    # CRDs stay (Helm never deletes them): policies survive an uninstall.
+    kube.run("get", "crd", "hybridscalingpolicies.hybridscaler.dev")
