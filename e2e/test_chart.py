@@ -589,6 +589,7 @@ def test_gitops_docs_ignore_exactly_the_fields_the_scaler_owns(
     # Git's other fields stay Git's.
     assert live["spec"]["jobManager"]["resource"]["memory"] == "1024m"
     assert live["spec"]["flinkConfiguration"]["taskmanager.numberOfTaskSlots"] == "2"
+    kube.run("delete", "flinkdeployment", "gitops-probe", "-n", ns)
 
 
 # --- the controller under the chart's ServiceAccount ------------------------------------
