@@ -276,6 +276,10 @@ def test_dashboard_panels_query_what_flink_and_the_controller_export() -> None:
     ids = [p["id"] for p in board["panels"]]
     assert len(ids) == len(set(ids)) and board["uid"]
     assert all(p.get("targets") for p in board["panels"] if p["type"] != "row")
+    cells = [(x, y) for p in board["panels"] for g in [p["gridPos"]]
+             for x in range(g["x"], g["x"] + g["w"]) for y in range(g["y"], g["y"] + g["h"])]
+    assert len(cells) == len(set(cells)), "dashboard panels overlap"
+    assert all(x < 24 for x, _ in cells), "dashboard panels overflow the 24-column grid"
     # The ConfigMap carries the file verbatim.
     cm = one(render("hs", "ops"), "ConfigMap")
     assert json.loads(cm["data"]["hybrid-scaler.json"]) == board
@@ -667,7 +671,8 @@ def check_dashboard(prometheus: Prometheus, flink_job: str) -> None:
     """Every dashboard query parses in a real Prometheus, and returns series when its
     metrics are there: Flink's (from the golden scrape) and the controller's loop passes."""
     for query in dashboard_queries():
-        concrete = query.replace("$job", flink_job).replace("$__rate_interval", "1m")
+        concrete = (query.replace("$job", flink_job).replace("$__rate_interval", "1m")
+                    .replace("$base_managed_mib", "158"))
         result = prometheus.query(concrete)  # raises on a PromQL error
         if "flink_" in query or "hybridscaler_reconcile_seconds" in query:
             assert result, f"no data for {concrete}"
