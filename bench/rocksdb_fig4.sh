@@ -3,7 +3,7 @@
 # (flink-plugin/src/test/java/dev/hybridscaler/flink/RocksDbFig4.java). Not part of CI.
 # Prints a table and writes bench/results/rocksdb-fig4.json (the twin calibrates from it).
 # Options pass through, defaults in brackets:
-#   --keys [200000] --value-bytes [1000] --memory-mb [32,64,128,256] --parallelism [1,2]
+#   --keys [150000] --value-bytes [1000] --memory-mb [32,64,128,256] --parallelism [1,2]
 #   --workloads [read,write,update] --warmup-s [5] --measure-s [10] --out [bench/results/rocksdb-fig4.json]
 # The default run takes about 10 minutes on 2 cores.
 set -euo pipefail

@@ -46,11 +46,13 @@ import java.util.TreeMap;
  * <ul>
  *   <li>A chain starts at a source, at a keyed (stateful) operator, after a keyBy/rebalance/other
  *       repartitioning, and at an operator with several inputs. Any other operator joins the chain
- *       of its only input, so applying the plugin never breaks a chain Flink would have built, and
- *       JobVertex ids (which the controller keys parallelism by) stay what they were.
+ *       of its only input, so applying the plugin does not break a chain Flink would have built,
+ *       and JobVertex ids (which the controller keys parallelism by) stay what they were.
  *   <li>A chain whose operators' uids are named in the configuration becomes group {@code
  *       hybridscaler:<uid>} with that entry's resources; a stateless chain named with {@code
- *       managedMemoryMb: 0} therefore holds no managed memory.
+ *       managedMemoryMb: 0} therefore holds no managed memory. An operator named with other values
+ *       than the chain it would join starts a group of its own: the controller names whole
+ *       JobVertices, so Flink did not chain the two (e.g. a forward edge across parallelisms).
  *   <li>A chain named by none of its uids keeps the group it had (Flink's "default" unless the
  *       author chose one) and Flink's default slot size.
  * </ul>

@@ -100,13 +100,21 @@ final class FlinkCluster implements AutoCloseable {
     }
 
     static void await(String what, Duration timeout, BooleanSupplier done) throws InterruptedException {
+        if (!poll(timeout, done)) {
+            throw new AssertionError("timed out waiting for " + what);
+        }
+    }
+
+    /** Polls {@code done} every 200 ms; false if it did not hold within {@code timeout}. */
+    static boolean poll(Duration timeout, BooleanSupplier done) throws InterruptedException {
         long deadline = System.nanoTime() + timeout.toNanos();
         while (!done.getAsBoolean()) {
             if (System.nanoTime() > deadline) {
-                throw new AssertionError("timed out waiting for " + what);
+                return false;
             }
             Thread.sleep(200);
         }
+        return true;
     }
 
     private static int freePort() throws IOException {

@@ -5,6 +5,8 @@ import static org.junit.jupiter.api.Assertions.assertFalse;
 import static org.junit.jupiter.api.Assertions.assertSame;
 import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
+import static dev.hybridscaler.flink.ResourcesJson.entry;
+import static dev.hybridscaler.flink.ResourcesJson.json;
 
 import org.apache.flink.api.common.ExecutionConfig;
 import org.apache.flink.api.common.functions.MapFunction;
@@ -90,9 +92,8 @@ class HybridResourcesTest {
 
     @Test
     void statefulChainGetsItsOwnGroupAndStatelessChainsTheirEntries() {
-        String value = "{\"key-map\": {\"cpuCores\": 0.25, \"taskHeapMb\": 32, \"managedMemoryMb\": 0},"
-                + " \"counter\": {\"cpuCores\": 0.5, \"taskHeapMb\": 64, \"managedMemoryMb\": 96},"
-                + " \"gone\": {\"cpuCores\": 1, \"taskHeapMb\": 64, \"managedMemoryMb\": 1}}";
+        String value = json(entry("key-map", 0.25, 32, 0), entry("counter", 0.5, 64, 96),
+                entry("gone", 1, 64, 1));
         StreamExecutionEnvironment env = new StreamExecutionEnvironment(config(value));
         CounterJob.build(env);
         Map<JobVertexID, String> before = vertexNames(plainGraph());
@@ -129,7 +130,7 @@ class HybridResourcesTest {
     @Test
     void unnamedChainIsPinnedToTheDefaultGroupInsteadOfInheritingANamedOne() {
         // Only the source chain is named; the keyed counter downstream would otherwise inherit it.
-        String value = "{\"gen\": {\"cpuCores\": 0.25, \"taskHeapMb\": 32, \"managedMemoryMb\": 0}}";
+        String value = json(entry("gen", 0.25, 32, 0));
         StreamExecutionEnvironment env = new StreamExecutionEnvironment(config(value));
         CounterJob.build(env);
         HybridResources.apply(env);
@@ -145,9 +146,8 @@ class HybridResourcesTest {
     @Test
     void operatorNamedWithOtherValuesThanItsChainStartsItsOwnGroup() {
         // The controller names whole vertices: different values mean Flink did not chain them.
-        String value = "{\"counter\": {\"cpuCores\": 0.5, \"taskHeapMb\": 64, \"managedMemoryMb\": 96},"
-                + " \"format\": {\"cpuCores\": 0.5, \"taskHeapMb\": 64, \"managedMemoryMb\": 96},"
-                + " \"sink\": {\"cpuCores\": 0.5, \"taskHeapMb\": 64, \"managedMemoryMb\": 0}}";
+        String value = json(entry("counter", 0.5, 64, 96), entry("format", 0.5, 64, 96),
+                entry("sink", 0.5, 64, 0));
         StreamExecutionEnvironment env = new StreamExecutionEnvironment(config(value));
         CounterJob.build(env);
         Map<String, List<String>> members = new HashMap<>();
@@ -160,9 +160,8 @@ class HybridResourcesTest {
 
     @Test
     void operatorAfterRebalanceStartsANewChainAndUnionJoinsNothing() {
-        String value = "{\"a\": {\"cpuCores\": 1, \"taskHeapMb\": 16, \"managedMemoryMb\": 0},"
-                + " \"after-rebalance\": {\"cpuCores\": 2, \"taskHeapMb\": 16, \"managedMemoryMb\": 0},"
-                + " \"union\": {\"cpuCores\": 3, \"taskHeapMb\": 16, \"managedMemoryMb\": 0}}";
+        String value = json(entry("a", 1, 16, 0), entry("after-rebalance", 2, 16, 0),
+                entry("union", 3, 16, 0));
         StreamExecutionEnvironment env = new StreamExecutionEnvironment(config(value));
         DataStream<Long> a = env.fromSequence(0, 10).uid("a").name("a");
         DataStream<Long> b = env.fromSequence(0, 10).uid("b").name("b");

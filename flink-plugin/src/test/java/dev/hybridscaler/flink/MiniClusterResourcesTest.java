@@ -18,14 +18,13 @@ import org.junit.jupiter.api.BeforeAll;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.io.TempDir;
 
-import java.io.IOException;
-import java.io.UncheckedIOException;
 import java.nio.file.Path;
 import java.time.Duration;
 import java.util.ArrayList;
 import java.util.HashMap;
 import java.util.List;
 import java.util.Map;
+import java.util.concurrent.Callable;
 import java.util.concurrent.TimeUnit;
 
 /**
@@ -35,7 +34,6 @@ import java.util.concurrent.TimeUnit;
  */
 class MiniClusterResourcesTest {
     private static final Duration TIMEOUT = Duration.ofSeconds(60);
-    private static final String STATELESS = "{\"cpuCores\": 0.25, \"taskHeapMb\": 32, \"managedMemoryMb\": 0}";
     private static FlinkCluster flink;
 
     @BeforeAll
@@ -103,8 +101,8 @@ class MiniClusterResourcesTest {
     }
 
     private static String resources(double cpu, int heap, int managed) {
-        return "{\"gen\": " + STATELESS + ", \"counter\": {\"cpuCores\": " + cpu
-                + ", \"taskHeapMb\": " + heap + ", \"managedMemoryMb\": " + managed + "}}";
+        return ResourcesJson.json(ResourcesJson.entry("gen", 0.25, 32, 0),
+                ResourcesJson.entry("counter", cpu, heap, managed));
     }
 
     private static JobID submit(String value, String savepoint) throws Exception {
@@ -165,46 +163,33 @@ class MiniClusterResourcesTest {
     }
 
     private static boolean running(JobID job) {
-        try {
-            JsonNode j = flink.rest("/jobs/" + job.toHexString());
-            if (!"RUNNING".equals(j.get("state").asText())) {
-                return false;
-            }
-            for (JsonNode v : j.get("vertices")) {
-                if (!"RUNNING".equals(v.get("status").asText())) {
-                    return false;
-                }
-            }
-            return true;
-        } catch (IOException e) {
-            throw new UncheckedIOException(e);
-        } catch (InterruptedException e) {
-            Thread.currentThread().interrupt();
-            return false;
+        JsonNode j = unchecked(() -> flink.rest("/jobs/" + job.toHexString()));
+        boolean running = "RUNNING".equals(j.get("state").asText());
+        for (JsonNode v : j.get("vertices")) {
+            running &= "RUNNING".equals(v.get("status").asText());
         }
+        return running;
     }
 
     private static List<JsonNode> slots(JobID job) {
-        try {
-            return flink.allocatedSlots(job);
-        } catch (IOException e) {
-            throw new UncheckedIOException(e);
-        } catch (InterruptedException e) {
-            Thread.currentThread().interrupt();
-            return List.of();
-        }
+        return unchecked(() -> flink.allocatedSlots(job));
     }
 
     private static List<PromSample> samplesOf(JobID job) {
+        return unchecked(flink::scrape).stream()
+                .filter(s -> s.label("job_id").equals(job.toHexString()))
+                .toList();
+    }
+
+    /** For the polling lambdas of {@link FlinkCluster#await}, which cannot throw. */
+    private static <T> T unchecked(Callable<T> call) {
         try {
-            return flink.scrape().stream()
-                    .filter(s -> s.label("job_id").equals(job.toHexString()))
-                    .toList();
-        } catch (IOException e) {
-            throw new UncheckedIOException(e);
+            return call.call();
         } catch (InterruptedException e) {
             Thread.currentThread().interrupt();
-            return List.of();
+            throw new IllegalStateException(e);
+        } catch (Exception e) {
+            throw new IllegalStateException(e);
         }
     }
 

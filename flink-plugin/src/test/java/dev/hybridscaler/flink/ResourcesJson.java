@@ -1,0 +1,19 @@
+package dev.hybridscaler.flink;
+
+import java.util.Locale;
+
+/** Builds values of {@code hybridscaler.operator-resources} for tests and the benchmark. */
+final class ResourcesJson {
+    private ResourcesJson() {}
+
+    /** One entry: {@code "uid": {"cpuCores": .., "taskHeapMb": .., "managedMemoryMb": ..}}. */
+    static String entry(String uid, double cpu, int heapMb, int managedMb) {
+        return String.format(Locale.ROOT,
+                "\"%s\": {\"cpuCores\": %s, \"taskHeapMb\": %d, \"managedMemoryMb\": %d}",
+                uid, cpu, heapMb, managedMb);
+    }
+
+    static String json(String... entries) {
+        return "{" + String.join(", ", entries) + "}";
+    }
+}
