@@ -10,6 +10,7 @@ controller itself running under that ServiceAccount's token.
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -502,6 +503,31 @@ def test_service_account_cannot_read_secrets_or_patch_anything_else(
     if variant == "namespaced-ha":
         assert not can("patch", FD, "elsewhere")
         assert not can("list", "hybridscalingpolicies.hybridscaler.dev", "elsewhere")
+
+
+# The ServiceMonitor CRD, from the Prometheus Operator's Go module (the module proxy
+# is reachable where GitHub is not).
+PROMETHEUS_OPERATOR = "github.com/prometheus-operator/prometheus-operator@v0.79.2"
+SERVICEMONITOR_CRD = "example/prometheus-operator-crd/monitoring.coreos.com_servicemonitors.yaml"
+
+
+@pytest.mark.e2e
+def test_service_monitor_is_valid_against_the_prometheus_operator_crd(kube: Kube) -> None:
+    env = {**os.environ, "GOSUMDB": "off", "GOTOOLCHAIN": "local", "GOFLAGS": "-mod=mod"}
+    done = subprocess.run(["go", "mod", "download", "-json", PROMETHEUS_OPERATOR],
+                          capture_output=True, text=True, env=env, timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    crd = Path(json.loads(done.stdout)["Dir"]) / SERVICEMONITOR_CRD
+    kube.run("apply", "--server-side", "--force-conflicts", "-f", str(crd))
+    kube.run("wait", "--for=condition=Established", "--timeout=60s",
+             "crd/servicemonitors.monitoring.coreos.com")
+    ns = "hs-monitoring"
+    kube.namespaces(ns)
+    docs = render("monitored", ns, "--set", "metrics.serviceMonitor.enabled=true")
+    monitor = one(docs, "ServiceMonitor")
+    kube.apply([monitor], "--dry-run=server")
+    kube.apply([monitor])
+    kube.run("delete", "servicemonitor", monitor["metadata"]["name"], "-n", ns)
 
 
 @pytest.mark.e2e
