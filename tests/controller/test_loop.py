@@ -19,8 +19,18 @@ from controller.api import ConditionType, HybridScalingPolicy, Status, parse_pol
 from controller.collect import Collected, MetricsUnavailable
 from controller.flink_rest import JobSummary
 from controller.loop import RECONFIGURING, STABILIZING, Pass, Ports, reconcile
+from controller.place import slots
 from controller.realize import OVERRIDES_KEY, RESOURCES_KEY
-from policies.model import Edge, JobGraph, Observation, ShipStrategy, Vertex, VertexMetrics
+from policies.model import (
+    Edge,
+    JobGraph,
+    Observation,
+    ShipStrategy,
+    Vertex,
+    VertexConfig,
+    VertexMetrics,
+)
+from policies.spec import MemoryScaling, TaskFootprint
 
 SOURCE, COUNTER = "a" * 32, "b" * 32
 T0 = 100_000.0
@@ -311,3 +321,21 @@ def test_disabled_mode_does_nothing() -> None:
     world = World()
     assert world.run(policy("Disabled")).outcome == "disabled"
     assert world.metrics.observed == 0 and world.deployments.applied == []
+
+
+def test_adaptive_mode_writes_no_per_operator_resources() -> None:
+    world = World(metrics=FakeMetrics(overloaded(0.99)))
+    world.run(policy(taskManager={"realization": "adaptive"}))
+    [body] = world.deployments.applied
+    assert set(body["spec"]["flinkConfiguration"]) == {OVERRIDES_KEY}
+    assert f"{COUNTER}:2" not in body["spec"]["flinkConfiguration"][OVERRIDES_KEY]
+
+
+def test_adaptive_slots_are_uniform_and_sized_for_the_largest_task() -> None:
+    config = {SOURCE: VertexConfig(2, None), COUNTER: VertexConfig(3, 1)}
+    task = TaskFootprint(cpu_cores=1.0, heap_mib=100, network_mib=40)
+    uniform = slots(graph(), config, MemoryScaling(), task, uniform=True)
+    fine = slots(graph(), config, MemoryScaling(), task, uniform=False)
+    assert [s.vertex_id for s in fine] == [SOURCE] * 2 + [COUNTER] * 3  # Flink's request order
+    assert {s.managed_mib for s in uniform} == {316.0}
+    assert [s.managed_mib for s in fine] == [0.0, 0.0, 316.0, 316.0, 316.0]
