@@ -233,8 +233,11 @@ class _Run:
         last = self.status.last_decision
         due = max(stable_from, last.time if last is not None else stable_from) + metrics.window
         if self.now < stable_from:
+            # An absolute time, so the message (and the status) stays put between passes.
+            until = time.strftime("%H:%M:%SZ", time.gmtime(stable_from))
             self.condition(ConditionType.SCALING, True, STABILIZING,
-                           f"stabilizing until {stable_from - self.now:.0f}s from now")
+                           f"stabilizing until {until} ({metrics.stabilization:g}s after the "
+                           f"last restart)")
             return "stabilizing"
         scaling = self.status.condition(ConditionType.SCALING)
         if scaling is not None and scaling.reason == STABILIZING:

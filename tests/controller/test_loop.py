@@ -272,6 +272,10 @@ def test_stabilization_then_a_full_window_before_the_next_step() -> None:
         world.now = T0 + dt
         assert world.run().outcome == outcome
     assert world.store.last.step == decided
+    world.now = T0 + 6
+    saves = len(world.store.saved)
+    assert world.run().outcome == "stabilizing"
+    assert len(world.store.saved) == saves  # waiting writes nothing new
     world.now = T0 + 10 + 20
     before = world.metrics.observed
     world.run()
