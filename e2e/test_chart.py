@@ -1,10 +1,14 @@
 """The Helm chart, checked by helm and by a real API server with RBAC on.
 
-Three tiers: what helm alone can tell (lint, rendering choices, the CRD copy,
-the dashboard, the Dockerfile's consistency with the package); what the API
-server tells about the rendered manifests (server-side dry run, PodSecurity
-"restricted" admission, the ServiceAccount's exact permissions); and the
-controller itself running under that ServiceAccount's token.
+Three tiers. Helm alone: lint, what each install shape renders, the CRD copy,
+every value read by a template, the dashboard's metric names, the Dockerfile's
+build context. The API server (tests marked e2e): server-side dry run and apply
+of three install shapes, pods scheduled on kwok nodes, PodSecurity "restricted"
+admission, the ServiceAccount's exact effective rules, the ServiceMonitor against
+the Prometheus Operator's CRD, the GitOps docs' field list against managedFields,
+`helm install/upgrade/uninstall`. And the controller: two replicas started with
+the chart's args and env under the ServiceAccount's token, one active, the
+standby taking over, and the dashboard's queries answered by real scrapes.
 """
 
 from __future__ import annotations
@@ -49,7 +53,7 @@ VARIANTS: dict[str, list[str]] = {
 
 
 def helm(*args: str) -> str:
-    done = subprocess.run([HELM, *args], capture_output=True, text=True, timeout=60)
+    done = subprocess.run([HELM, *args], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, f"helm {' '.join(args)} failed:\n{done.stdout}\n{done.stderr}"
     return done.stdout
 
