@@ -267,15 +267,17 @@ def test_kill_after_apply_resumes_without_patching_again() -> None:
 def test_stabilization_then_a_full_window_before_the_next_step() -> None:
     world = World()
     world.run()
+    world.now = T0 + 4
+    world.run()
+    saves = len(world.store.saved)
+    world.now = T0 + 6
+    assert world.run().outcome == "stabilizing"
+    assert len(world.store.saved) == saves  # waiting again writes nothing new
     decided = world.store.last.step
     for dt, outcome in ((5, "stabilizing"), (10 + 19, "window-filling")):
         world.now = T0 + dt
         assert world.run().outcome == outcome
     assert world.store.last.step == decided
-    world.now = T0 + 6
-    saves = len(world.store.saved)
-    assert world.run().outcome == "stabilizing"
-    assert len(world.store.saved) == saves  # waiting writes nothing new
     world.now = T0 + 10 + 20
     before = world.metrics.observed
     world.run()
