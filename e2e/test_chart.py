@@ -298,6 +298,9 @@ def test_dashboard_panels_query_what_flink_and_the_controller_export() -> None:
             assert name in flink_names, f"Flink 1.20 does not export {name}"
         for name in re.findall(r"\b(hybridscaler_\w+)", query):
             assert name in ours, f"the controller does not export {name} (controller/telemetry.py)"
+            for matchers in re.findall(name + r"\{([^}]*)\}", query):
+                unknown = set(re.findall(r"(\w+)\s*[=!~]", matchers)) - ours[name]
+                assert not unknown, f"{name} has no label(s) {unknown}"
             grouped = re.findall(r"by \(([^)]*)\) \((?:\w+\()?" + name, query)
             assert grouped, f"cannot find how {query!r} aggregates {name}"
             for labels in grouped:
