@@ -59,10 +59,17 @@ public final class RocksDbFig4 {
         System.out.printf("%-7s %2s %8s %10s %12s %9s %8s %14s%n", "workload", "p", "managedMB",
                 "cacheMB/t", "records/s", "hitRatio", "busy", "getLatencyNs");
         // Compaction metrics let each run wait for the LSM tree to settle after the load.
-        Map<String, String> compaction = Map.of(
+        Map<String, String> flinkConf = new TreeMap<>(Map.of(
                 "state.backend.rocksdb.metrics.compaction-pending", "true",
-                "state.backend.rocksdb.metrics.num-running-compactions", "true");
-        try (FlinkCluster flink = new FlinkCluster(maxP * maxM + 64, maxP + 2, compaction)) {
+                "state.backend.rocksdb.metrics.num-running-compactions", "true"));
+        // --conf key=value,key=value: more Flink settings, e.g. RocksDB options to compare.
+        for (String kv : opt.getOrDefault("conf", "").split(",")) {
+            if (!kv.isBlank()) {
+                String[] parts = kv.split("=", 2);
+                flinkConf.put(parts[0].trim(), parts[1].trim());
+            }
+        }
+        try (FlinkCluster flink = new FlinkCluster(maxP * maxM + 64, maxP + 2, flinkConf)) {
             for (Workload w : workloads) {
                 for (int p : parallelism) {
                     for (int m : memoryMb) {
@@ -91,10 +98,11 @@ public final class RocksDbFig4 {
                         + " finished (compactionsSettled)\",%n"
                         + "  \"flinkVersion\": \"%s\",%n  \"cores\": %d,%n  \"keys\": %d,%n"
                         + "  \"valueBytes\": %d,%n  \"writeBufferRatio\": 0.5,%n  \"warmupSeconds\": %d,%n"
-                        + "  \"measureSeconds\": %d,%n  \"runs\": [%n%s%n  ]%n}%n",
+                        + "  \"measureSeconds\": %d,%n  \"extraFlinkConfiguration\": \"%s\",%n"
+                        + "  \"runs\": [%n%s%n  ]%n}%n",
                 org.apache.flink.runtime.util.EnvironmentInformation.getVersion(),
                 Runtime.getRuntime().availableProcessors(), keys, valueBytes, warmupS, measureS,
-                String.join(",\n", rows));
+                opt.getOrDefault("conf", ""), String.join(",\n", rows));
         Files.createDirectories(out.toAbsolutePath().getParent());
         Files.writeString(out, doc);
         System.out.println("wrote " + out);
