@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # The Justin paper's Figure 4 at this machine's scale, on real RocksDB through Flink
 # (flink-plugin/src/test/java/dev/hybridscaler/flink/RocksDbFig4.java). Not part of CI.
-# Prints a table and writes bench/results/rocksdb-fig4.json (the twin calibrates from it).
+# Prints a table and writes bench/results/rocksdb-fig4.json. The twin's fit
+# (bench/calibrate_fig4.py) is tested against that file: use --out for experiments,
+# and refit after replacing it.
 # Options pass through, defaults in brackets:
 #   --keys [150000] --value-bytes [1000] --memory-mb [32,64,128,256] --parallelism [1,2]
 #   --workloads [read,write,update] --warmup-s [5] --measure-s [10] --out [bench/results/rocksdb-fig4.json]
