@@ -53,7 +53,7 @@ VARIANTS: dict[str, list[str]] = {
 
 
 def helm(*args: str) -> str:
-    done = subprocess.run([HELM, *args], capture_output=True, text=True, timeout=300)
+    done = subprocess.run([HELM, *args], capture_output=True, text=True, timeout=400)
     assert done.returncode == 0, f"helm {' '.join(args)} failed:\n{done.stdout}\n{done.stderr}"
     return done.stdout
 
@@ -781,7 +781,7 @@ def test_helm_install_upgrade_uninstall_as_documented(
     ns, release = "hs-helm", "hs-helm"
     target = ["--kubeconfig", str(kube.kubeconfig), "--namespace", ns]
     chart = str(CHART)
-    helm("install", release, chart, *target, "--create-namespace", "--wait", "--timeout=2m")
+    helm("install", release, chart, *target, "--create-namespace", "--wait", "--timeout=5m")
 
     def deployment() -> dict[str, Any]:
         out = kube.run("get", "deployment", f"{release}-hybrid-scaler", "-n", ns, "-o", "json")
@@ -789,14 +789,14 @@ def test_helm_install_upgrade_uninstall_as_documented(
 
     assert deployment()["spec"]["strategy"]["type"] == "Recreate"
     helm("upgrade", release, chart, *target, "--reuse-values", "--set", "replicas=2",
-         "--wait", "--timeout=2m")
+         "--wait", "--timeout=5m")
     assert deployment()["spec"]["strategy"]["type"] == "RollingUpdate"
     kube.run("get", "clusterkopfpeering", f"{release}-hybrid-scaler")
     kube.run("get", "poddisruptionbudget", f"{release}-hybrid-scaler", "-n", ns)
     helm("upgrade", release, chart, *target, "--reuse-values", "--set", "replicas=1",
-         "--wait", "--timeout=2m")
+         "--wait", "--timeout=5m")
     assert deployment()["spec"]["strategy"] == {"type": "Recreate"}
-    helm("uninstall", release, *target, "--wait", "--timeout=2m")
+    helm("uninstall", release, *target, "--wait", "--timeout=5m")
     left = kube.run("get", "all,sa,cm,role,rolebinding,pdb", "-n", ns, "-o", "name").stdout
     assert "hybrid-scaler" not in left, left
     cluster_wide = kube.run("get", "clusterrole,clusterrolebinding,clusterkopfpeering",
