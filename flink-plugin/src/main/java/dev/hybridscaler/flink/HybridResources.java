@@ -69,8 +69,8 @@ public final class HybridResources {
                                     + " for one task of that operator's slot-sharing group.");
 
     /**
-     * The global job parameter (REST {@code /jobs/<jid>/config} → {@code user-config}) listing the
-     * job's operator uids, comma-separated, so the controller can map vertex ids back to uids.
+     * The global job parameter (REST {@code /jobs/<jid>/config} → {@code user-config}) listing
+     * the job's operator uids, comma-separated, so the controller can map vertex ids to uids.
      */
     public static final String OPERATOR_UIDS = "hybridscaler.operator-uids";
 
@@ -84,7 +84,7 @@ public final class HybridResources {
 
     private HybridResources() {}
 
-    /** What {@link #apply} did: the groups it created, and configured uids it found no operator for. */
+    /** What {@link #apply} did: the groups it made, and configured uids that match no operator. */
     public record Applied(List<Group> groups, Set<String> unmatchedUids) {
         public static final Applied NOTHING = new Applied(List.of(), Set.of());
     }
@@ -135,12 +135,14 @@ public final class HybridResources {
                 continue;
             }
             if (t.getUid().contains(",")) {
-                LOG.warn("{}: uid \"{}\" contains a comma and is not published", OPERATOR_UIDS, t.getUid());
+                LOG.warn("{}: uid \"{}\" contains a comma and is not published",
+                        OPERATOR_UIDS, t.getUid());
             } else {
                 uids.add(t.getUid());
             }
         }
-        Map<String, String> params = new LinkedHashMap<>(env.getConfig().getGlobalJobParameters().toMap());
+        Map<String, String> params =
+                new LinkedHashMap<>(env.getConfig().getGlobalJobParameters().toMap());
         params.put(OPERATOR_UIDS, String.join(",", uids));
         env.getConfig().setGlobalJobParameters(new ExecutionConfig.GlobalJobParameters() {
             private static final long serialVersionUID = 1L;
@@ -215,7 +217,7 @@ public final class HybridResources {
                         + "\": " + what);
     }
 
-    /** Groups the job's transformations into predicted chains and sets their slot-sharing groups. */
+    /** Groups the transformations into predicted chains and sets their slot-sharing groups. */
     static Applied assign(List<Transformation<?>> sinks, Map<String, OperatorResources> wanted) {
         Set<String> unmatched = new LinkedHashSet<>(wanted.keySet());
         // Ids grow in creation order, so every input is placed before its consumers.

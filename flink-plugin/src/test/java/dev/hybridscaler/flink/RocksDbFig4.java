@@ -11,7 +11,12 @@ import org.apache.flink.configuration.Configuration;
 import org.apache.flink.streaming.api.environment.StreamExecutionEnvironment;
 import org.apache.flink.streaming.api.functions.KeyedProcessFunction;
 import org.apache.flink.streaming.api.functions.sink.v2.DiscardingSink;
+import org.apache.flink.runtime.util.EnvironmentInformation;
 import org.apache.flink.util.Collector;
+
+import org.apache.flink.shaded.jackson2.com.fasterxml.jackson.databind.ObjectMapper;
+import org.apache.flink.shaded.jackson2.com.fasterxml.jackson.databind.node.ArrayNode;
+import org.apache.flink.shaded.jackson2.com.fasterxml.jackson.databind.node.ObjectNode;
 
 import java.nio.file.Files;
 import java.nio.file.Path;
@@ -34,6 +39,7 @@ import java.util.concurrent.TimeUnit;
  */
 public final class RocksDbFig4 {
     private static final String OPERATOR = "workload";
+    private static final ObjectMapper JSON = new ObjectMapper();
 
     enum Workload { READ, WRITE, UPDATE }
 
@@ -53,11 +59,17 @@ public final class RocksDbFig4 {
         int measureS = Integer.parseInt(opt.getOrDefault("measure-s", "10"));
         Path out = Path.of(opt.getOrDefault("out", "bench/results/rocksdb-fig4.json"));
 
-        int maxP = Arrays.stream(parallelism).max().orElse(1);
-        int maxM = Arrays.stream(memoryMb).max().orElse(1);
-        List<String> rows = new ArrayList<>();
-        System.out.printf("%-7s %2s %8s %10s %12s %9s %8s %14s%n", "workload", "p", "managedMB",
-                "cacheMB/t", "records/s", "hitRatio", "busy", "getLatencyNs");
+        ObjectNode doc = JSON.createObjectNode()
+                .put("description", "Justin Fig. 4 at small scale: one keyed RocksDB operator via"
+                        + " Flink, unthrottled source, uniform random keys; read runs start once the"
+                        + " load's compactions finished (compactionsSettled)")
+                .put("flinkVersion", EnvironmentInformation.getVersion())
+                .put("cores", Runtime.getRuntime().availableProcessors())
+                .put("keys", keys).put("valueBytes", valueBytes).put("writeBufferRatio", 0.5)
+                .put("warmupSeconds", warmupS).put("measureSeconds", measureS)
+                .put("extraFlinkConfiguration", opt.getOrDefault("conf", ""));
+        ArrayNode runs = doc.putArray("runs");
+
         // Compaction metrics let each run wait for the LSM tree to settle after the load.
         Map<String, String> flinkConf = new TreeMap<>(Map.of(
                 "state.backend.rocksdb.metrics.compaction-pending", "true",
@@ -69,47 +81,55 @@ public final class RocksDbFig4 {
                 flinkConf.put(parts[0].trim(), parts[1].trim());
             }
         }
+        int maxP = Arrays.stream(parallelism).max().orElse(1);
+        int maxM = Arrays.stream(memoryMb).max().orElse(1);
+        System.out.printf("%-8s %2s %9s %9s %10s %8s %5s %12s%n", "workload", "p", "managedMB",
+                "cacheMB/t", "records/s", "hitRatio", "busy", "getLatencyNs");
         try (FlinkCluster flink = new FlinkCluster(maxP * maxM + 64, maxP + 2, flinkConf)) {
             for (Workload w : workloads) {
                 for (int p : parallelism) {
                     for (int m : memoryMb) {
                         Result r = run(flink, w, p, m, keys, valueBytes, warmupS, measureS);
-                        System.out.printf(Locale.ROOT, "%-8s %2d %8d %10.1f %12.0f %9s %8.2f %14s%n",
-                                w.name().toLowerCase(Locale.ROOT), p, m,
-                                Metrics.expectedBlockCacheBytes(m) / 1048576.0, r.rate,
-                                r.hitRatio == null ? "-" : String.format(Locale.ROOT, "%.3f", r.hitRatio),
-                                r.busyness, r.getLatencyNs == null ? "-" : String.format("%.0f", r.getLatencyNs));
-                        rows.add(String.format(Locale.ROOT,
-                                "    {\"workload\": \"%s\", \"parallelism\": %d, \"managedMemoryMb\": %d,"
-                                        + " \"blockCacheBytesPerTask\": %d, \"recordsPerSecond\": %.1f,"
-                                        + " \"cacheHitRatio\": %s, \"busyness\": %.3f,"
-                                        + " \"stateGetLatencyNsMean\": %s, \"stateUpdateLatencyNsMean\": %s,"
-                                        + " \"compactionsSettled\": %s}",
-                                w.name().toLowerCase(Locale.ROOT), p, m, Metrics.expectedBlockCacheBytes(m),
-                                r.rate, json(r.hitRatio), r.busyness, json(r.getLatencyNs),
-                                json(r.updateLatencyNs), r.compactionsSettled));
+                        System.out.println(r.line());
+                        runs.add(r.json());
                     }
                 }
             }
         }
-        String doc = String.format(Locale.ROOT,
-                "{%n  \"description\": \"Justin Fig. 4 at small scale: one keyed RocksDB operator via Flink,"
-                        + " unthrottled source, uniform random keys; read runs start once the load's compactions"
-                        + " finished (compactionsSettled)\",%n"
-                        + "  \"flinkVersion\": \"%s\",%n  \"cores\": %d,%n  \"keys\": %d,%n"
-                        + "  \"valueBytes\": %d,%n  \"writeBufferRatio\": 0.5,%n  \"warmupSeconds\": %d,%n"
-                        + "  \"measureSeconds\": %d,%n  \"extraFlinkConfiguration\": \"%s\",%n"
-                        + "  \"runs\": [%n%s%n  ]%n}%n",
-                org.apache.flink.runtime.util.EnvironmentInformation.getVersion(),
-                Runtime.getRuntime().availableProcessors(), keys, valueBytes, warmupS, measureS,
-                opt.getOrDefault("conf", ""), String.join(",\n", rows));
         Files.createDirectories(out.toAbsolutePath().getParent());
-        Files.writeString(out, doc);
+        Files.writeString(out, JSON.writerWithDefaultPrettyPrinter().writeValueAsString(doc) + "\n");
         System.out.println("wrote " + out);
     }
 
-    private record Result(double rate, Double hitRatio, double busyness, Double getLatencyNs,
-                          Double updateLatencyNs, boolean compactionsSettled) {}
+    /** One measured configuration; latencies are means in ns, null when not measured. */
+    private record Result(Workload workload, int parallelism, int managedMb, double rate,
+                          Double hitRatio, double busyness, Double getLatencyNs,
+                          Double updateLatencyNs, boolean compactionsSettled) {
+        String line() {
+            return String.format(Locale.ROOT, "%-8s %2d %9d %9.1f %10.0f %8s %5.2f %12s",
+                    name(), parallelism, managedMb, cacheBytes() / 1048576.0, rate,
+                    hitRatio == null ? "-" : String.format(Locale.ROOT, "%.3f", hitRatio),
+                    busyness, getLatencyNs == null ? "-" : String.format(Locale.ROOT, "%.0f", getLatencyNs));
+        }
+
+        ObjectNode json() {
+            return JSON.createObjectNode()
+                    .put("workload", name()).put("parallelism", parallelism)
+                    .put("managedMemoryMb", managedMb).put("blockCacheBytesPerTask", cacheBytes())
+                    .put("recordsPerSecond", rate).put("cacheHitRatio", hitRatio)
+                    .put("busyness", busyness).put("stateGetLatencyNsMean", getLatencyNs)
+                    .put("stateUpdateLatencyNsMean", updateLatencyNs)
+                    .put("compactionsSettled", compactionsSettled);
+        }
+
+        private String name() {
+            return workload.name().toLowerCase(Locale.ROOT);
+        }
+
+        private long cacheBytes() {
+            return Metrics.expectedBlockCacheBytes(managedMb);
+        }
+    }
 
     private static Result run(FlinkCluster flink, Workload w, int p, int managedMb, long keys,
                               int valueBytes, int warmupS, int measureS) throws Exception {
@@ -149,7 +169,8 @@ public final class RocksDbFig4 {
             double hits = b.hits - a.hits;
             double misses = b.misses - a.misses;
             Double ratio = hits + misses > 0 ? hits / (hits + misses) : null;
-            return new Result(rate, ratio, b.busyness, b.getLatency, b.updateLatency, settled);
+            return new Result(w, p, managedMb, rate, ratio, b.busyness, b.getLatency,
+                    b.updateLatency, settled);
         } finally {
             flink.mini().cancelJob(job).get(30, TimeUnit.SECONDS);
             FlinkCluster.await("job cancelled", Duration.ofMinutes(1), () -> status(flink, job).isGloballyTerminalState());
@@ -307,10 +328,6 @@ public final class RocksDbFig4 {
                 System.out.print("");
             }
         }
-    }
-
-    private static String json(Double v) {
-        return v == null || !Double.isFinite(v) ? "null" : String.format(Locale.ROOT, "%.4f", v);
     }
 
     private static int[] ints(String csv) {
