@@ -21,6 +21,7 @@ JOBS = ("q1", "q2", "q3", "q5", "q8", "q11")
 DURATION_S = 1200.0
 ROOT = Path(__file__).resolve().parent.parent
 DOC = ROOT / "docs" / "simulator.md"
+README = ROOT / "README.md"  # carries the results table too, for users who read only it
 PLOT = ROOT / "docs" / "img" / "simulator-q11.png"
 BEGIN, END = "<!-- results:begin -->", "<!-- results:end -->"
 FIG4_BEGIN, FIG4_END = "<!-- fig4:begin -->", "<!-- fig4:end -->"
@@ -116,13 +117,14 @@ def main() -> None:
     grid = fig4_grid()
     print("\nthe twin's Figure 4 (✓: sustains the target):\n" + grid)
     if args.update_doc:
-        text = DOC.read_text()
-        for begin, end, body in ((BEGIN, END, table), (FIG4_BEGIN, FIG4_END, grid)):
-            block = f"{begin}\n{body}\n{end}"
-            text = re.sub(re.escape(begin) + ".*?" + re.escape(end), lambda _, b=block: b, text,
-                          flags=re.S)
-        DOC.write_text(text)
-        print(f"\nupdated {DOC.relative_to(ROOT)} and {PLOT.relative_to(ROOT)}")
+        for path in (DOC, README):
+            text = path.read_text()
+            for begin, end, body in ((BEGIN, END, table), (FIG4_BEGIN, FIG4_END, grid)):
+                block = f"{begin}\n{body}\n{end}"
+                text = re.sub(re.escape(begin) + ".*?" + re.escape(end), lambda _, b=block: b,
+                              text, flags=re.S)
+            path.write_text(text)
+        print(f"\nupdated {DOC.relative_to(ROOT)}, README.md and {PLOT.relative_to(ROOT)}")
 
 
 if __name__ == "__main__":
