@@ -24,6 +24,8 @@ final class CounterJob {
     static final String FORMAT = "format";
     static final String SINK = "sink";
     static final int KEYS = 50;
+    /** The counter chain's JobVertexID: Murmur3-128 of its uid "counter" (docs/metrics.md). */
+    static final String COUNTER_VERTEX_ID = "0da08f51eaa85fc298e176a139b3649a";
     /** Name of the counter's ValueState, hence RocksDB's column family in metric names. */
     static final String STATE = "count";
 

@@ -181,7 +181,7 @@ class HybridResourcesTest {
         // docs/metrics.md: the controller may compute task_id from the head's uid; these are
         // test vectors for it (seen as task_id in a real scrape of this job).
         Map<String, String> expected = Map.of(
-                "counter", "0da08f51eaa85fc298e176a139b3649a",
+                "counter", CounterJob.COUNTER_VERTEX_ID,
                 "gen", "6bf01baa9d2ca23a3ef7ce311722523d");
         Map<String, String> byHead = new HashMap<>();
         for (JobVertex v : plainGraph().getVertices()) {

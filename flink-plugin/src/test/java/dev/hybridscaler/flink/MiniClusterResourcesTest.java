@@ -6,6 +6,7 @@ import static org.junit.jupiter.api.Assertions.assertTrue;
 
 import org.apache.flink.api.common.JobID;
 import org.apache.flink.configuration.Configuration;
+import org.apache.flink.configuration.PipelineOptions;
 import org.apache.flink.core.execution.SavepointFormatType;
 import org.apache.flink.runtime.jobgraph.JobGraph;
 import org.apache.flink.runtime.jobgraph.SavepointRestoreSettings;
@@ -21,6 +22,7 @@ import org.junit.jupiter.api.io.TempDir;
 import java.nio.file.Path;
 import java.time.Duration;
 import java.util.ArrayList;
+import java.util.Collections;
 import java.util.HashMap;
 import java.util.List;
 import java.util.Map;
@@ -51,18 +53,19 @@ class MiniClusterResourcesTest {
             throws Exception {
         // First run: counter tasks with 96 MiB each, stateless source chain with none.
         CounterJob.reset();
-        JobID first = submit(resources(0.5, 64, 96), null);
-        assertRunningWith(first, 0.5, 64, 96);
+        JobID first = submit(resources(0.5, 64, 96), 2, null);
+        assertRunningWith(first, 2, 0.5, 64, 96);
         Map<Long, Long> lastCounts = await(CounterJob.KEYS);
         String savepoint = flink.mini()
                 .stopWithSavepoint(first, dir.toUri().toString(), false, SavepointFormatType.CANONICAL)
                 .get(60, TimeUnit.SECONDS);
         lastCounts = lastCounts(); // everything counted before the savepoint barrier
 
-        // Second run from the savepoint, with more memory and CPU for the counter.
+        // Second run from the savepoint, as the controller would start it: more memory and CPU
+        // for the counter, and a third counter task through Flink's parallelism override.
         CounterJob.reset();
-        JobID second = submit(resources(1.0, 96, 160), savepoint);
-        assertRunningWith(second, 1.0, 96, 160);
+        JobID second = submit(resources(1.0, 96, 160), 3, savepoint);
+        assertRunningWith(second, 3, 1.0, 96, 160);
         await(CounterJob.KEYS);
         for (Map.Entry<Long, long[]> e : CounterJob.SEEN.entrySet()) {
             assertEquals(lastCounts.get(e.getKey()) + 1, e.getValue()[0],
@@ -105,13 +108,17 @@ class MiniClusterResourcesTest {
                 ResourcesJson.entry("counter", cpu, heap, managed));
     }
 
-    private static JobID submit(String value, String savepoint) throws Exception {
+    private static JobID submit(String value, int counterTasks, String savepoint)
+            throws Exception {
         Configuration conf = new Configuration();
         conf.set(HybridResources.OPERATOR_RESOURCES, value);
         StreamExecutionEnvironment env = new StreamExecutionEnvironment(conf);
         CounterJob.build(env);
         HybridResources.apply(env);
         JobGraph graph = env.getStreamGraph().getJobGraph();
+        // Keyed by the vertex id, i.e. murmur3 of the chain head's uid (docs/metrics.md).
+        graph.getJobConfiguration().set(PipelineOptions.PARALLELISM_OVERRIDES,
+                Map.of(CounterJob.COUNTER_VERTEX_ID, Integer.toString(counterTasks)));
         if (savepoint != null) {
             graph.setSavepointRestoreSettings(SavepointRestoreSettings.forPath(savepoint, false));
         }
@@ -119,11 +126,12 @@ class MiniClusterResourcesTest {
     }
 
     /** Checks what a user of the REST API and of Prometheus sees for a running job. */
-    private static void assertRunningWith(JobID job, double cpu, int heapMb, int managedMb)
-            throws Exception {
-        FlinkCluster.await("3 slots for " + job, TIMEOUT, () -> slots(job).size() == 3 && running(job));
+    private static void assertRunningWith(JobID job, int counterTasks, double cpu, int heapMb,
+                                          int managedMb) throws Exception {
+        FlinkCluster.await("slots for " + job, TIMEOUT,
+                () -> slots(job).size() == counterTasks + 1 && running(job));
 
-        // Slot profiles: one source-chain slot without managed memory, two counter slots.
+        // Slot profiles: one source-chain slot without managed memory, one per counter task.
         List<String> profiles = new ArrayList<>();
         for (JsonNode r : slots(job)) {
             profiles.add(r.get("cpuCores").asDouble() + "/" + r.get("taskHeapMemory").asInt()
@@ -131,7 +139,10 @@ class MiniClusterResourcesTest {
         }
         profiles.sort(null);
         String counter = cpu + "/" + heapMb + "/" + managedMb;
-        assertEquals(List.of(counter, counter, "0.25/32/0").stream().sorted().toList(), profiles);
+        List<String> expected = new ArrayList<>(Collections.nCopies(counterTasks, counter));
+        expected.add("0.25/32/0");
+        expected.sort(null);
+        assertEquals(expected, profiles);
 
         // RocksDB sizes its block cache from the slot's managed memory, in each counter task.
         String capacity = "flink_taskmanager_job_task_operator_" + CounterJob.STATE
@@ -139,7 +150,7 @@ class MiniClusterResourcesTest {
         // RocksDB's native metrics are Flink "views", refreshed every 5 s and 0 before that.
         FlinkCluster.await("cache capacity metrics", TIMEOUT, () -> {
             List<PromSample> found = samples(job, capacity);
-            return found.size() == 2 && found.stream().allMatch(s -> s.value() > 0);
+            return found.size() == counterTasks && found.stream().allMatch(s -> s.value() > 0);
         });
         for (PromSample s : samples(job, capacity)) {
             assertEquals(CounterJob.COUNTER, s.label("operator_name"));
@@ -159,7 +170,7 @@ class MiniClusterResourcesTest {
 
         // RocksDB reserves its slot's managed memory up front; nothing else reserves any.
         double used = onlyValue("flink_taskmanager_Status_Flink_Memory_Managed_Used");
-        assertEquals(2L * managedMb * 1024 * 1024, (long) used);
+        assertEquals((long) counterTasks * managedMb * 1024 * 1024, (long) used);
     }
 
     private static boolean running(JobID job) {
