@@ -162,8 +162,10 @@ def desired_fields(
     for v in graph.vertices:
         level = configuration[v.id].memory_level
         managed = 0 if level is None else round(base_managed_mib * 2**level)
+        # Flink rejects a slot-sharing group with zero task heap (flink-plugin docs).
+        heap = max(1, int(heap_per_task_mib))
         for uid in v.operator_uids:
-            resources[uid] = OperatorResources(cpu_per_task, int(heap_per_task_mib), managed)
+            resources[uid] = OperatorResources(cpu_per_task, heap, managed)
     return OwnedFields(
         overrides={vid: c.parallelism for vid, c in configuration.items()},
         operator_resources=resources if per_operator else None,

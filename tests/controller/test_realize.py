@@ -95,3 +95,11 @@ def test_refusals() -> None:
     assert "stateless" in (refusal(deployment(None)) or "")  # the CRD's default
     assert "RESTARTING" in (refusal(deployment("savepoint", "RESTARTING", "UPGRADING")) or "")
 
+
+
+def test_task_heap_is_never_zero_because_flink_rejects_such_a_group() -> None:
+    fields = desired_fields(GRAPH, {A: VertexConfig(1, None), B: VertexConfig(1, 0)},
+                            cpu_per_task=0.25, heap_per_task_mib=0.4, base_managed_mib=158,
+                            tm_cpu=1.0, tm_memory_mib=1024, replicas=1, per_operator=True)
+    assert fields.operator_resources is not None
+    assert {r.task_heap_mb for r in fields.operator_resources.values()} == {1}
