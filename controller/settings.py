@@ -9,6 +9,7 @@ the loop.
 from __future__ import annotations
 
 import logging
+import socket
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -43,6 +44,10 @@ def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
     settings.watching.reconnect_backoff = 1.0
     # Only warnings become Events: `kubectl describe hsp` shows decisions, not kopf chatter.
     settings.posting.level = logging.WARNING
+    # `kubectl describe` shows "From hybrid-scaler/<pod>", not kopf's "kopf/dev".
+    settings.posting.reporting_component = "hybrid-scaler"
+    settings.posting.reporting_instance = socket.gethostname()
+    settings.posting.event_name_prefix = "hybrid-scaler-"
     settings.persistence.finalizer = FINALIZER
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=PREFIX)
     settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
