@@ -4,7 +4,7 @@ Prints `kubectl get hsp` and `kubectl describe hsp` as the policy converges, and
 writes a PNG of the convergence (achieved vs target rate, parallelism, managed
 memory). `ControllerProcess` is also what the e2e tests run.
 
-    python -m e2e.demo [--seconds 300] [--plot demo-q11.png] [--keep]
+    python -m e2e.demo [--seconds 300] [--plot out/demo-q11.png] [--keep]
 """
 
 from __future__ import annotations
@@ -158,6 +158,7 @@ def plot(samples: list[Sample], path: Path, title: str) -> None:
                 ax.axvline(s1.t, color="grey", alpha=0.3)
     fig.suptitle(title)
     fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110)
     plt.close(fig)
 
@@ -220,7 +221,7 @@ def run_demo(seconds: float, plot_path: Path, keep: bool) -> None:
 def main(
     seconds: Annotated[float, typer.Option(help="stop after this long at the latest")] = 420,
     plot_path: Annotated[Path, typer.Option("--plot", help="PNG to write")]
-        = Path("demo-q11.png"),
+        = Path("out/demo-q11.png"),
     keep: Annotated[bool, typer.Option(help="leave the stack and namespace running")] = False,
 ) -> None:
     """Run the demo: deploy q11 and its policy, and watch the controller converge."""
