@@ -31,7 +31,15 @@ from pydantic import (
 )
 from pydantic.alias_generators import to_camel
 
-from policies.decision import Action, Decision, HistoryRecord, VertexDecision
+from policies.decision import (
+    Action,
+    Decision,
+    EpochTime,
+    HistoryRecord,
+    Totals,
+    VertexDecision,
+    epoch_seconds,
+)
 from policies.params import HISTORY_LIMIT, PolicyState, ScalingParams
 from policies.spec import (
     CpuScaling,
@@ -371,7 +379,7 @@ def _finite(value: float | None) -> float | None:
 
 class ScaleDownWait(StatusModel):
     vertex_id: str
-    since: float = Field(description="when DS2 first wanted fewer tasks for this vertex")
+    since: EpochTime = Field(description="when DS2 first wanted fewer tasks for this vertex")
 
 
 def _absent_is_none(model: type[BaseModel], data: Any) -> Any:
@@ -422,7 +430,7 @@ class Status(StatusModel):
     scale_down_wanted_since: tuple[ScaleDownWait, ...] = Field(
         (), max_length=1000, description="vertices waiting out cpu.scaleDownDelay"
     )
-    last_reconfiguration_time: float | None = None
+    last_reconfiguration_time: EpochTime | None = None
     placement: PlacementStatus | None = None
     summary: Summary = Summary()
 
@@ -478,7 +486,9 @@ class Status(StatusModel):
                 ScaleDownWait(vertex_id=v, since=t)
                 for v, t in sorted(state.scale_down_wanted_since.items())
             ),
-            "last_reconfiguration_time": state.last_reconfiguration_time,
+            # model_copy does not validate: round to the microseconds the wire keeps here.
+            "last_reconfiguration_time": (None if state.last_reconfiguration_time is None
+                                          else epoch_seconds(state.last_reconfiguration_time)),
             "summary": self.summary.model_copy(update={"step": state.step}),
         })
 
@@ -490,19 +500,70 @@ class Status(StatusModel):
         )
         summary = Summary(
             operators=len(decision.vertices),
-            cpu=decision.after.cpu_cores,
+            cpu=_round_finite(decision.after.cpu_cores, CPU_DIGITS),
             memory=format_memory_mib(round(decision.after.memory_mib)),
             step=decision.step,
             last_action=_describe(changed) if changed else "none",
         )
-        return self.model_copy(update={"last_decision": decision, "summary": summary})
+        return self.model_copy(update={"last_decision": _tidy_decision(decision),
+                                       "summary": summary})
 
     def with_operators(self, operators: Iterable[OperatorStatus]) -> Status:
         cleaned = tuple(
-            o.model_copy(update={"true_processing_rate": _finite(o.true_processing_rate)})
+            o.model_copy(update={
+                "managed_mib": _round_finite(o.managed_mib, MIB_DIGITS),
+                "busyness": _round(o.busyness, RATIO_DIGITS),
+                "true_processing_rate": _round(_finite(o.true_processing_rate), RATE_DIGITS),
+                "cache_hit_rate": _round(o.cache_hit_rate, RATIO_DIGITS),
+                "state_latency_ns": _round(o.state_latency_ns, NS_DIGITS),
+            })
             for o in operators
         )
         return self.model_copy(update={"operators": cleaned})
+
+
+# Precision of the measured numbers the status shows (status.operators, status.lastDecision),
+# so `kubectl describe` reads `busyness: 0.0807`, not `0.08065794268658717`. Only what is
+# displayed is rounded: the core decided on the full values, and status.history (which
+# Justin compares on its next step) keeps them, so rounding changes no decision.
+RATIO_DIGITS = 4  # busyness, utilization, cache hit rate
+RATE_DIGITS = 1  # records/s
+NS_DIGITS = 0  # state latency, whole nanoseconds
+CPU_DIGITS = 3  # cores
+MIB_DIGITS = 1  # MiB
+
+
+def _round_finite(value: float, digits: int) -> float:
+    return float(round(value, digits)) if math.isfinite(value) else value
+
+
+def _round(value: float | None, digits: int) -> float | None:
+    return None if value is None else _round_finite(value, digits)
+
+
+def _tidy_totals(t: Totals) -> Totals:
+    return Totals(cpu_cores=_round_finite(t.cpu_cores, CPU_DIGITS),
+                  memory_mib=_round_finite(t.memory_mib, MIB_DIGITS))
+
+
+def _tidy_decision(decision: Decision) -> Decision:
+    """The decision as status shows it: measured numbers at RATIO/RATE/NS precision."""
+    vertices = tuple(
+        v.model_copy(update={
+            "busyness": _round(v.busyness, RATIO_DIGITS),
+            "true_processing_rate": _round(v.true_processing_rate, RATE_DIGITS),
+            "target_rate": _round(v.target_rate, RATE_DIGITS),
+            "utilization": _round(v.utilization, RATIO_DIGITS),
+            "cache_hit_rate": _round(v.cache_hit_rate, RATIO_DIGITS),
+            "state_latency_ns": _round(v.state_latency_ns, NS_DIGITS),
+        })
+        for v in decision.vertices
+    )
+    return decision.model_copy(update={
+        "vertices": vertices,
+        "before": _tidy_totals(decision.before),
+        "after": _tidy_totals(decision.after),
+    })
 
 
 # Which change the Last Decision column shows first: what Justin decided beats what DS2 did.

@@ -7,10 +7,51 @@ them back and Justin continues where it stopped.
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from enum import StrEnum
+from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, PlainSerializer, WithJsonSchema
 from pydantic.alias_generators import to_camel
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+def epoch_seconds(value: Any) -> Any:
+    """Seconds since the epoch, rounded to the microsecond that RFC 3339 on the wire keeps.
+
+    Accepts an RFC 3339 string (what the status holds), a datetime, or a number (statuses
+    written before times became strings, and the core's own `now`). Rounding here, where
+    a time enters a record, keeps a record equal to itself read back from JSON.
+    """
+    if isinstance(value, str):
+        try:
+            value = datetime.fromisoformat(value)
+        except ValueError:
+            raise ValueError(f"not an RFC 3339 time: {value!r}") from None
+    if isinstance(value, datetime):
+        if value.tzinfo is None:
+            value = value.replace(tzinfo=UTC)
+        delta = value - _EPOCH
+        return ((delta.days * 86400 + delta.seconds) * 10**6 + delta.microseconds) / 10**6
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return round(float(value), 6)
+    return value  # pydantic's float validation reports it
+
+
+def rfc3339(seconds: float) -> str:
+    """`2026-11-22T06:58:27.251110Z`: UTC, microsecond precision."""
+    return datetime.fromtimestamp(seconds, UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+# A point in time: a float of epoch seconds in Python (the core's clock), an RFC 3339 UTC
+# string with microseconds in JSON and in the policy's status (Kubernetes API conventions).
+EpochTime = Annotated[
+    float,
+    BeforeValidator(epoch_seconds),
+    PlainSerializer(rfc3339, return_type=str, when_used="json"),
+    WithJsonSchema({"type": "string", "format": "date-time"}),
+]
 
 
 class Action(StrEnum):
@@ -75,7 +116,7 @@ class Totals(RecordModel):
 class Decision(RecordModel):
     """One evaluation's outcome. `reconfigures` is true when any vertex changes."""
 
-    time: float = Field(description="seconds since the epoch, as passed to the core")
+    time: EpochTime = Field(description="when the core evaluated (RFC 3339, microseconds)")
     step: int = Field(description="count of reconfigurations so far, this one included")
     reconfigures: bool
     reason: str
@@ -102,11 +143,11 @@ class VertexHistory(RecordModel):
     cache_hit_rate: float | None
     state_latency_ns: float | None
     # DS2's scale-down delay: when this vertex first wanted fewer tasks, still pending.
-    scale_down_wanted_since: float | None = None
+    scale_down_wanted_since: EpochTime | None = None
 
 
 class HistoryRecord(RecordModel):
-    time: float
+    time: EpochTime
     step: int
     vertices: tuple[VertexHistory, ...]
 

@@ -10,12 +10,14 @@ from typing import Any
 
 import pytest
 import yaml
+from hypothesis import given
+from hypothesis import strategies as st
 from pydantic import ValidationError
 
 from controller import api, crd
 from controller.cli import field_errors, load_recording
 from policies import evaluate
-from policies.decision import Action
+from policies.decision import Action, HistoryRecord, epoch_seconds, rfc3339
 from policies.params import HISTORY_LIMIT
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
@@ -148,12 +150,13 @@ def test_the_invalid_example_is_rejected_field_by_field() -> None:
 # --- status --------------------------------------------------------------------------
 
 
-def rich_status() -> api.Status:
+def rich_status(now: float | None = None) -> api.Status:
     """A status as the controller writes it after one real evaluation of the recorded q11."""
     rec = load_recording(RECORDED)
+    now = rec.time if now is None else now
     spec = rec.spec()
     result = evaluate(rec.graph, rec.observation, api.Status().to_policy_state(),
-                      spec.scaling_params(), rec.time)
+                      spec.scaling_params(), now)
     operators = [
         api.OperatorStatus(
             vertex_id=v.id, name=v.name, parallelism=v.parallelism, memory_level=v.memory_level,
@@ -175,7 +178,7 @@ def rich_status() -> api.Status:
     )
     for type_ in api.ConditionType:
         status = status.with_condition(type_, type_ is not api.ConditionType.LIMIT_REACHED,
-                                       "Evaluated", f"{type_} set", now=rec.time,
+                                       "Evaluated", f"{type_} set", now=now,
                                        observed_generation=3)
     return status
 
@@ -187,6 +190,66 @@ def test_status_round_trips_exactly_through_json() -> None:
     assert back == status
     assert json.dumps(back.model_dump(mode="json", by_alias=True)) == wire
     assert back.to_policy_state() == status.to_policy_state()
+
+
+def test_times_are_rfc3339_on_the_wire_and_round_trip_at_microseconds() -> None:
+    now = 1795330707.2511103  # a clock reading with more digits than the wire keeps
+    waits = {"count": now - 30.123456789}
+    status = rich_status(now)
+    status = status.with_policy_state(replace(status.to_policy_state(),
+                                              scale_down_wanted_since=waits))
+    wire = status.model_dump(mode="json", by_alias=True)
+    assert wire["lastReconfigurationTime"] == "2026-11-22T06:58:27.251110Z"
+    assert wire["lastDecision"]["time"] == "2026-11-22T06:58:27.251110Z"
+    assert wire["history"][0]["time"] == "2026-11-22T06:58:27.251110Z"
+    assert wire["scaleDownWantedSince"] == [
+        {"vertexId": "count", "since": "2026-11-22T06:57:57.127654Z"}]
+    # In Python they stay seconds since the epoch, rounded to the microsecond kept.
+    assert status.last_reconfiguration_time == 1795330707.25111
+    assert status.last_decision is not None and status.last_decision.time == 1795330707.25111
+    back = api.Status.model_validate(json.loads(json.dumps(wire)))
+    assert back == status
+    assert back.to_policy_state() == status.to_policy_state()
+
+
+def test_a_status_written_with_float_times_is_still_read() -> None:
+    wire = rich_status(1795330707.25).model_dump(mode="json", by_alias=True)
+    old = {**wire, "lastReconfigurationTime": 1795330707.25,
+           "scaleDownWantedSince": [{"vertexId": "count", "since": 1795330700.0000004}]}
+    old["lastDecision"] = {**wire["lastDecision"], "time": 1795330707.25}
+    old["history"] = [{**wire["history"][0], "time": 1795330707.25}]
+    status = api.Status.model_validate(old)
+    assert status.last_reconfiguration_time == 1795330707.25
+    assert status.scale_down_wanted_since[0].since == 1795330700.0
+    assert status.model_dump(mode="json", by_alias=True)["lastDecision"] == wire["lastDecision"]
+    with pytest.raises(ValidationError, match="RFC 3339"):
+        api.Status.model_validate({**wire, "lastReconfigurationTime": "yesterday"})
+
+
+@given(st.floats(min_value=0, max_value=4e9, allow_nan=False))
+def test_epoch_time_round_trips_exactly(seconds: float) -> None:
+    kept = epoch_seconds(seconds)
+    assert abs(kept - seconds) <= 5e-7 + 1e-9  # half a microsecond, plus float noise
+    assert epoch_seconds(rfc3339(kept)) == kept
+    assert epoch_seconds(kept) == kept
+    record = HistoryRecord(time=seconds, step=1, vertices=())
+    assert HistoryRecord.model_validate_json(record.model_dump_json()) == record
+
+
+def test_status_numbers_are_rounded_for_humans() -> None:
+    op = api.OperatorStatus(vertex_id="v", parallelism=1, memory_level=0, managed_mib=158.0,
+                            busyness=0.08065794268658717, true_processing_rate=4.990650809185072e6,
+                            cache_hit_rate=0.912345678, state_latency_ns=17321.467821120877)
+    (stored,) = api.Status().with_operators([op]).operators
+    assert (stored.busyness, stored.true_processing_rate, stored.cache_hit_rate,
+            stored.state_latency_ns) == (0.0807, 4990650.8, 0.9123, 17321.0)
+    decision = rich_status().last_decision
+    assert decision is not None
+    for v in decision.vertices:
+        for value, digits in ((v.busyness, 4), (v.utilization, 4), (v.cache_hit_rate, 4),
+                              (v.true_processing_rate, 1), (v.target_rate, 1),
+                              (v.state_latency_ns, 0)):
+            assert value is None or value == round(value, digits)
 
 
 def without_nulls(value: Any) -> Any:
