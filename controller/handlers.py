@@ -99,7 +99,7 @@ async def policy_loop(body: kopf.Body, meta: kopf.Meta, namespace: str | None, n
                 log.debug("%s: %s", key, result.outcome)
             except ValidationError as e:
                 # The CRD's schema and CEL rules should have refused it; say so anyway.
-                telemetry.ERRORS.labels("spec").inc()
+                telemetry.count(telemetry.ERRORS, namespace or "default", name or "", "spec")
                 log.error("%s: invalid spec: %s", key, e)
                 invalid = status.with_condition(
                     api.ConditionType.READY, False, "InvalidSpec", str(e)[:1000],
@@ -111,13 +111,14 @@ async def policy_loop(body: kopf.Body, meta: kopf.Meta, namespace: str | None, n
                     except Exception:
                         log.exception("%s: could not record the invalid spec", key)
             except Exception:
-                telemetry.ERRORS.labels("loop").inc()
+                telemetry.count(telemetry.ERRORS, namespace or "default", name or "", "loop")
                 log.exception("%s: loop pass failed; retrying next period", key)
                 # A pass may have committed a step before failing: continue from that.
                 status = store.last or status
             await stopped.wait(resolution)
     finally:
         RUNNING.discard(key)
+        telemetry.forget(namespace or "default", name or "")
 
 
 @kopf.on.probe(id="policies")

@@ -127,6 +127,7 @@ class _Run:
                  ports: Ports) -> None:
         self.policy, self.spec, self.ports = policy, policy.spec, ports
         self.namespace = policy.metadata.namespace or "default"
+        self.name = policy.metadata.name
         self.target = policy.spec.target_ref.name
         self.generation = generation
         self.now = ports.clock()
@@ -180,7 +181,7 @@ class _Run:
                 raise FlinkRestError("the JobManager lists no job")
             graph = self.read_graph(reader, job, deployment)
         except FlinkRestError as e:
-            telemetry.ERRORS.labels("flink-rest").inc()
+            self.count_error("flink-rest")
             self.condition(ConditionType.READY, False, "JobUnavailable", str(e))
             return self.done("job-unavailable")
         self.condition(ConditionType.READY, True, "Evaluating",
@@ -199,7 +200,7 @@ class _Run:
             graph, job.jid, self.now, self.spec.metrics.window, self.spec.metrics.resolution
         )
         if not isinstance(collected, Collected):
-            telemetry.ERRORS.labels("metrics").inc()
+            self.count_error("metrics")
             self.condition(ConditionType.METRICS_AVAILABLE, False, "MetricsUnavailable",
                            collected.reason)
             return self.done("metrics-unavailable")
@@ -257,8 +258,8 @@ class _Run:
         started = time.perf_counter()
         evaluation = evaluate(graph, collected.observation, state, params, self.now)
         decision = evaluation.decision
-        telemetry.EVALUATIONS.labels(
-            "reconfigure" if decision.reconfigures else "unchanged").inc()
+        telemetry.count(telemetry.EVALUATIONS, self.namespace, self.name,
+                        "reconfigure" if decision.reconfigures else "unchanged")
         self.status = self.status.with_decision(decision).with_operators(
             self.operators(decision, graph)
         )
@@ -396,7 +397,11 @@ class _Run:
     def count(self, decision: Decision, mode: str) -> None:
         for v in decision.vertices:
             if v.action != Action.NONE:
-                telemetry.DECISIONS.labels(v.action.value, mode).inc()
+                telemetry.count(telemetry.DECISIONS, self.namespace, self.name,
+                                v.action.value, mode)
+
+    def count_error(self, stage: str) -> None:
+        telemetry.count(telemetry.ERRORS, self.namespace, self.name, stage)
 
 
 def _level(level: int | None) -> str:

@@ -203,6 +203,8 @@ def test_service_monitor_scrapes_the_metrics_service() -> None:
     assert selected.items() <= service["metadata"]["labels"].items()
     assert service["spec"]["selector"] == one(docs, "Deployment")["spec"]["selector"]["matchLabels"]
     assert monitor["spec"]["endpoints"][0]["port"] == service["spec"]["ports"][0]["name"]
+    # The policy counters' own `namespace` label wins over the target's.
+    assert monitor["spec"]["endpoints"][0]["honorLabels"] is True
 
 
 def test_dockerfile_builds_what_the_package_declares() -> None:
@@ -705,7 +707,8 @@ def check_dashboard(prometheus: Prometheus, flink_job: str) -> None:
     metrics are there: Flink's (from the golden scrape) and the controller's loop passes."""
     for query in dashboard_queries():
         concrete = (query.replace("$job", flink_job).replace("$__rate_interval", "1m")
-                    .replace("$base_managed_mib", "158"))
+                    .replace("$base_managed_mib", "158")
+                    .replace('"$namespace"', '".*"').replace('"$policy"', '".*"'))
         result = prometheus.query(concrete)  # raises on a PromQL error
         if "flink_" in query or "hybridscaler_reconcile_seconds" in query:
             assert result, f"no data for {concrete}"

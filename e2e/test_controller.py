@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 import yaml
+from prometheus_client.parser import text_string_to_metric_families
 
 from e2e.conftest import Cluster, Twin, wait_until
 from e2e.demo import ControllerProcess, flink_deployment, policy
@@ -105,7 +106,9 @@ def test_q11_reaches_its_target_rate_with_justins_decisions(
     managed = cluster.flink(namespace, "q11")["metadata"]["managedFields"]
     ours = [m for m in managed if m["manager"] == "hybrid-scaler"]
     assert ours and all(m["operation"] == "Apply" for m in ours)
-    assert 'hybridscaler_decisions_total{kind="scale-up",mode="Active"}' in controller.metrics()
+    decided = {"namespace": namespace, "policy": "q11", "kind": "scale-up", "mode": "Active"}
+    assert any(s.name == "hybridscaler_decisions_total" and s.labels == decided and s.value >= 1
+               for f in text_string_to_metric_families(controller.metrics()) for s in f.samples)
 
 
 def test_recommend_patches_nothing_and_a_kubectl_apply_retunes_the_next_decision(

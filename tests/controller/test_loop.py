@@ -345,3 +345,24 @@ def test_adaptive_slots_are_uniform_and_sized_for_the_largest_task() -> None:
     assert [s.vertex_id for s in fine] == [SOURCE] * 2 + [COUNTER] * 3  # Flink's request order
     assert {s.managed_mib for s in uniform} == {316.0}
     assert [s.managed_mib for s in fine] == [0.0, 0.0, 316.0, 316.0, 316.0]
+
+
+def test_counters_name_the_policy_and_are_forgotten_with_it() -> None:
+    from controller import telemetry
+
+    def value(name: str, **labels: str) -> float:
+        return telemetry.REGISTRY.get_sample_value(name, labels) or 0.0
+
+    who = {"namespace": "ns", "policy": "metered"}
+    metered = policy().model_copy(update={"metadata": policy().metadata.model_copy(
+        update={"name": "metered"})})
+    before = value("hybridscaler_decisions_total", **who, kind="scale-up", mode="Active")
+    World().run(metered)
+    assert value("hybridscaler_evaluations_total", **who, outcome="reconfigure") >= 1
+    assert value("hybridscaler_decisions_total", **who, kind="scale-up",
+                 mode="Active") == before + 1
+    World(metrics=FakeMetrics(None)).run(metered)
+    assert value("hybridscaler_errors_total", **who, stage="metrics") >= 1
+    telemetry.forget("ns", "metered")
+    exposition = telemetry.REGISTRY.collect()
+    assert not any(s.labels.get("policy") == "metered" for m in exposition for s in m.samples)
