@@ -153,9 +153,11 @@ class StandIn:
         if tracked is None or tracked.spec_json != spec_json:
             tracked = self._apply_spec(key, obj, tracked, suspended, spec_json, generation)
             self._tracked[key] = tracked
-        self._flush_status(obj, tracked)
         if not tracked.pods_ok:
             tracked.pods_ok = self._sync_pods(obj, tracked)
+        # Like the operator, report SUSPENDED only once the cluster is torn down.
+        if tracked.pods_ok or not tracked.suspended:
+            self._flush_status(obj, tracked)
         if tracked.suspended or key not in self.twin.jobs():
             return  # suspended, or a spec that never ran
         status = self.twin.status(*key)

@@ -310,7 +310,7 @@ def test_suspending_stops_the_job_and_its_pods_and_resuming_starts_them_again(
     set_state("suspended")
     cluster.wait_flink(namespace, "nap", lifecycle="SUSPENDED", job_state="FINISHED",
                        min_generation=2)
-    assert cluster.pods(namespace, "app=nap") == []
+    wait_until(lambda: cluster.pods(namespace, "app=nap") == [] or None, 30, "pods to go")
     set_state("running")
     cluster.wait_flink(namespace, "nap", min_generation=3)
     wait_until(lambda: len(cluster.pods(namespace, "app=nap")) == 2, 30, "2 pods again")
