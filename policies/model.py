@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from types import MappingProxyType
@@ -208,9 +208,6 @@ class Observation:
     time: float
     window_s: float
     vertices: Mapping[str, VertexMetrics] = field(default_factory=dict)
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self.vertices)
 
     def missing(self, graph: JobGraph) -> tuple[str, ...]:
         """Vertex ids of `graph` this observation has no metrics for."""
