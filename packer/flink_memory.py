@@ -63,10 +63,6 @@ class TaskManagerMemory:
         return self.task_heap / MIB
 
     @property
-    def task_off_heap_mib(self) -> float:
-        return self.task_off_heap / MIB
-
-    @property
     def managed_mib(self) -> float:
         return self.managed / MIB
 
