@@ -5,10 +5,10 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, replace
 
-from hypothesis import assume, given, settings
+from hypothesis import assume, event, given, settings
 from hypothesis import strategies as st
 
-from policies import PolicyState, ScalingParams, ds2, evaluate, totals
+from policies import PolicyState, ScalingParams, ds2, evaluate, justin, totals
 from policies.decision import Action, HistoryRecord, VertexHistory
 from policies.explain import action
 from policies.model import Edge, JobGraph, Observation, ShipStrategy, Vertex, VertexMetrics
@@ -190,3 +190,88 @@ def test_a_higher_source_rate_never_lowers_any_parallelism(s: Scenario, extra: f
     high, _ = run(replace(s, observation=busier))
     for vid in low:
         assert high[vid][0] >= low[vid][0], vid
+
+
+@dataclass(frozen=True)
+class JustinStep:
+    """One vertex entering Algorithm 1: its configuration, DS2's p, θ/τ and step t-1."""
+
+    vertex: Vertex
+    metrics: VertexMetrics
+    ds2_parallelism: int
+    previous: HistoryRecord | None
+    memory: MemoryScaling
+
+
+@st.composite
+def justin_steps(draw: st.DrawFn) -> JustinStep:
+    memory = MemoryScaling(max_level=draw(st.integers(1, 4)),
+                           min_improvement=draw(st.sampled_from([0.0, 0.05, 0.5])))
+    # ⊥, a reachable level, or one above a lowered maxLevel
+    level = draw(st.none() | st.integers(0, memory.max_level - 1) | st.just(memory.max_level))
+    p = draw(st.integers(1, 20))
+    stateful = draw(st.integers(0, 4)) > 0  # mostly stateful: that is where the branches are
+    theta = draw(st.floats(0, 1)) if stateful and draw(st.integers(0, 4)) > 0 else None
+    tau = draw(st.none() | st.floats(1e4, 1e8)) if stateful else None
+    metrics = VertexMetrics(
+        busy_ms_per_s=900, busy_ms_per_s_max=900, backpressured_ms_per_s=0,
+        records_in_per_s=1000, records_out_per_s=1000,
+        cache_hits_per_s=None if theta is None else theta * 1000,
+        cache_misses_per_s=None if theta is None else (1 - theta) * 1000,
+        state_latency_ns=tau, has_state_backend_metrics=stateful,
+    )
+    previous = None
+    if draw(st.booleans()):
+        previous = HistoryRecord(time=NOW - 300, step=1, vertices=(VertexHistory(
+            vertex_id="op", parallelism=p, memory_level=level, scaled_up=draw(st.booleans()),
+            cache_hit_rate=draw(st.floats(0, 1)) if draw(st.integers(0, 4)) > 0 else None,
+            state_latency_ns=draw(st.none() | st.floats(1e4, 1e8)),
+        ),))
+    return JustinStep(Vertex("op", "Op", 128, p, level), metrics,
+                      draw(st.integers(1, 40)), previous, memory)
+
+
+@given(justin_steps())
+def test_justin_either_takes_ds2s_parallelism_or_scales_up_one_level_instead(
+        s: JustinStep) -> None:
+    """Algorithm 1's invariants, whichever branch fires (every branch is reached here)."""
+    graph = JobGraph((s.vertex,))
+    proposal = ds2.Proposal(
+        triggered=True, reason="", scale_down_wanted_since={},
+        vertices={"op": ds2.VertexProposal(
+            vertex_id="op", parallelism_before=s.vertex.parallelism,
+            parallelism=s.ds2_parallelism, wanted=s.ds2_parallelism, target_rate=1.0,
+            true_processing_rate=1.0, utilization=1.0, reason="DS2")},
+    )
+    observation = Observation(time=NOW, window_s=120.0, vertices={"op": s.metrics})
+    result = justin.apply(graph, observation, proposal, s.memory, s.previous)
+    decision, after = result.vertices[0], result.configuration["op"]
+    p0, p_t = s.vertex.parallelism, s.ds2_parallelism
+    event(f"branch {decision.branch}")
+
+    if not s.metrics.has_state_backend_metrics:  # lines 3-4
+        assert (after.parallelism, after.memory_level) == (p_t, None)
+        assert not decision.scaled_up
+        return
+    m0 = min(s.vertex.memory_level or 0, s.memory.max_level - 1)
+    assert after.memory_level is not None
+    assert 0 <= after.memory_level < s.memory.max_level
+    if p_t == p0:  # line 6: capacity sufficient, nothing changes
+        assert (after.parallelism, after.memory_level) == (p0, m0)
+    if decision.scaled_up:  # lines 10-12 and 17-19: the scale-out is cancelled, one level up
+        assert p_t > p0
+        assert (after.parallelism, after.memory_level) == (p0, m0 + 1)
+    else:  # DS2's parallelism applies, memory stays or rolls back one level (line 14)
+        assert after.parallelism == p_t
+        assert after.memory_level in (m0, max(m0 - 1, 0))
+    last = s.previous.vertex("op") if s.previous is not None else None
+    can_scale_up = m0 + 1 < s.memory.max_level
+    if p_t != p0 and last is not None and last.scaled_up:  # lines 7-14
+        it_helped, _ = justin.helped(s.metrics, last, s.memory.min_improvement)
+        assert decision.scaled_up == (it_helped and p_t > p0 and can_scale_up)
+        if not it_helped:
+            assert after.memory_level == max(m0 - 1, 0)
+    elif p_t != p0:  # lines 16-19: the thresholds decide
+        pressure, _ = justin.memory_pressure(s.metrics, s.memory)
+        assert decision.scaled_up == (p_t > p0 and pressure and can_scale_up)
+        assert after.memory_level == m0 + int(decision.scaled_up)
