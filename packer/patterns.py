@@ -44,8 +44,9 @@ class PatternResult:
 
 
 def limit(solver: cp_model.CpSolver, seconds: float) -> None:
-    """Stop CP-SAT by deterministic time (same answer on every run), with wall-clock
-    time only as the backstop on a machine too slow or too busy to reach it first."""
+    """Stop CP-SAT by deterministic time, with wall-clock time as the backstop on a
+    machine too slow or too busy to reach it first. `seconds` is what the wall clock
+    leaves, so a search cut short by the limit is not repeatable to the last step."""
     solver.parameters.max_time_in_seconds = max(seconds, 0.01)
     solver.parameters.max_deterministic_time = max(seconds, 0.01) * DETERMINISTIC_PER_SECOND
     solver.parameters.random_seed = SEED
