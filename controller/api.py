@@ -162,7 +162,11 @@ class TaskManagerSpec(SpecModel):
 
     shapes: tuple[TaskManagerShape, ...] = Field(
         (TaskManagerShape(),), min_length=1, max_length=8,
-        description="allowed TaskManager shapes; the default gives 158 MiB managed memory per slot",
+        description=(
+            "allowed TaskManager shapes; the first shape defines one task's CPU, heap and "
+            "network footprint (its share of one slot) on every shape; the default gives "
+            "158 MiB managed memory per slot"
+        ),
     )
     realization: Realization = Field(
         Realization.FINE_GRAINED, description="fineGrained (per-operator memory) or adaptive"
@@ -209,7 +213,8 @@ class HybridScalingPolicySpec(SpecModel):
     placement: PlacementSpec = PlacementSpec()
 
     def scaling_params(self) -> ScalingParams:
-        """The core's parameters; a task's CPU, heap and network are its slot's share."""
+        """The core's parameters; a task's CPU, heap and network are its share of a slot
+        of the first allowed shape, whichever shape it is placed on."""
         return ScalingParams(
             cpu=self.cpu, memory=self.memory, limits=self.limits,
             footprint=self.task_manager.shapes[0].slot_footprint(),

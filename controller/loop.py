@@ -272,8 +272,8 @@ class _Run:
             self.condition(ConditionType.SCALING, False, "Steady", decision.reason)
             return self.done("unchanged")
 
-        placed = place(graph, evaluation.configuration, params.memory, self.spec.task_manager,
-                       self.spec.placement.solver_time_limit)
+        placed = place(graph, evaluation.configuration, params.memory, params.footprint,
+                       self.spec.task_manager, self.spec.placement.solver_time_limit)
         telemetry.DECIDE_SECONDS.observe(time.perf_counter() - started)
         if isinstance(placed, Placed):
             telemetry.SOLVER_SECONDS.observe(placed.placement.solve_seconds)

@@ -1,8 +1,10 @@
 """Place: a configuration as task slots, packed onto TaskManagers of an allowed shape.
 
-Each task asks for one slot: CPU, task heap and network are an equal share of the
-TaskManager shape (its cores and Flink's memory split divided by its slots), managed
-memory is the task's memory level (base × 2^m, 0 at ⊥). In adaptive mode every slot
+Each task asks for one slot: CPU, task heap and network are the task footprint, an
+equal share of the *first* allowed shape (its cores and Flink's memory split divided
+by its slots; `ScalingParams.footprint`), so a task needs the same wherever it lands,
+as the per-operator resources written to Flink say; managed memory is the task's
+memory level (base × 2^m, 0 at ⊥). In adaptive mode every slot
 is the same size, so each gets the largest managed memory any task needs.
 
 The replica count is what Flink's own first-fit allocator needs for the chosen
@@ -66,7 +68,7 @@ def slots(
 
 def place(
     graph: JobGraph, configuration: Configuration, memory: MemoryScaling,
-    task_managers: TaskManagerSpec, time_limit_s: float,
+    task: TaskFootprint, task_managers: TaskManagerSpec, time_limit_s: float,
 ) -> Placed | Unplaceable:
     by_name = {shape_name(s): s for s in task_managers.shapes}
     shapes = [
@@ -74,7 +76,6 @@ def place(
         for n, s in by_name.items()
     ]
     uniform = task_managers.realization == Realization.ADAPTIVE
-    task = task_managers.shapes[0].slot_footprint()
     result = packer.pack(slots(graph, configuration, memory, task, uniform), shapes,
                          time_limit_s=time_limit_s)
     if result.shape is None:
