@@ -18,19 +18,41 @@ def job() -> list[TaskSlot]:
             + vertex("sink", 13, cpu=0.25))
 
 
+def hard_job() -> list[TaskSlot]:
+    """job() plus 2.4- and 1.8-core tasks that never share a TaskManager: first fit
+    decreasing ends above the volume bound, so `pack` must search (job() alone it
+    answers from the greedy packing, which meets the bound)."""
+    return job() + vertex("wide", 8, cpu=2.4) + vertex("narrow", 8, cpu=1.8)
+
+
 @pytest.mark.parametrize("path", ["bin model", "patterns", "fallback", "no time"])
 def test_every_path_gives_a_valid_placement(path: str, monkeypatch: pytest.MonkeyPatch) -> None:
     if path != "bin model":
         monkeypatch.setattr(solver, "BIN_MODEL_CELLS", 0)
     if path == "fallback":
         monkeypatch.setattr(solver, "MAX_PATTERN_GROUPS", 0)
-    slots = job()
+    taken: list[str] = []
+    minimise_count, solve_patterns = solver._BinModel.minimise_count, solver.solve_patterns
+
+    def bin_model(self: solver._BinModel, deadline: float) -> object:
+        taken.append("bin model")
+        return minimise_count(self, deadline)
+
+    def patterns(*args: object) -> object:
+        taken.append("patterns")
+        return solve_patterns(*args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(solver._BinModel, "minimise_count", bin_model)
+    monkeypatch.setattr(solver, "solve_patterns", patterns)
+    slots = hard_job()
     placement = pack(slots, [MEDIUM], time_limit_s=0.0 if path == "no time" else 2.0)
     assert check(placement, slots, [MEDIUM]) == []
     assert placement.count <= placement.ffd_count
     if path in ("fallback", "no time"):
-        assert placement.status in (Status.FALLBACK, Status.OPTIMAL)
+        assert taken == []
+        assert placement.status is Status.FALLBACK
     else:
+        assert taken == [path]
         assert placement.status in (Status.OPTIMAL, Status.FEASIBLE)
 
 
