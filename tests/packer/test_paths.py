@@ -25,12 +25,8 @@ def hard_job() -> list[TaskSlot]:
     return job() + vertex("wide", 8, cpu=2.4) + vertex("narrow", 8, cpu=1.8)
 
 
-@pytest.mark.parametrize("path", ["bin model", "patterns", "fallback", "no time"])
-def test_every_path_gives_a_valid_placement(path: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    if path != "bin model":
-        monkeypatch.setattr(solver, "BIN_MODEL_CELLS", 0)
-    if path == "fallback":
-        monkeypatch.setattr(solver, "MAX_PATTERN_GROUPS", 0)
+def spy_on_paths(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The stage-1 models `pack` runs, in order, as it runs them."""
     taken: list[str] = []
     minimise_count, solve_patterns = solver._BinModel.minimise_count, solver.solve_patterns
 
@@ -44,6 +40,16 @@ def test_every_path_gives_a_valid_placement(path: str, monkeypatch: pytest.Monke
 
     monkeypatch.setattr(solver._BinModel, "minimise_count", bin_model)
     monkeypatch.setattr(solver, "solve_patterns", patterns)
+    return taken
+
+
+@pytest.mark.parametrize("path", ["bin model", "patterns", "fallback", "no time"])
+def test_every_path_gives_a_valid_placement(path: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    if path != "bin model":
+        monkeypatch.setattr(solver, "BIN_MODEL_CELLS", 0)
+    if path == "fallback":
+        monkeypatch.setattr(solver, "MAX_PATTERN_GROUPS", 0)
+    taken = spy_on_paths(monkeypatch)
     slots = hard_job()
     placement = pack(slots, [MEDIUM], time_limit_s=0.0 if path == "no time" else 2.0)
     assert check(placement, slots, [MEDIUM]) == []
@@ -65,8 +71,13 @@ def test_every_path_keeps_tasks_in_place_after_a_small_change(
     slots = job()
     today = pack(slots, [MEDIUM])
     current = today.as_current()
-    grown = slots + vertex("join", 2, cpu=1.0, managed=632, first=40)
+    taken = spy_on_paths(monkeypatch)
+    # Today's TaskManagers are full: repaired, today's placement opens one for each
+    # 2.4-core task, one more than the bound, so the model must search. (Two more join
+    # tasks would not do: the repair meets the bound and `pack` stops there.)
+    grown = slots + vertex("wide", 2, cpu=2.4)
     placement = pack(grown, [MEDIUM], current=current)
+    assert taken == [path]
     assert check(placement, grown, [MEDIUM], current=current) == []
     assert placement.count <= today.count + 1
     assert placement.moved <= 4
