@@ -6,6 +6,7 @@ import dataclasses
 
 import pytest
 
+import packer.solver as solver
 from packer import (
     CurrentPlacement,
     Placement,
@@ -149,11 +150,26 @@ def test_duplicate_tasks_and_missing_shapes_are_refused() -> None:
         pack(vertex("v", 2), [])
 
 
-def test_pack_is_deterministic() -> None:
-    slots = (vertex("a", 7, cpu=0.75, managed=316) + vertex("b", 5, cpu=1.5, managed=632)
-             + vertex("c", 9, cpu=0.25, heap=256))
-    first = pack(slots, [MEDIUM])
-    assert all(pack(slots, [MEDIUM]).assignment() == first.assignment() for _ in range(3))
+def test_pack_is_deterministic(monkeypatch: pytest.MonkeyPatch) -> None:
+    # 1.2 + 0.9 > 2 cores: first fit decreasing stays above the volume bound, so both
+    # CP-SAT stages run (fewest TaskManagers, then fewest moves from today) and prove
+    # their optimum; which of the equal optima comes back must not vary.
+    two_cores = TaskManagerShape("two", cpu_cores=2, process_mib=16384)
+    slots = (vertex("a", 5, cpu=1.2) + vertex("b", 7, cpu=0.9) + vertex("c", 6, cpu=0.35)
+             + vertex("d", 4, cpu=0.25))
+    today = pack(slots[:-4], [two_cores]).as_current()
+    solves: list[str] = []
+    original = solver._BinModel._solve
+
+    def counted(self: solver._BinModel, deadline: float) -> object:
+        solves.append("solve")
+        return original(self, deadline)
+
+    monkeypatch.setattr(solver._BinModel, "_solve", counted)
+    first = pack(slots, [two_cores], current=today)
+    assert first.status is Status.OPTIMAL and len(solves) == 2
+    assert all(pack(slots, [two_cores], current=today).assignment() == first.assignment()
+               for _ in range(5))
 
 
 def test_the_checker_finds_what_is_wrong() -> None:
