@@ -16,8 +16,8 @@ from typing import Any, Literal
 import policies
 from policies.model import Configuration, VertexConfig
 from policies.spec import CpuScaling, MemoryScaling, ParallelismOverride, TaskFootprint
-from simulator.model import JobModel
-from simulator.perf import subtask_shares, task_cost
+from simulator.model import JobModel, Operator
+from simulator.perf import vertex_limit
 from simulator.twin import (
     BASE_MANAGED_MIB,
     HEAP_MIB_PER_TASK,
@@ -70,8 +70,8 @@ def capacity(model: JobModel, configuration: Configuration,
         if load[op.vertex_id] <= 0:
             continue
         vc = configuration[op.vertex_id]
-        cost = task_cost(op, vc.parallelism, managed_mib(vc.memory_level, base), model.rocksdb)
-        limit = cost.capacity / max(subtask_shares(vc.parallelism, op.subtask_skew))
+        limit = vertex_limit(op, vc.parallelism, managed_mib(vc.memory_level, base),
+                             model.rocksdb)
         best = min(best, limit / load[op.vertex_id])
     return best
 
@@ -259,7 +259,7 @@ def oracle(model: JobModel, target_rate: float | None = None, max_level: int = 3
         levels: list[int | None] = [None] if op.state is None else list(range(max_level))
         best: tuple[int, float, VertexConfig] | None = None
         for level in levels:
-            p = _fewest_tasks(model, op.vertex_id, level, need, utilization)
+            p = _fewest_tasks(model, op, level, need, utilization)
             if p is None:
                 continue
             mem = p * (HEAP_MIB_PER_TASK + NETWORK_MIB_PER_TASK + managed_mib(level))
@@ -274,15 +274,13 @@ def oracle(model: JobModel, target_rate: float | None = None, max_level: int = 3
     return OracleResult(frozen, feasible, capacity(model, frozen), cores, memory, model)
 
 
-def _fewest_tasks(model: JobModel, vid: str, level: int | None, need: float,
+def _fewest_tasks(model: JobModel, op: Operator, level: int | None, need: float,
                   utilization: float) -> int | None:
-    op = model.by_vertex()[vid]
     if op.fixed_parallelism:
         candidates: range = range(op.initial_parallelism, op.initial_parallelism + 1)
     else:
         candidates = range(1, op.max_parallelism + 1)
     for p in candidates:
-        cost = task_cost(op, p, managed_mib(level), model.rocksdb)
-        if cost.capacity * utilization / max(subtask_shares(p, op.subtask_skew)) >= need:
+        if vertex_limit(op, p, managed_mib(level), model.rocksdb) * utilization >= need:
             return p
     return None

@@ -138,3 +138,11 @@ def subtask_shares(parallelism: int, skew: float) -> tuple[float, ...]:
     weights = [1.0 / (i + 1) ** skew for i in range(parallelism)]
     total = sum(weights)
     return tuple(w / total for w in weights)
+
+
+def vertex_limit(op: Operator, parallelism: int, managed_mib: float | None,
+                 rocksdb: RocksDB) -> float:
+    """Most records/s a vertex of `parallelism` tasks absorbs: its hottest subtask
+    saturates first."""
+    capacity = task_cost(op, parallelism, managed_mib, rocksdb).capacity
+    return capacity / max(subtask_shares(parallelism, op.subtask_skew))
