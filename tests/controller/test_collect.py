@@ -136,10 +136,18 @@ def test_stale_series_are_reported(source: Prometheus, exporter: Exporter) -> No
     fresh = collect(source, graph, LONELY_JOB, time.time(), 20.0, RESOLUTION)
     assert isinstance(fresh, Collected), fresh
     exporter.bodies["/dynamic"] = lambda: ""  # the exporter stops reporting the job
-    time.sleep(9)
-    result = collect(source, graph, LONELY_JOB, time.time(), 20.0, RESOLUTION)
+    results: list[Collected | MetricsUnavailable] = []
+
+    def unavailable() -> bool:
+        results.append(collect(source, graph, LONELY_JOB, time.time(), 20.0, RESOLUTION))
+        return isinstance(results[-1], MetricsUnavailable)
+
+    # The stale limit is 7 s here; the window (20 s) still holds older samples, so the
+    # first refusal must be for staleness, not for an empty window.
+    wait_for(unavailable, 30, "the lonely job's metrics to turn stale")
+    result = results[-1]
     assert isinstance(result, MetricsUnavailable)
-    assert "lonely" in result.reason and "stale" in result.reason
+    assert "lonely" in result.reason and "stale" in result.reason, result.reason
 
 
 def test_prometheus_unreachable() -> None:
