@@ -49,7 +49,9 @@ def test_prometheus_stopped_then_restarted(
     wait_until(lambda: metrics_available() == "False", 60, "MetricsAvailable=False")
     c = condition(hsp(cluster, namespace, "q11"), "MetricsAvailable")
     assert c["reason"] == "MetricsUnavailable" and "unreachable" in c["message"]
-    assert "MetricsUnavailable" in [r for r, _ in events(cluster, namespace, "q11")]
+    # kopf posts the warning off the loop's thread, maybe after the status is saved.
+    wait_until(lambda: "MetricsUnavailable" in [r for r, _ in events(cluster, namespace, "q11")],
+               30, "a MetricsUnavailable event")
     decided = (hsp(cluster, namespace, "q11")["status"].get("lastDecision") or {}).get("time")
 
     own_prometheus.start()
