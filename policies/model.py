@@ -14,7 +14,7 @@ from __future__ import annotations
 import itertools
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from types import MappingProxyType
 
@@ -130,8 +130,6 @@ class JobGraph:
         )
 
     def with_configuration(self, config: Configuration) -> JobGraph:
-        from dataclasses import replace
-
         return JobGraph(
             vertices=tuple(
                 replace(v, parallelism=config[v.id].parallelism,

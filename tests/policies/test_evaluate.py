@@ -125,7 +125,7 @@ def test_history_is_bounded() -> None:
 def test_scale_down_delay_survives_between_evaluations() -> None:
     params = ScalingParams(cpu=CpuScaling(scale_down_delay=120))
     graph = chain(vertex("src", 1, None), vertex("sink", 8, None))
-    calm = {"src": source(500, 1000), "sink": metrics(50, 1000, 0)}  # sink wants 2→ fewer
+    calm = {"src": source(500, 1000), "sink": metrics(50, 1000, 0)}  # sink wants fewer than 8
     first = evaluate(graph, observe(NOW, **calm), PolicyState(), params, NOW)
     assert not first.decision.reconfigures
     assert dict(first.state.scale_down_wanted_since) == {"sink": NOW}
