@@ -1,4 +1,5 @@
-"""Properties of evaluate() over random DAGs, metrics and parameters (hypothesis)."""
+"""Properties of evaluate() over random DAGs, metrics and parameters, and of Justin's
+Algorithm 1 over random vertices and previous steps (hypothesis)."""
 
 from __future__ import annotations
 
