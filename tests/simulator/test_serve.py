@@ -40,18 +40,18 @@ def server():
         yield s
 
 
-def wait_for(predicate, timeout=5.0):
+def wait_for(predicate, what: str, timeout: float = 30.0):
+    """Poll until `predicate` holds; fail naming `what` (the clock thread runs the twins)."""
     deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
+    while not predicate():
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out after {timeout:.0f} s waiting for {what}")
         time.sleep(0.05)
-    return False
 
 
 def test_scrape_has_flinks_names_and_label_keys(server):
     server.add_job("default", "q11", Q11, TM)
-    assert wait_for(lambda: server.twin("default", "q11").time > 2)
+    wait_for(lambda: server.twin("default", "q11").time > 2, "2 s of virtual time")
     ours = label_keys(requests.get(server.url + "/metrics", timeout=5).text)
     golden = label_keys((SAMPLES / "prom-scrape.txt").read_text())
     wanted = {
@@ -79,7 +79,7 @@ def test_scrape_has_flinks_names_and_label_keys(server):
 
 def test_scrape_keeps_flinks_text_quirks(server):
     server.add_job("ns-1", "word count", {**Q11, "hybridscaler.twin.job-model": "read"}, TM)
-    assert wait_for(lambda: server.twin("ns-1", "word count").time > 1)
+    wait_for(lambda: server.twin("ns-1", "word count").time > 1, "1 s of virtual time")
     text = requests.get(server.url + "/metrics", timeout=5).text
     assert ',} ' in text  # trailing comma, as Flink's reporter writes
     assert 'job_name="word_count"' in text  # sanitised label value
@@ -157,9 +157,16 @@ def test_reconfigure_restarts_with_the_written_parallelism_and_memory(server):
     assert status["configuration"]["q11-session"] == {
         "vertexId": session.vertex_id, "parallelism": 4, "memoryLevel": 1}
     assert status["configuration"]["q11-sink"]["memoryLevel"] is None
-    assert wait_for(lambda: server.status("default", "q11")["state"] == "RUNNING")
-    text = requests.get(server.url + "/metrics", timeout=5).text
-    assert text.count('flink_taskmanager_job_task_busyTimeMsPerSecond{') == 1 + 4 + 1
+    wait_for(lambda: server.status("default", "q11")["state"] == "RUNNING", "the restart")
+
+    # Task metrics come back with the first running tick after the restart, which may
+    # come after the job reports RUNNING (as a real reporter's next scrape does).
+    def busy_series() -> int:
+        text = requests.get(server.url + "/metrics", timeout=5).text
+        return text.count("flink_taskmanager_job_task_busyTimeMsPerSecond{")
+
+    wait_for(lambda: busy_series() > 0, "task metrics after the restart")
+    assert busy_series() == 1 + 4 + 1  # source, the session window at 4 tasks, sink
 
 
 def test_control_endpoint_adds_lists_and_removes(server):
@@ -209,8 +216,8 @@ def test_twin_serve_command_runs_standalone():
         base = url.group(0)
         jobs = requests.get(f"{base}/control/jobs", timeout=5).json()
         assert {(j["namespace"], j["name"]) for j in jobs} == {("team-a", "q1"), ("default", "q11")}
-        assert wait_for(lambda: "busyTimeMsPerSecond" in requests.get(f"{base}/metrics",
-                                                                      timeout=5).text)
+        wait_for(lambda: "busyTimeMsPerSecond" in requests.get(f"{base}/metrics", timeout=5).text,
+                 "task metrics from the standalone server")
     finally:
         proc.terminate()
         proc.wait(timeout=10)
