@@ -113,3 +113,11 @@ def test_simulate_explains_bad_input(tmp_path):
     assert out.exit_code == 2 and "operators" in out.output
     out = CliRunner().invoke(app, ["simulate", "--job", "q1", "--policy", "magic"])
     assert out.exit_code == 2
+
+
+@pytest.mark.parametrize("policy", ["justin", "ds2"])
+def test_the_same_seed_gives_the_same_run(policy):
+    model = load_model("q8")
+    first, again = (run(model, policy, 1200, seed=4) for _ in range(2))
+    assert first.steps and first.as_json() == again.as_json()
+    assert first.steps == again.steps  # times, configurations and the policy's reasons
