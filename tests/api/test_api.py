@@ -305,6 +305,10 @@ def test_condition_transition_time_moves_only_when_status_changes() -> None:
     assert same is not None
     assert same.last_transition_time == api.timestamp(100.0)
     assert same.message == "still ok" and same.observed_generation == 2
+    s = s.with_condition(api.ConditionType.READY, True, "Disabled", "off", now=250.0)
+    renamed = s.condition(api.ConditionType.READY)
+    assert renamed is not None and renamed.reason == "Disabled"
+    assert renamed.last_transition_time == api.timestamp(100.0)  # a new reason is no transition
     s = s.with_condition(api.ConditionType.READY, False, "TargetNotFound", "gone", now=300.0)
     flipped = s.condition(api.ConditionType.READY)
     assert flipped is not None and flipped.status is api.ConditionStatus.FALSE

@@ -225,8 +225,11 @@ def test_recommend_patches_nothing_and_keeps_history() -> None:
     result = world.run(policy("Recommend"))
     assert result.outcome == "recommended"
     assert world.deployments.applied == []
-    assert world.store.last.history == () and world.store.last.step == 0
-    assert world.store.last.last_decision is not None
+    last = world.store.last
+    assert last.history == () and last.step == 0
+    assert last.placement is None and last.last_reconfiguration_time is None
+    assert last.last_decision is not None and last.last_decision.reconfigures
+    assert scaling_reason(last) == "Recommended"
     assert world.events.reasons() == ["Recommended"]
 
 
