@@ -179,24 +179,28 @@ class _Run:
             job = reader.job()
             if job is None:
                 raise FlinkRestError("the JobManager lists no job")
-            graph = self.read_graph(reader, job, deployment)
         except FlinkRestError as e:
-            self.count_error("flink-rest")
-            self.condition(ConditionType.READY, False, "JobUnavailable", str(e))
-            return self.done("job-unavailable")
-        self.condition(ConditionType.READY, True, "Evaluating",
-                       f"watching job {job.jid} of FlinkDeployment {self.target}")
+            return self.job_unavailable(e)
+        watching = f"watching job {job.jid} of FlinkDeployment {self.target}"
 
         scaling = self.status.condition(ConditionType.SCALING)
-        if scaling is not None and scaling.reason == RECONFIGURING:
+        resuming = scaling is not None and scaling.reason == RECONFIGURING
+        # Most passes only wait: they read no job graph and query no Prometheus.
+        wait = None if resuming else self.waiting(job)
+        if wait is not None:
+            self.condition(ConditionType.READY, True, "Evaluating", watching)
+            return self.done(wait)
+        metrics = self.ports.metrics(
+            self.spec.metrics.prometheus_url or self.ports.default_prometheus_url)
+        try:
+            graph = self.read_graph(reader, job, deployment, metrics)
+        except FlinkRestError as e:
+            return self.job_unavailable(e)
+        self.condition(ConditionType.READY, True, "Evaluating", watching)
+        if resuming:
             return self.resume(deployment, graph)
 
-        wait = self.waiting(job)
-        if wait is not None:
-            return self.done(wait)
-
-        url = self.spec.metrics.prometheus_url or self.ports.default_prometheus_url
-        collected = self.ports.metrics(url).observe(
+        collected = metrics.observe(
             graph, job.jid, self.now, self.spec.metrics.window, self.spec.metrics.resolution
         )
         if not isinstance(collected, Collected):
@@ -209,14 +213,18 @@ class _Run:
                        f"{self.spec.metrics.window:g}s")
         return self.decide(deployment, graph, collected)
 
-    def read_graph(self, reader: JobReader, job: JobSummary,
-                   deployment: Mapping[str, Any]) -> JobGraph:
+    def job_unavailable(self, error: FlinkRestError) -> Pass:
+        self.count_error("flink-rest")
+        self.condition(ConditionType.READY, False, "JobUnavailable", str(error))
+        return self.done("job-unavailable")
+
+    def read_graph(self, reader: JobReader, job: JobSummary, deployment: Mapping[str, Any],
+                   metrics: Metrics) -> JobGraph:
         """The job graph with uids attached and memory levels as the deployment has them."""
         candidates = [*(current_fields(deployment).operator_resources or {}),
                       *(o.operator_uid for o in self.spec.cpu.overrides if o.operator_uid)]
-        url = self.spec.metrics.prometheus_url or self.ports.default_prometheus_url
         try:
-            chains = self.ports.metrics(url).operator_ids(job.jid, self.now)
+            chains = metrics.operator_ids(job.jid, self.now)
         except MetricsError:  # only uids of chained operators need it; heads still match
             chains = {}
         graph = reader.job_graph(job.jid, candidates, chains)

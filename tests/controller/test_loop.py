@@ -92,12 +92,14 @@ class FakeEvents:
 class FakeFlink:
     graph: JobGraph
     start_ms: int = 0
+    graph_reads: int = 0
 
     def job(self) -> JobSummary | None:
         return JobSummary("j" * 32, "q", "RUNNING", self.start_ms, self.start_ms)
 
     def job_graph(self, jid: str, uid_candidates: Iterable[str] = (),
                   operator_ids: Mapping[str, Iterable[str]] | None = None) -> JobGraph:
+        self.graph_reads += 1
         return self.graph
 
 
@@ -105,6 +107,7 @@ class FakeFlink:
 class FakeMetrics:
     counter: VertexMetrics | None
     observed: int = 0
+    chain_reads: int = 0
 
     def observe(self, graph: JobGraph, job_id: str, now: float, window_s: float,
                 resolution_s: float) -> Collected | MetricsUnavailable:
@@ -115,6 +118,7 @@ class FakeMetrics:
         return Collected(Observation(now, window_s, {SOURCE: source, COUNTER: self.counter}))
 
     def operator_ids(self, job_id: str, now: float) -> Mapping[str, Iterable[str]]:
+        self.chain_reads += 1
         return {}
 
 
@@ -277,14 +281,18 @@ def test_stabilization_then_a_full_window_before_the_next_step() -> None:
     assert world.run().outcome == "stabilizing"
     assert len(world.store.saved) == saves  # waiting again writes nothing new
     decided = world.store.last.step
+    reads = (world.flink.graph_reads, world.metrics.chain_reads, world.metrics.observed)
     for dt, outcome in ((5, "stabilizing"), (10 + 19, "window-filling")):
         world.now = T0 + dt
         assert world.run().outcome == outcome
     assert world.store.last.step == decided
+    # Waiting passes read neither the job graph nor Prometheus.
+    assert (world.flink.graph_reads, world.metrics.chain_reads, world.metrics.observed) == reads
     world.now = T0 + 10 + 20
-    before = world.metrics.observed
     world.run()
-    assert world.metrics.observed == before + 1
+    graph_reads, chain_reads, observed = reads
+    assert (world.flink.graph_reads, world.metrics.chain_reads,
+            world.metrics.observed) == (graph_reads + 1, chain_reads + 1, observed + 1)
 
 
 def test_refuses_a_stateless_upgrade_mode() -> None:
