@@ -17,16 +17,17 @@ from controller.realize import FIELD_MANAGER, FLINK_GROUP, FLINK_PLURAL, FLINK_V
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
-RETRIED = {409, 429, 500, 502, 503, 504}
+RETRIED = frozenset({409, 429, 500, 502, 503, 504})
 
 
-def retrying(call: Callable[[], T], attempts: int = 5, backoff_s: float = 0.2) -> T:
+def retrying(call: Callable[[], T], attempts: int = 5, backoff_s: float = 0.2,
+             retried: frozenset[int] = RETRIED) -> T:
     """Retry conflicts, throttling and server hiccups with a short exponential backoff."""
     for attempt in range(attempts):
         try:
             return call()
         except ApiException as e:
-            if e.status not in RETRIED or attempt == attempts - 1:
+            if e.status not in retried or attempt == attempts - 1:
                 raise
             log.info("API server answered %s; retrying", e.status)
             time.sleep(backoff_s * 2**attempt)
@@ -63,7 +64,8 @@ class KubeDeployments:
             )
 
         try:
-            retrying(lambda: patch(False), attempts=1)
+            # A 409 here is a field owned by another manager, which no retry clears.
+            retrying(lambda: patch(False), retried=RETRIED - {409})
             return ""
         except ApiException as e:
             if e.status != 409:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from kubernetes.client.exceptions import ApiException
 
-from controller.kube import retrying
+from controller.kube import RETRIED, retrying
 
 
 class Flaky:
@@ -38,3 +38,14 @@ def test_a_conflict_that_never_clears_is_raised() -> None:
     with pytest.raises(ApiException):
         retrying(call, attempts=3, backoff_s=0)
     assert call.calls == 3
+
+
+def test_a_field_conflict_is_not_retried_but_a_server_hiccup_is() -> None:
+    no_conflicts = RETRIED - {409}
+    hiccup = Flaky(503)
+    assert retrying(hiccup, backoff_s=0, retried=no_conflicts) == "done"
+    assert hiccup.calls == 2
+    conflict = Flaky(409)
+    with pytest.raises(ApiException):
+        retrying(conflict, backoff_s=0, retried=no_conflicts)
+    assert conflict.calls == 1
