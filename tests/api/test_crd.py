@@ -131,7 +131,7 @@ def test_optional_fields_are_omitted_or_nullable() -> None:
     assert "nullable" not in override["operatorUid"] and "default" not in override["operatorUid"]
     vertex = STATUS["properties"]["operators"]["items"]["properties"]
     assert vertex["memoryLevel"]["nullable"] is True
-    # ...yet not required: a merge patch (kopf's status writes) drops nulls.
+    # ...yet not required: the status writes leave None out (exclude_none).
     assert "memoryLevel" not in STATUS["properties"]["operators"]["items"]["required"]
     assert "nullable" not in vertex["busyness"]
 
