@@ -23,7 +23,9 @@ Function-scoped
   scrape_target          factory(job, "127.0.0.1:port"): Prometheus scrapes that
                          address's /metrics as `job` until the test ends
 
-Timeouts are generous (CPU is shared); `wait_until` polls and reports what it saw last.
+Helpers: `wait_until` polls and reports what it saw last; `transitions` lists the
+(lifecycleState, jobState) pairs a FlinkDeployment goes through after a change;
+`vertex_id` finds a vertex of a twin job by name. Timeouts are generous (CPU is shared).
 """
 
 from __future__ import annotations
@@ -40,7 +42,7 @@ from typing import Any, TypeVar
 import pytest
 import requests
 import yaml
-from kubernetes import client, config
+from kubernetes import client, config, watch
 from prometheus_api_client import PrometheusConnect
 
 from e2e import stack
@@ -275,3 +277,27 @@ def flink_status(obj: dict[str, Any]) -> tuple[str, str]:
     status = obj.get("status") or {}
     return str(status.get("lifecycleState")), str((status.get("jobStatus") or {}).get("state"))
 
+
+def vertex_id(twin: Twin, namespace: str, name: str, job_id: str, vertex_name: str) -> str:
+    job = twin.rest(namespace, name, f"jobs/{job_id}")
+    return next(str(v["id"]) for v in job["vertices"] if v["name"] == vertex_name)
+
+
+def transitions(cluster: Cluster, namespace: str, name: str, resource_version: str,
+                 generation: int, timeout_s: float = 90) -> list[tuple[str, str]]:
+    """Every (lifecycleState, jobState) the FlinkDeployment went through, until it is
+    STABLE/RUNNING again at `generation`."""
+    seen: list[tuple[str, str]] = []
+    stream = watch.Watch().stream(  # type: ignore[no-untyped-call]
+        cluster.custom.list_namespaced_custom_object, FLINK_GROUP, FLINK_VERSION, namespace,
+        FLINK_PLURAL, field_selector=f"metadata.name={name}",
+        resource_version=resource_version, timeout_seconds=int(timeout_s))
+    for event in stream:
+        obj = event["object"]
+        state = flink_status(obj)
+        if not seen or seen[-1] != state:
+            seen.append(state)
+        observed = int((obj.get("status") or {}).get("observedGeneration") or 0)
+        if state == ("STABLE", "RUNNING") and observed >= generation:
+            return seen
+    pytest.fail(f"{namespace}/{name} not STABLE/RUNNING at generation {generation}; saw {seen}")

@@ -9,7 +9,11 @@ alone, as a real operator would leave them to another.
 Per deployment, like the operator with a stateful upgrade mode:
 * first sight: the job starts; a JobManager pod and `spec.taskManager.replicas`
   TaskManager pods of the spec's shape are created (kwok runs them);
-* any spec change: `lifecycleState` UPGRADING and `jobStatus.state` RESTARTING,
+* a change of only `pipeline.jobvertex-parallelism-overrides`, on a deployment
+  with `jobmanager.scheduler: adaptive` and Flink >= 1.18: the job is rescaled in
+  place (`rescales_in_place` has the operator's rule): same job id, same pods, no
+  savepoint, the lifecycle stays STABLE;
+* any other spec change: `lifecycleState` UPGRADING and `jobStatus.state` RESTARTING,
   the twin restarts the job with the new configuration (downtime modelled by the
   twin, scaled for tests), pods are replaced by a new attempt's; once the twin runs
   again: STABLE and RUNNING, with the new job id;
@@ -47,6 +51,8 @@ DEFAULT_IMAGE = "flink:1.20"
 # Labels Flink's native Kubernetes integration puts on its pods.
 TYPE_LABEL = {"type": "flink-native-kubernetes"}
 ATTEMPT_LABEL = "hybridscaler.dev/attempt"
+OVERRIDES_KEY = "pipeline.jobvertex-parallelism-overrides"
+SCHEDULER_KEY = "jobmanager.scheduler"
 
 
 def _now_ms() -> int:
@@ -67,6 +73,7 @@ class Tracked:
     running_reported: bool  # STABLE/RUNNING already decided for this attempt
     pods_ok: bool  # this attempt's pods exist and no stale ones do
     suspended: bool = False
+    running_spec: dict[str, Any] | None = None  # the spec of the job the twin runs
     # Status not yet written. API writes are retried on later passes, while the twin
     # is told each spec exactly once (a retry must not restart the job again).
     pending: dict[str, Any] | None = None
@@ -185,6 +192,9 @@ class StandIn:
                 "taskManager": {"replicas": 0, "labelSelector": _tm_selector(key[1])},
                 "error": None,
             })
+        if (tracked is not None and tracked.running_spec is not None and hosted
+                and rescales_in_place(tracked.running_spec, spec)):
+            return self._rescale_in_place(key, obj, tracked, conf, spec_json, generation)
         try:
             if hosted:
                 status = self.twin.reconfigure(*key, conf, task_manager)
@@ -207,7 +217,7 @@ class StandIn:
         job_state = "CREATED" if first else "RESTARTING"
         log.info("%s/%s generation %d: %s (attempt %d)", *key, generation,
                  "deploying" if first else "restarting", attempt)
-        return Tracked(spec_json, attempt, False, False, pending={
+        return Tracked(spec_json, attempt, False, False, running_spec=spec, pending={
             "lifecycleState": lifecycle, "observedGeneration": generation,
             "jobManagerDeploymentStatus": "DEPLOYING",
             "jobStatus": {"jobName": key[1], "jobId": status["jobId"], "state": job_state,
@@ -219,6 +229,28 @@ class StandIn:
             "clusterInfo": self._cluster_info(spec, status),
             "error": None,
         })
+
+    def _rescale_in_place(self, key: tuple[str, str], obj: dict[str, Any], tracked: Tracked,
+                          conf: dict[str, str], spec_json: str, generation: int) -> Tracked:
+        """The operator's in-place scaling: it sets the running job's resource
+        requirements and records the spec as reconciled; the job, its id and its pods
+        stay, so the lifecycle stays STABLE."""
+        try:
+            status = self.twin.reconfigure(*key, conf, in_place=True)
+        except (ConfigError, KeyError, ValueError) as error:
+            log.info("%s/%s: cannot rescale in place: %s", *key, error)
+            tracked.spec_json, tracked.pending = spec_json, {
+                **(tracked.pending or {}), "error": f"{type(error).__name__}: {error}",
+                "observedGeneration": generation}
+            return tracked
+        log.info("%s/%s generation %d: rescaled in place (job %s)", *key, generation,
+                 status["jobId"])
+        reconciled = self._reconciliation(obj, "DEPLOYED")
+        reconciled["lastStableSpec"] = reconciled["lastReconciledSpec"]
+        tracked.spec_json, tracked.running_spec = spec_json, obj["spec"]
+        tracked.pending = {**(tracked.pending or {}), "observedGeneration": generation,
+                           "reconciliationStatus": reconciled, "error": None}
+        return tracked
 
     def _running_status(self, obj: dict[str, Any], tracked: Tracked,
                         status: Mapping[str, Any]) -> dict[str, Any]:
@@ -344,6 +376,36 @@ class StandIn:
             except ApiException as error:
                 if error.status != 404:
                     raise
+
+
+def rescales_in_place(running: Mapping[str, Any], wanted: Mapping[str, Any]) -> bool:
+    """Whether the operator applies `wanted` to a job running `running` by in-place
+    scaling instead of an upgrade.
+
+    Operator >= 1.7 (FLINK-32057, apache/flink-kubernetes-operator#614) applies a change
+    of only `pipeline.jobvertex-parallelism-overrides` through Flink 1.18's resource
+    requirements REST API when the adaptive scheduler runs the job: its spec diff
+    classes that key as SCALE in native mode, while any other change, including
+    `spec.taskManager.replicas` (SCALE only in standalone mode), is an UPGRADE. Since
+    1.8 (FLINK-34619, #793) the resource does not pass through UPGRADING for it.
+    """
+    def without_overrides(spec: Mapping[str, Any]) -> dict[str, Any]:
+        conf = dict(spec.get("flinkConfiguration") or {})
+        conf.pop(OVERRIDES_KEY, None)
+        return {**spec, "flinkConfiguration": conf}
+
+    conf = wanted.get("flinkConfiguration") or {}
+    return (str(conf.get(SCHEDULER_KEY, "")).strip().lower() == "adaptive"
+            and _flink_version(wanted) >= (1, 18)
+            and without_overrides(running) == without_overrides(wanted)
+            and (running.get("flinkConfiguration") or {}).get(OVERRIDES_KEY)
+            != conf.get(OVERRIDES_KEY))
+
+
+def _flink_version(spec: Mapping[str, Any]) -> tuple[int, int]:
+    """(1, 18) for `flinkVersion: v1_18`; (0, 0) when absent or unreadable."""
+    major, _, minor = str(spec.get("flinkVersion") or "").removeprefix("v").partition("_")
+    return (int(major), int(minor)) if major.isdigit() and minor.isdigit() else (0, 0)
 
 
 def _key(obj: Mapping[str, Any]) -> tuple[str, str]:

@@ -14,7 +14,6 @@ from typing import Any
 import pytest
 import requests
 import yaml
-from kubernetes import watch
 from prometheus_client import CollectorRegistry, Gauge, start_http_server
 
 from e2e import stack
@@ -28,6 +27,8 @@ from e2e.conftest import (
     Prometheus,
     Twin,
     flink_status,
+    transitions,
+    vertex_id,
     wait_until,
 )
 from e2e.stack import StackInfo
@@ -132,38 +133,13 @@ def test_prometheus_answers_busy_time_of_the_job(
     assert by_task["Read_State"] > 500.0
 
 
-def _vertex_id(twin: Twin, namespace: str, name: str, job_id: str, vertex_name: str) -> str:
-    job = twin.rest(namespace, name, f"jobs/{job_id}")
-    return next(str(v["id"]) for v in job["vertices"] if v["name"] == vertex_name)
-
-
-def _transitions(cluster: Cluster, namespace: str, name: str, resource_version: str,
-                 generation: int, timeout_s: float = 90) -> list[tuple[str, str]]:
-    """Every (lifecycleState, jobState) the FlinkDeployment went through, until it is
-    STABLE/RUNNING again at `generation`."""
-    seen: list[tuple[str, str]] = []
-    stream = watch.Watch().stream(  # type: ignore[no-untyped-call]
-        cluster.custom.list_namespaced_custom_object, FLINK_GROUP, FLINK_VERSION, namespace,
-        FLINK_PLURAL, field_selector=f"metadata.name={name}",
-        resource_version=resource_version, timeout_seconds=int(timeout_s))
-    for event in stream:
-        obj = event["object"]
-        state = flink_status(obj)
-        if not seen or seen[-1] != state:
-            seen.append(state)
-        observed = int((obj.get("status") or {}).get("observedGeneration") or 0)
-        if state == ("STABLE", "RUNNING") and observed >= generation:
-            return seen
-    pytest.fail(f"{namespace}/{name} not STABLE/RUNNING at generation {generation}; saw {seen}")
-
-
 def test_patching_parallelism_overrides_restarts_the_job_and_changes_its_metrics(
     cluster: Cluster, namespace: str, flink_deployment: FlinkDeploymentFactory,
     twin: Twin, prometheus: Prometheus
 ) -> None:
     obj = flink_deployment("read", replicas=1)
     old_job = obj["status"]["jobStatus"]["jobId"]
-    vertex = _vertex_id(twin, namespace, "read", old_job, "Read State")
+    vertex = vertex_id(twin, namespace, "read", old_job, "Read State")
     prometheus.wait_for(f'count({BUSY}{{job_id="{old_job}",task_id="{vertex}"}}) == 1',
                         lambda r: len(r) == 1, timeout_s=4 * ONE_SCRAPE_S)
 
@@ -172,7 +148,7 @@ def test_patching_parallelism_overrides_restarts_the_job_and_changes_its_metrics
         {"spec": {"flinkConfiguration": {OVERRIDES_KEY: f"{vertex}:3"}}})
     generation = int(patched["metadata"]["generation"])  # type: ignore[index]
     assert generation == 2
-    seen = _transitions(cluster, namespace, "read", obj["metadata"]["resourceVersion"],
+    seen = transitions(cluster, namespace, "read", obj["metadata"]["resourceVersion"],
                         generation)
     running_at = time.monotonic()
     # The operator's stateful upgrade, as a user watching `kubectl get flinkdep` sees it
@@ -268,7 +244,7 @@ def test_a_spec_flink_cannot_run_is_reported_and_the_last_good_job_keeps_running
 ) -> None:
     obj = flink_deployment("read", replicas=1)
     job_id = obj["status"]["jobStatus"]["jobId"]
-    vertex = _vertex_id(twin, namespace, "read", job_id, "Read State")
+    vertex = vertex_id(twin, namespace, "read", job_id, "Read State")
 
     def patch_overrides(value: str) -> None:
         cluster.custom.patch_namespaced_custom_object(

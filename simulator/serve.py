@@ -219,8 +219,12 @@ class TwinServer:
         return self.status(namespace, name)
 
     def reconfigure(self, namespace: str, name: str, flink_configuration: dict[str, str],
-                    task_manager: dict[str, Any] | None = None) -> dict[str, Any]:
-        """A stateful upgrade: stop with savepoint, restart with the new configuration."""
+                    task_manager: dict[str, Any] | None = None, *,
+                    in_place: bool = False) -> dict[str, Any]:
+        """A stateful upgrade: stop with savepoint, restart with the new configuration.
+
+        `in_place`: the adaptive scheduler's rescale instead; the same job (same job id)
+        restarts its tasks with the new parallelism, and the TaskManagers stay."""
         with self._lock:
             hosted = self._get(namespace, name)
             self.advance_all()
@@ -233,7 +237,7 @@ class TwinServer:
                 hosted.twin.model, flink_configuration, self.base_managed_mib
             )
             downtime = hosted.twin.apply(config)
-            if downtime > 0 or task_manager != hosted.task_manager:
+            if not in_place and (downtime > 0 or task_manager != hosted.task_manager):
                 restart_ms = _now_ms() + int(1000 * downtime / self.time_scale)
                 hosted.job = _deployed(namespace, name, hosted.job.restarts + 1, restart_ms,
                                        flink_configuration, task_manager)
