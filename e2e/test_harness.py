@@ -6,7 +6,6 @@ import json
 import os
 import subprocess
 import sys
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -37,8 +36,8 @@ pytestmark = pytest.mark.e2e
 
 REPO = Path(__file__).resolve().parent.parent
 BUSY = "flink_taskmanager_job_task_busyTimeMsPerSecond"
-# After the restart, the next scrape (every SCRAPE_INTERVAL_S) must show the new
-# job; the slack covers the scrape's own duration and a loaded 2-core machine.
+# A scrape interval plus the scrape's own duration; waits on Prometheus allow several
+# of them, since a loaded 2-core machine delays scrapes.
 ONE_SCRAPE_S = stack.SCRAPE_INTERVAL_S + 3.0
 
 
@@ -150,7 +149,6 @@ def test_patching_parallelism_overrides_restarts_the_job_and_changes_its_metrics
     assert generation == 2
     seen = transitions(cluster, namespace, "read", obj["metadata"]["resourceVersion"],
                         generation)
-    running_at = time.monotonic()
     # The operator's stateful upgrade, as a user watching `kubectl get flinkdep` sees it
     # (the first event is the patch itself, before the operator reacts).
     assert seen == [("STABLE", "RUNNING"), ("UPGRADING", "RESTARTING"), ("STABLE", "RUNNING")]
@@ -159,19 +157,23 @@ def test_patching_parallelism_overrides_restarts_the_job_and_changes_its_metrics
     assert new_job != old_job  # a savepoint upgrade submits a new job
     vertices = twin.rest(namespace, "read", f"jobs/{new_job}")["vertices"]
     assert [v["parallelism"] for v in vertices if v["id"] == vertex] == [3]
-    # Within one scrape after the restart, Prometheus has the new job's three
-    # subtasks and no longer the old job's one.
+    # Prometheus gets the new job's three subtasks, and the old job's series go stale
+    # (the controller must not read them). How soon is a matter of scrape timing on a
+    # shared machine, so the wait is generous; it is not what this test measures.
     prometheus.wait_for(
         f'count({BUSY}{{job_id="{new_job}",task_id="{vertex}"}})',
-        lambda r: len(r) == 1 and r[0]["value"][1] == "3", timeout_s=ONE_SCRAPE_S,
+        lambda r: len(r) == 1 and r[0]["value"][1] == "3", timeout_s=4 * ONE_SCRAPE_S,
         what="the new job's 3 busy-time series")
     prometheus.wait_for(f'{BUSY}{{job_id="{old_job}"}}', lambda r: r == [],
-                        timeout_s=max(0.5, ONE_SCRAPE_S - (time.monotonic() - running_at)),
-                        what="the old job's series to go stale")
-    # The TaskManager pods were replaced by the new attempt's.
-    attempts = {p["metadata"]["labels"]["hybridscaler.dev/attempt"]
+                        timeout_s=4 * ONE_SCRAPE_S, what="the old job's series to go stale")
+
+    def attempts() -> set[str]:
+        return {p["metadata"]["labels"]["hybridscaler.dev/attempt"]
                 for p in cluster.pods(namespace, "app=read")}
-    assert attempts == {"2"}
+
+    # The TaskManager pods are replaced by the new attempt's.
+
+    wait_until(lambda: attempts() == {"2"}, 30, "only the new attempt's pods")
 
 
 def test_the_policy_crd_from_crds_applies(cluster: Cluster, namespace: str) -> None:
@@ -317,10 +319,10 @@ def test_a_scrape_target_added_by_a_test_is_scraped(
 ) -> None:
     registry = CollectorRegistry()
     Gauge("hybrid_e2e_probe", "a value only this test exports", registry=registry).set(42)
-    port = stack.free_port()
-    server, thread = start_http_server(port, addr="127.0.0.1", registry=registry)
+    # Port 0: the kernel picks a free port at bind, so no other process can take it first.
+    server, thread = start_http_server(0, addr="127.0.0.1", registry=registry)
     try:
-        scrape_target("e2e-probe", f"127.0.0.1:{port}")
+        scrape_target("e2e-probe", f"127.0.0.1:{server.server_port}")
         # file_sd notices the file within its refresh interval, then one scrape.
         series = prometheus.wait_for('hybrid_e2e_probe{job="e2e-probe"}', lambda r: len(r) == 1,
                                      timeout_s=4 * ONE_SCRAPE_S)
