@@ -20,7 +20,6 @@ import shutil
 import subprocess
 import sys
 import threading
-import time
 import tomllib
 import zipfile
 from collections.abc import Callable, Iterator
@@ -750,8 +749,12 @@ def test_two_replicas_under_the_charts_token_serve_policies_with_one_active(
         def passes() -> list[float]:
             return [counter(r.metrics(), PASSES) for r in replicas]
 
-        wait_until(lambda: any(passes()), 60, "a loop pass")
-        time.sleep(12)  # two more periods: a second active replica would show by now
+        def most_passes() -> float:
+            return max(passes())
+
+        first = wait_until(most_passes, 60, "a loop pass")
+        # Two more passes of the active replica: a second active one would show by now.
+        wait_until(lambda: most_passes() >= first + 2, 90, "two more loop passes")
         active = [i for i, n in enumerate(passes()) if n > 0]
         assert len(active) == 1, f"loop passes per replica: {passes()}"
 
@@ -800,8 +803,12 @@ def test_helm_install_upgrade_uninstall_as_documented(
          "--wait", "--timeout=5m")
     assert deployment()["spec"]["strategy"] == {"type": "Recreate"}
     helm("uninstall", release, *target, "--wait", "--timeout=5m")
-    left = kube.run("get", "all,sa,cm,role,rolebinding,pdb", "-n", ns, "-o", "name").stdout
-    assert "hybrid-scaler" not in left, left
+
+    def left() -> str:
+        return kube.run("get", "all,sa,cm,role,rolebinding,pdb", "-n", ns, "-o", "name").stdout
+
+    # Helm waits for what it deleted; the pods go after, by the garbage collector.
+    wait_until(lambda: "hybrid-scaler" not in left() or None, 60, "the release's objects to go")
     cluster_wide = kube.run("get", "clusterrole,clusterrolebinding,clusterkopfpeering",
                             "-o", "name").stdout
     assert f"{release}-hybrid-scaler" not in cluster_wide
