@@ -36,9 +36,7 @@ GRANULARITY_S = 5.0
 KEEP_UP = 0.98
 
 
-def scaling_params(
-    model: JobModel, policy: PolicyName, max_level: int = 3
-) -> policies.ScalingParams:
+def scaling_params(model: JobModel, policy: PolicyName) -> policies.ScalingParams:
     """The paper's parameters (spec defaults), sinks pinned, the paper's TaskManager footprint."""
     pinned = tuple(
         ParallelismOverride(
@@ -52,9 +50,7 @@ def scaling_params(
         # The paper's sources are generators capped at the target: they never catch
         # up on lag, so DS2 sizes for the target rate (seen through lag growth) only.
         cpu=CpuScaling(overrides=pinned, catch_up_duration=0),
-        memory=MemoryScaling(
-            enabled=policy == "justin", base_managed_memory=BASE_MANAGED_MIB, max_level=max_level
-        ),
+        memory=MemoryScaling(enabled=policy == "justin", base_managed_memory=BASE_MANAGED_MIB),
         footprint=TaskFootprint(
             cpu_cores=1.0, heap_mib=HEAP_MIB_PER_TASK, network_mib=NETWORK_MIB_PER_TASK
         ),
@@ -242,14 +238,15 @@ class OracleResult:
         }
 
 
-def oracle(model: JobModel, target_rate: float | None = None, max_level: int = 3,
-           utilization: float = 1.0) -> OracleResult:
+def oracle(model: JobModel, target_rate: float | None = None) -> OracleResult:
     """The cheapest per-operator (parallelism, memory level) sustaining the target in the twin.
 
     Vertex loads follow from the target alone (no feedback), so each vertex is sized
-    on its own: fewest tasks first, then least memory. Stateless vertices get ⊥;
-    pinned vertices keep their parallelism. `utilization` < 1 leaves headroom.
+    on its own: fewest tasks at 100 % busyness first, then least memory, over the
+    levels the policy may reach (the spec's maxLevel). Stateless vertices get ⊥;
+    pinned vertices keep their parallelism.
     """
+    max_level = MemoryScaling().max_level
     target = model.load.rate if target_rate is None else target_rate
     loads = unit_loads(model)
     config: dict[str, VertexConfig] = {}
@@ -259,7 +256,7 @@ def oracle(model: JobModel, target_rate: float | None = None, max_level: int = 3
         levels: list[int | None] = [None] if op.state is None else list(range(max_level))
         best: tuple[int, float, VertexConfig] | None = None
         for level in levels:
-            p = _fewest_tasks(model, op, level, need, utilization)
+            p = _fewest_tasks(model, op, level, need)
             if p is None:
                 continue
             mem = p * (HEAP_MIB_PER_TASK + NETWORK_MIB_PER_TASK + managed_mib(level))
@@ -274,13 +271,12 @@ def oracle(model: JobModel, target_rate: float | None = None, max_level: int = 3
     return OracleResult(frozen, feasible, capacity(model, frozen), cores, memory, model)
 
 
-def _fewest_tasks(model: JobModel, op: Operator, level: int | None, need: float,
-                  utilization: float) -> int | None:
+def _fewest_tasks(model: JobModel, op: Operator, level: int | None, need: float) -> int | None:
     if op.fixed_parallelism:
         candidates: range = range(op.initial_parallelism, op.initial_parallelism + 1)
     else:
         candidates = range(1, op.max_parallelism + 1)
     for p in candidates:
-        if vertex_limit(op, p, managed_mib(level), model.rocksdb) * utilization >= need:
+        if vertex_limit(op, p, managed_mib(level), model.rocksdb) >= need:
             return p
     return None

@@ -34,6 +34,8 @@ HEAP_MIB_PER_TASK = 134.0
 NETWORK_MIB_PER_TASK = 40.0
 BASE_MANAGED_MIB = 158.0
 MIB_BYTES = 1024 * 1024
+# One bottleneck analysis per virtual second; metrics are means over ticks.
+TICK_S = 1.0
 
 
 def managed_mib(level: int | None, base: float = BASE_MANAGED_MIB) -> float:
@@ -120,19 +122,16 @@ class Twin:
         *,
         seed: int = 0,
         base_managed_mib: float = BASE_MANAGED_MIB,
-        tick_s: float = 1.0,
-        start_time: float = 0.0,
         downtime_scale: float = 1.0,
         configuration: Configuration | None = None,
         history_s: float = 3600.0,
     ) -> None:
         self.model = model
         self.base_managed_mib = base_managed_mib
-        self.tick_s = tick_s
         self.downtime_scale = downtime_scale
-        self.time = start_time
+        self.time = 0.0
         self.restarts = 0
-        self.down_until = start_time
+        self.down_until = 0.0
         self._rng = random.Random(seed)
         self._ops = model.by_vertex()
         self._graph = model.job_graph()
@@ -143,7 +142,7 @@ class Twin:
         if configuration is not None:
             self._set(configuration)
         self._lag = {o.vertex_id: 0.0 for o in model.sources()}
-        self._history: deque[Tick] = deque(maxlen=max(1, int(history_s / tick_s)))
+        self._history: deque[Tick] = deque(maxlen=max(1, int(history_s / TICK_S)))
         self._reset_counters()
 
     # ---- configuration -------------------------------------------------
@@ -166,14 +165,11 @@ class Twin:
         seconds = r.fixed_s + state_mb / r.savepoint_mb_per_s + state_mb / r.restore_mb_per_s
         return seconds * self.downtime_scale
 
-    def apply(self, configuration: Configuration, time: float | None = None) -> float:
+    def apply(self, configuration: Configuration) -> float:
         """Restart the job with `configuration` (vertices not named keep theirs).
 
-        Advances to `time` first when it is later than now. Returns the downtime in
-        seconds (0 if nothing changes).
+        Returns the downtime in seconds (0 if nothing changes).
         """
-        if time is not None and time > self.time:
-            self.advance(time - self.time)
         before = dict(self._config)
         self._set(configuration)
         if self._config == before:
@@ -230,7 +226,7 @@ class Twin:
         """Run for `seconds` of virtual time, one tick at a time."""
         end = self.time + seconds
         while self.time + 1e-9 < end:
-            dt = min(self.tick_s, end - self.time)
+            dt = min(TICK_S, end - self.time)
             self._tick(dt)
 
     def _tick(self, dt: float) -> None:
