@@ -135,7 +135,8 @@ class RocksDB(Strict):
     )
     put_us: float = Field(33.0, ge=0, description="a MemTable insert with a 64 MB MemTable")
     small_memtable_penalty: float = Field(
-        0.1, ge=0, description="relative put cost per halving of the MemTable below 64 MB"
+        0.1, ge=0,
+        description="k: extra relative put cost at a 32 MB MemTable; ×(4^h − 1)/3 at h halvings",
     )
     misses_per_put: float = Field(
         0.01, ge=0, description="block reads past the cache per put (flush, compaction)"

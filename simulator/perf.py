@@ -10,7 +10,8 @@ Two effects give the curve its shape:
   fit in the task's cache (uniform: cache / working set; Zipf: the hottest keys);
 * index/filter blocks live in the cache's high-priority pool; when they do not
   fit, every get also misses on them. With `index_miss_us` large this is the
-  cliff measured on real RocksDB (ARCHITECTURE.md); with it 0 the curve is smooth.
+  cliff measured on real RocksDB (ARCHITECTURE.md); with it near `miss_us` the
+  curve is smooth.
 """
 
 from __future__ import annotations
