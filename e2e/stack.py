@@ -56,6 +56,8 @@ SCRAPE_INTERVAL_S = 5
 # Flink restarts take tens of seconds; tests need seconds. The twin's modelled
 # downtime is multiplied by this (HYBRID_SCALER_E2E_DOWNTIME_SCALE overrides).
 DEFAULT_DOWNTIME_SCALE = 0.1
+# Attempts at start-up, each with freshly picked ports (see `_port_taken`).
+START_ATTEMPTS = 3
 BUILD_HINT = "run: bash e2e/scripts/build-tools.sh all (or: bash scripts/bootstrap.sh all)"
 
 
@@ -423,20 +425,31 @@ def up(run_dir: Path | None = None, echo: Callable[[str], None] = print) -> tupl
     logs = log_dir_for(run_dir)
     shutil.rmtree(logs, ignore_errors=True)
     logs.mkdir(parents=True)
-    run_dir.mkdir(parents=True, mode=0o700)  # holds the admin token
     echo(f"e2e stack: run dir {run_dir}; logs in {logs}")
     started = time.monotonic()
-    try:
-        info = _start(tools, crd, run_dir, logs, echo)
-    except BaseException:
-        partial = StackInfo.load(run_dir)
-        if partial is not None:
-            _stop(partial.pids, partial.run_dir)
-        shutil.rmtree(run_dir, ignore_errors=True)
-        raise
+    for attempt in range(1, START_ATTEMPTS + 1):
+        run_dir.mkdir(parents=True, mode=0o700)  # holds the admin token
+        try:
+            info = _start(tools, crd, run_dir, logs, echo)
+            break
+        except BaseException as error:
+            partial = StackInfo.load(run_dir)
+            if partial is not None:
+                _stop(partial.pids, partial.run_dir)
+            shutil.rmtree(run_dir, ignore_errors=True)
+            if not (_port_taken(error) and attempt < START_ATTEMPTS):
+                raise
+            echo(f"a port picked for the stack was taken meanwhile; starting again ({error})")
     echo(f"e2e stack up in {time.monotonic() - started:.1f} s")
     _register_user(run_dir)
     return info, True
+
+
+def _port_taken(error: BaseException) -> bool:
+    """Whether a component failed because another process bound its port first: ports
+    are picked free before the components bind them, and concurrent stacks (or any
+    other program) may take one in between."""
+    return isinstance(error, StackError) and "address already in use" in str(error).lower()
 
 
 def _start(tools: Tools, crd: Path, run_dir: Path, logs: Path,
@@ -561,6 +574,12 @@ def _start(tools: Tools, crd: Path, run_dir: Path, logs: Path,
     _wait("prometheus", lambda: _http_ok(info.prometheus_url + "/-/ready"), prom_pid, logs)
     _wait("standin", lambda: _http_ok(info.twin_url + "/metrics"), standin_pid, logs)
     _wait("kwok", lambda: _ready_nodes(info) >= KWOK_NODES, info.pids["kwok"], logs)
+    # A component that lost its port may have exited after another process on that
+    # port answered its readiness check in its place.
+    for name, pid in info.pids.items():
+        if not _alive(pid):
+            raise StackError(f"{name} exited during start-up; last lines of "
+                             f"{logs / (name + '.log')}:\n{_tail(logs / (name + '.log'))}")
     return info
 
 

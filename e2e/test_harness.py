@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import sys
 from collections.abc import Callable
@@ -239,6 +240,27 @@ def test_stack_cli_up_is_idempotent_and_down_leaves_nothing(tmp_path: Path) -> N
     for name, pid in info.pids.items():
         assert not stack.is_stack_process(pid, str(run_dir)), f"{name} still runs"
     assert cli("status").returncode == 1
+
+
+@pytest.mark.slow
+def test_a_port_taken_before_its_component_binds_it_makes_the_stack_start_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    taken = socket.socket()
+    taken.bind(("127.0.0.1", 0))
+    taken.listen()
+    picks = iter([taken.getsockname()[1]])  # the first port picked goes to etcd
+    free_port = stack.free_port
+    monkeypatch.setattr(stack, "free_port", lambda: next(picks, None) or free_port())
+    lines: list[str] = []
+    run_dir = tmp_path / "stack"
+    try:
+        info, started = stack.up(run_dir, echo=lines.append)
+        assert started and stack.healthy(info)
+        assert any("starting again" in line for line in lines), lines
+    finally:
+        stack.down(run_dir)
+        taken.close()
 
 
 def test_a_spec_flink_cannot_run_is_reported_and_the_last_good_job_keeps_running(
