@@ -4,16 +4,16 @@ Shapes follow the golden samples of a real Flink 1.20.5 job
 (`/work/shared/flink-1.20-samples/`): metric names and label order per scope,
 Flink's label sanitising, trailing `,}` in label sets, numbers printed as Java does
 (`1.11848106E8`), and the REST field names of `/jobs/overview`, `/jobs/<jid>`,
-`/jobs/<jid>/plan`, `/jobs/<jid>/config` and `/taskmanagers`.
+`/jobs/<jid>/plan`, `/jobs/<jid>/config`, `/taskmanagers` and `/taskmanagers/<id>`.
 """
 
 from __future__ import annotations
 
-import html
 import math
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
+from html.entities import codepoint2name
 from typing import Any
 
 from policies.model import estimate_mean_from_quantiles
@@ -211,6 +211,13 @@ _TASK_STATES = ("CREATED", "FAILED", "DEPLOYING", "RECONCILING", "FINISHED", "RU
                 "INITIALIZING", "SCHEDULED", "CANCELED", "CANCELING")
 
 
+def escape_html4(text: str) -> str:
+    """What Flink's plan descriptions use (commons-text escapeHtml4): named entities for
+    `"&<>` and every character HTML 4 names (`é` -> `&eacute;`); `'` stays."""
+    return "".join(f"&{codepoint2name[ord(c)]};" if ord(c) in codepoint2name else c
+                   for c in text)
+
+
 def job_state(twin: Twin) -> str:
     return "RUNNING" if twin.running else "RESTARTING"
 
@@ -240,7 +247,7 @@ def plan(job: DeployedJob, twin: Twin) -> dict[str, Any]:
     for v in reversed(graph.vertices):  # Flink lists sinks first
         node: dict[str, Any] = {
             "id": v.id, "parallelism": v.parallelism, "operator": "", "operator_strategy": "",
-            "description": html.escape(v.name) + "<br/>", "optimizer_properties": {},
+            "description": escape_html4(v.name) + "<br/>", "optimizer_properties": {},
         }
         inputs = [
             {"num": n, "id": e.source, "ship_strategy": e.ship_strategy.value,
@@ -321,9 +328,26 @@ def flink_memory_model(process_mib: float) -> dict[str, int]:
     }
 
 
-def taskmanagers(job: DeployedJob, twin: Twin, heap_mib: float, network_mib: float
-                 ) -> dict[str, Any]:
-    """One entry per TaskManager of the deployment, slots filled in vertex order."""
+def taskmanagers(job: DeployedJob, twin: Twin, heap_mib: float, network_mib: float,
+                 now_ms: int) -> dict[str, Any]:
+    """`GET /taskmanagers`: one entry per TaskManager, without its slots (as Flink lists them)."""
+    listed = [{k: v for k, v in tm.items() if k != "allocatedSlots"}
+              for tm in _taskmanagers(job, twin, heap_mib, network_mib, now_ms)]
+    return {"taskmanagers": listed}
+
+
+def taskmanager(job: DeployedJob, twin: Twin, heap_mib: float, network_mib: float, now_ms: int,
+                tm_id: str) -> dict[str, Any]:
+    """`GET /taskmanagers/<id>`: one TaskManager with its `allocatedSlots`."""
+    for tm in _taskmanagers(job, twin, heap_mib, network_mib, now_ms):
+        if tm["id"] == tm_id:
+            return tm
+    raise KeyError(f"TaskManager {tm_id} not found")
+
+
+def _taskmanagers(job: DeployedJob, twin: Twin, heap_mib: float, network_mib: float,
+                  now_ms: int) -> list[dict[str, Any]]:
+    """Every TaskManager of the deployment, slots filled in vertex order."""
     tasks: list[tuple[float, int, int, int]] = []
     for vid, vc in twin.configuration.items():
         managed = int(twin.managed_mib_of(vid))
@@ -338,7 +362,8 @@ def taskmanagers(job: DeployedJob, twin: Twin, heap_mib: float, network_mib: flo
         tm_id = f"{job.namespace}-{job.name}-taskmanager-1-{n + 1}"
         out.append({
             "id": tm_id, "path": f"pekko.tcp://flink@10.0.0.{n + 2}:6122/user/rpc/taskmanager_0",
-            "dataPort": 6121, "jmxPort": -1, "timeSinceLastHeartbeat": 0,
+            # Despite its name, Flink sends the time of the last heartbeat (epoch ms).
+            "dataPort": 6121, "jmxPort": -1, "timeSinceLastHeartbeat": now_ms,
             "slotsNumber": per_tm, "freeSlots": per_tm - len(mine),
             "totalResource": _resource(job.tm_cpu, 0, tm_managed, 0),
             "freeResource": _resource(max(0.0, job.tm_cpu - len(mine)), 0,
@@ -351,4 +376,4 @@ def taskmanagers(job: DeployedJob, twin: Twin, heap_mib: float, network_mib: flo
                 {"jobId": job.job_id, "resource": _resource(c, h, m, nw)} for c, h, m, nw in mine
             ],
         })
-    return {"taskmanagers": out}
+    return out

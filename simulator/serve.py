@@ -9,7 +9,7 @@ HTTP (one port):
   GET  /metrics                              every job, Flink Prometheus reporter format
   GET  /{ns}/{name}/jobs/overview            Flink REST, per deployment
   GET  /{ns}/{name}/jobs/<jid>[/plan|/config]
-  GET  /{ns}/{name}/taskmanagers
+  GET  /{ns}/{name}/taskmanagers[/<id>]
   GET  /control/jobs                         lifecycle of every job
   GET  /control/jobs/{ns}/{name}             lifecycle of one job
   PUT  /control/jobs/{ns}/{name}             add the job, or reconfigure it (a restart); body
@@ -299,7 +299,10 @@ class TwinServer:
             if path == ["jobs", "overview"]:
                 return ff.jobs_overview(job, twin, now)
             if path == ["taskmanagers"]:
-                return ff.taskmanagers(job, twin, HEAP_MIB_PER_TASK, NETWORK_MIB_PER_TASK)
+                return ff.taskmanagers(job, twin, HEAP_MIB_PER_TASK, NETWORK_MIB_PER_TASK, now)
+            if len(path) == 2 and path[0] == "taskmanagers":
+                return ff.taskmanager(job, twin, HEAP_MIB_PER_TASK, NETWORK_MIB_PER_TASK, now,
+                                      path[1])
             if len(path) >= 2 and path[0] == "jobs":
                 if path[1] != job.job_id:
                     raise KeyError(f"Job {path[1]} not found")

@@ -5,7 +5,13 @@ from __future__ import annotations
 import pytest
 
 from policies.model import estimate_mean_from_quantiles
-from simulator.flink_format import flink_memory_model, java_double, latency_quantiles, sanitize
+from simulator.flink_format import (
+    escape_html4,
+    flink_memory_model,
+    java_double,
+    latency_quantiles,
+    sanitize,
+)
 
 
 def test_sanitize_like_flinks_reporter():
@@ -13,6 +19,13 @@ def test_sanitize_like_flinks_reporter():
     assert sanitize("Stateful Counter [v2] é") == "Stateful_Counter__v2___"
     assert sanitize("1bbf45ec-3770-4270") == "1bbf45ec_3770_4270"
     assert sanitize("Sink: Writer") == "Sink:_Writer"
+
+
+def test_plan_descriptions_escape_like_flinks():
+    # The golden plan.json: "Stateful Counter [v2] &eacute;", "Key Map: x -&gt; x % N".
+    assert escape_html4("Stateful Counter [v2] é") == "Stateful Counter [v2] &eacute;"
+    assert escape_html4("Key Map: x -> x % N") == "Key Map: x -&gt; x % N"
+    assert escape_html4("a 'b' & \"c\"") == "a 'b' &amp; &quot;c&quot;"
 
 
 @pytest.mark.parametrize(

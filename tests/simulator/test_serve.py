@@ -90,22 +90,42 @@ def test_rest_shapes_match_the_golden_samples(server):
     status = server.add_job("default", "q11", Q11, TM)
     jid = status["jobId"]
     base = f"{server.url}/default/q11"
+    first_tm = requests.get(f"{base}/taskmanagers", timeout=5).json()["taskmanagers"][0]["id"]
     for path, golden in (
         ("jobs/overview", "jobs-overview.json"),
         (f"jobs/{jid}", "job.json"),
         (f"jobs/{jid}/plan", "plan.json"),
         (f"jobs/{jid}/config", "job-config.json"),
         ("taskmanagers", "taskmanagers.json"),
+        (f"taskmanagers/{first_tm}", "taskmanager.json"),
     ):
         ours = requests.get(f"{base}/{path}", timeout=5).json()
         theirs = json.loads((SAMPLES / golden).read_text())
         assert_same_shape(ours, theirs, path)
 
 
+def test_the_taskmanager_list_has_no_slots_and_unknown_ids_are_404(server):
+    server.add_job("default", "q11", Q11, TM)
+    base = f"{server.url}/default/q11/taskmanagers"
+    listed = requests.get(base, timeout=5).json()["taskmanagers"]
+    assert listed and all("allocatedSlots" not in tm for tm in listed)
+    one = requests.get(f"{base}/{listed[0]['id']}", timeout=5).json()
+    assert len(one["allocatedSlots"]) == listed[0]["slotsNumber"] - listed[0]["freeSlots"]
+    assert requests.get(f"{base}/nope", timeout=5).status_code == 404
+
+
+# Free-form maps: their keys are the job's, not Flink's.
+FREE_FORM = ("user-config",)
+
+
 def assert_same_shape(ours, theirs, where):
-    """Every key Flink sends (recursively, first list element) is there, same JSON type."""
+    """Every key Flink sends (recursively, first list element) is there, same JSON type,
+    and no key Flink does not send."""
     if isinstance(theirs, dict):
         assert isinstance(ours, dict), where
+        if not where.endswith(FREE_FORM):
+            extra = set(ours) - set(theirs)
+            assert not extra, f"{where}: keys real Flink does not send: {sorted(extra)}"
         for key, value in theirs.items():
             if key == "metrics" and where.startswith("taskmanagers"):
                 continue  # JVM statistics of a real TaskManager process
