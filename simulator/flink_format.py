@@ -56,7 +56,6 @@ class DeployedJob:
     job_id: str
     job_name: str
     start_ms: int
-    tm_id: str
     slots_per_tm: int
     tm_count: int
     tm_cpu: float
@@ -101,12 +100,14 @@ class Scrape:
         return "".join(f.render() for f in self.families.values() if f.lines)
 
 
-def _task_labels(job: DeployedJob, vid: str, name: str, subtask: int) -> list[tuple[str, str]]:
+def _task_labels(job: DeployedJob, vid: str, name: str, subtask: int, tm: str
+                 ) -> list[tuple[str, str]]:
     attempt_id = f"{job.job_id}_{vid}_{subtask}_0"
     return [
         ("job_id", job.job_id), ("task_id", vid), ("task_attempt_id", attempt_id), ("host", ""),
         ("task_name", sanitize(name)), ("task_attempt_num", "0"),
-        ("job_name", sanitize(job.job_name)), ("tm_id", job.tm_id), ("subtask_index", str(subtask)),
+        ("job_name", sanitize(job.job_name)), ("tm_id", sanitize(tm)),
+        ("subtask_index", str(subtask)),
     ]
 
 
@@ -137,17 +138,21 @@ def add_job_metrics(scrape: Scrape, job: DeployedJob, twin: Twin, now_ms: int) -
     tick = twin.last_tick()
     if not running or tick is None or not tick.running:
         return
-    tm = [("host", ""), ("tm_id", job.tm_id)]
-    managed_total = sum(
-        twin.managed_mib_of(vid) * vc.parallelism for vid, vc in twin.configuration.items()
-    ) * MIB_BYTES
-    scrape.gauge("taskmanager", "Status_Flink_Memory_Managed_Total", tm, managed_total,
-                 "Total")
-    scrape.gauge("taskmanager", "Status_Flink_Memory_Managed_Used", tm, managed_total, "Used")
-    for vid, op in twin.model.by_vertex().items():
+    ops = twin.model.by_vertex()
+    tm_managed = flink_memory_model(job.tm_memory_mib)["managedMemory"]
+    host: dict[tuple[str, int], str] = {}
+    for n, slots in enumerate(slot_plan(job, twin)):
+        tm = [("host", ""), ("tm_id", sanitize(taskmanager_id(job, n)))]
+        # RocksDB reserves its slot's managed memory; stateless slots hold none.
+        used = sum(twin.managed_mib_of(vid) for vid, _ in slots if ops[vid].state is not None)
+        scrape.gauge("taskmanager", "Status_Flink_Memory_Managed_Total", tm, tm_managed, "Total")
+        scrape.gauge("taskmanager", "Status_Flink_Memory_Managed_Used", tm, used * MIB_BYTES,
+                     "Used")
+        host.update({slot: taskmanager_id(job, n) for slot in slots})
+    for vid, op in ops.items():
         sample = tick.vertices[vid]
         for i, sub in enumerate(sample.subtasks):
-            task = _task_labels(job, vid, op.name, i)
+            task = _task_labels(job, vid, op.name, i, host[(vid, i)])
             operator = _operator_labels(task, vid, op.name)
             for metric, value in (
                 ("busyTimeMsPerSecond", twin.noisy(sub.busy)),
@@ -345,35 +350,45 @@ def taskmanager(job: DeployedJob, twin: Twin, heap_mib: float, network_mib: floa
     raise KeyError(f"TaskManager {tm_id} not found")
 
 
-def _taskmanagers(job: DeployedJob, twin: Twin, heap_mib: float, network_mib: float,
-                  now_ms: int) -> list[dict[str, Any]]:
-    """Every TaskManager of the deployment, slots filled in vertex order."""
-    tasks: list[tuple[float, int, int, int]] = []
-    for vid, vc in twin.configuration.items():
-        managed = int(twin.managed_mib_of(vid))
-        tasks.extend([(1.0, int(heap_mib), managed, int(network_mib))] * vc.parallelism)
+def taskmanager_id(job: DeployedJob, n: int) -> str:
+    """The resource id of the deployment's n-th TaskManager pod (0-based)."""
+    return f"{job.namespace}-{job.name}-taskmanager-1-{n + 1}"
+
+
+def slot_plan(job: DeployedJob, twin: Twin) -> list[list[tuple[str, int]]]:
+    """(vertex id, subtask) in each TaskManager's slots, filled in vertex order."""
+    tasks = [(vid, i) for vid, vc in twin.configuration.items() for i in range(vc.parallelism)]
     per_tm = max(1, job.slots_per_tm)
     count = max(job.tm_count, math.ceil(len(tasks) / per_tm))
+    return [tasks[n * per_tm:(n + 1) * per_tm] for n in range(count)]
+
+
+def _taskmanagers(job: DeployedJob, twin: Twin, heap_mib: float, network_mib: float,
+                  now_ms: int) -> list[dict[str, Any]]:
+    """Every TaskManager of the deployment with its slots."""
+    per_tm = max(1, job.slots_per_tm)
     memory = flink_memory_model(job.tm_memory_mib)
     tm_managed = memory["managedMemory"] // MIB_BYTES
     out = []
-    for n in range(count):
-        mine = tasks[n * per_tm:(n + 1) * per_tm]
-        tm_id = f"{job.namespace}-{job.name}-taskmanager-1-{n + 1}"
+    for n, slots in enumerate(slot_plan(job, twin)):
+        managed = [int(twin.managed_mib_of(vid)) for vid, _ in slots]
         out.append({
-            "id": tm_id, "path": f"pekko.tcp://flink@10.0.0.{n + 2}:6122/user/rpc/taskmanager_0",
+            "id": taskmanager_id(job, n),
+            "path": f"pekko.tcp://flink@10.0.0.{n + 2}:6122/user/rpc/taskmanager_0",
             # Despite its name, Flink sends the time of the last heartbeat (epoch ms).
             "dataPort": 6121, "jmxPort": -1, "timeSinceLastHeartbeat": now_ms,
-            "slotsNumber": per_tm, "freeSlots": per_tm - len(mine),
+            "slotsNumber": per_tm, "freeSlots": per_tm - len(slots),
             "totalResource": _resource(job.tm_cpu, 0, tm_managed, 0),
-            "freeResource": _resource(max(0.0, job.tm_cpu - len(mine)), 0,
-                                      max(0, tm_managed - sum(t[2] for t in mine)), 0),
+            "freeResource": _resource(max(0.0, job.tm_cpu - len(slots)), 0,
+                                      max(0, tm_managed - sum(managed)), 0),
             "hardware": {"cpuCores": int(job.tm_cpu) or 1,
                          "physicalMemory": int(job.tm_memory_mib * MIB_BYTES),
                          "freeMemory": 0, "managedMemory": memory["managedMemory"]},
             "memoryConfiguration": memory,
             "allocatedSlots": [
-                {"jobId": job.job_id, "resource": _resource(c, h, m, nw)} for c, h, m, nw in mine
+                {"jobId": job.job_id,
+                 "resource": _resource(1.0, int(heap_mib), m, int(network_mib))}
+                for m in managed
             ],
         })
     return out

@@ -123,8 +123,7 @@ def _deployed(namespace: str, name: str, generation: int, start_ms: int,
     digest = hashlib.md5(f"{namespace}/{name}/{generation}".encode(), usedforsecurity=False)
     return ff.DeployedJob(
         namespace=namespace, name=name, job_id=digest.hexdigest(), job_name=name,
-        start_ms=start_ms, tm_id=ff.sanitize(f"{namespace}-{name}-taskmanager-1-1"),
-        slots_per_tm=slots,
+        start_ms=start_ms, slots_per_tm=slots,
         tm_count=replicas, tm_cpu=cpu, tm_memory_mib=memory, restarts=generation,
     )
 

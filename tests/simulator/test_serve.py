@@ -241,3 +241,28 @@ def test_twin_serve_command_runs_standalone():
     finally:
         proc.terminate()
         proc.wait(timeout=10)
+
+
+def test_managed_memory_is_per_taskmanager_and_only_stateful_slots_use_it(server):
+    session = load_model("q11").operator("q11-session")
+    conf = {**Q11, "pipeline.jobvertex-parallelism-overrides": f"{session.vertex_id}:4",
+            "hybridscaler.operator-resources": json.dumps(
+                {"q11-session": {"managedMemoryMb": 316}})}
+    server.add_job("default", "q11", conf, TM)
+    base = f"{server.url}/default/q11"
+    tms = [tm["id"] for tm in requests.get(f"{base}/taskmanagers", timeout=5).json()[
+        "taskmanagers"]]
+    assert len(tms) == 2  # 6 tasks, 4 slots each
+
+    def samples(name: str) -> list:
+        text = requests.get(server.url + "/metrics", timeout=5).text
+        return [s for f in text_string_to_metric_families(text) for s in f.samples
+                if s.name == name]
+
+    wait_for(lambda: samples("flink_taskmanager_job_task_busyTimeMsPerSecond"), "task metrics")
+    used = {s.labels["tm_id"]: s.value
+            for s in samples("flink_taskmanager_Status_Flink_Memory_Managed_Used")}
+    assert set(used) == {t.replace("-", "_") for t in tms}
+    assert sum(used.values()) == 4 * 316 * 2**20  # the stateless source and sink hold none
+    hosts = {s.labels["tm_id"] for s in samples("flink_taskmanager_job_task_busyTimeMsPerSecond")}
+    assert hosts == set(used)
