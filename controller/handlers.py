@@ -32,6 +32,8 @@ from controller.settings import RUNTIME
 
 log = logging.getLogger(__name__)
 RUNNING: set[str] = set()  # namespace/name of policies with a live loop, for the probe
+# How often a policy whose spec does not parse is looked at again: the default resolution.
+UNPARSED_PERIOD_S = api.MetricsSpec().resolution
 
 
 @cache
@@ -85,7 +87,7 @@ async def policy_loop(body: kopf.Body, meta: kopf.Meta, namespace: str | None, n
     loop = asyncio.get_running_loop()
     try:
         while not stopped:
-            resolution = 5.0
+            resolution = UNPARSED_PERIOD_S
             try:
                 policy = api.parse_policy(dict(body))
                 resolution = policy.spec.metrics.resolution
