@@ -88,10 +88,9 @@ def row(job: str, name: str, steps: str, at: str, cores: float, memory: float, c
             f" {extra} |")
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--update-doc", action="store_true")
-    args = parser.parse_args()
+def results(plot: Path | None = None) -> tuple[str, list[tuple[str, str, float]]]:
+    """The results table (Markdown) and the wall-clock seconds of each closed-loop run;
+    writes the q11 plot to `plot` when given."""
     lines = [
         "| job | policy | steps to target (all) | converged at | CPU cores | memory MB "
         "| final configuration (p;MB) | Justin vs DS2 here / in the paper |",
@@ -103,7 +102,7 @@ def main() -> None:
         runs: dict[str, RunResult] = {}
         for policy in ("ds2", "justin"):
             start = time.perf_counter()
-            runs[policy] = run(model, policy, DURATION_S)  # type: ignore[arg-type]
+            runs[policy] = run(model, policy, DURATION_S)
             timings.append((job, policy, time.perf_counter() - start))
         best = oracle(model)
         justin, ds2 = runs["justin"], runs["ds2"]
@@ -117,10 +116,23 @@ def main() -> None:
                              compare if name == "Justin" else ""))
         lines.append(row("", "oracle", "-", "-", best.cpu_cores, best.memory_mib,
                          describe(model, best.configuration)))
-        if job == "q11" and args.update_doc:
-            PLOT.parent.mkdir(parents=True, exist_ok=True)
-            plot_runs([justin, ds2], PLOT, "q11: Justin (plain) vs DS2 (dotted), twin")
-    table = "\n".join(lines)
+        if job == "q11" and plot is not None:
+            plot.parent.mkdir(parents=True, exist_ok=True)
+            plot_runs([justin, ds2], plot, "q11: Justin (plain) vs DS2 (dotted), twin")
+    return "\n".join(lines), timings
+
+
+def documented(path: Path, begin: str = BEGIN, end: str = END) -> str | None:
+    """The generated block between `begin` and `end` in `path`, if it has one."""
+    found = re.search(re.escape(begin) + "\n(.*?)\n" + re.escape(end), path.read_text(), re.S)
+    return found.group(1) if found else None
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--update-doc", action="store_true")
+    args = parser.parse_args()
+    table, timings = results(PLOT if args.update_doc else None)
     print(table)
     print("\nwall-clock time of one 20-minute closed-loop experiment:")
     for job, policy, seconds in timings:
@@ -132,9 +144,9 @@ def main() -> None:
         for path in (DOC, README):
             text = path.read_text()
             for begin, end, body in ((BEGIN, END, table), (FIG4_BEGIN, FIG4_END, grid)):
-                block = f"{begin}\n{body}\n{end}"
-                text = re.sub(re.escape(begin) + ".*?" + re.escape(end), lambda _, b=block: b,
-                              text, flags=re.S)
+                if begin in text:
+                    head, rest = text.split(begin, 1)
+                    text = f"{head}{begin}\n{body}\n{end}{rest.split(end, 1)[1]}"
             path.write_text(text)
         print(f"\nupdated {DOC.relative_to(ROOT)}, README.md and {PLOT.relative_to(ROOT)}")
 

@@ -3,16 +3,17 @@
 from __future__ import annotations
 
 import re
-from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 from pydantic import BaseModel
 
+from bench.simulate_all import DOC as DOC_PATH
+from bench.simulate_all import FIG4_BEGIN, FIG4_END, README, documented, fig4_grid, results
 from simulator.model import JobModel, load_model
 
-DOC = (Path(__file__).resolve().parents[2] / "docs" / "simulator.md").read_text()
+DOC = DOC_PATH.read_text()
 
 
 def section(title: str) -> str:
@@ -114,3 +115,13 @@ def test_the_paper_state_sizes_follow_from_the_yaml():
     # Justin §5.1: Q3's state converges to ~8 MB, Q5's stays ~10 MB.
     assert load_model("q3").state_bytes == pytest.approx(8e6, rel=0.05)
     assert load_model("q5").state_bytes == pytest.approx(10e6, rel=0.05)
+
+
+def test_the_documented_results_are_what_the_code_gives():
+    """The results table (docs/simulator.md, README.md) and the twin's Figure 4 grid
+    are generated; a change to the policies or the twin must regenerate them."""
+    table, _ = results()
+    regenerate = "stale: run python -m bench.simulate_all --update-doc"
+    assert documented(DOC_PATH) == table, f"docs/simulator.md results {regenerate}"
+    assert documented(README) == table, f"README.md results {regenerate}"
+    assert documented(DOC_PATH, FIG4_BEGIN, FIG4_END) == fig4_grid(), f"Figure 4 {regenerate}"
