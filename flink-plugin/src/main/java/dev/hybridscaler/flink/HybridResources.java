@@ -14,6 +14,7 @@ import org.apache.flink.streaming.api.transformations.SideOutputTransformation;
 import org.apache.flink.streaming.api.transformations.UnionTransformation;
 
 import org.apache.flink.shaded.jackson2.com.fasterxml.jackson.core.JsonProcessingException;
+import org.apache.flink.shaded.jackson2.com.fasterxml.jackson.databind.DeserializationFeature;
 import org.apache.flink.shaded.jackson2.com.fasterxml.jackson.databind.JsonNode;
 import org.apache.flink.shaded.jackson2.com.fasterxml.jackson.databind.ObjectMapper;
 
@@ -79,8 +80,10 @@ public final class HybridResources {
 
     private static final Logger LOG = LoggerFactory.getLogger(HybridResources.class);
     private static final String DEFAULT_GROUP = "default";
-    private static final ObjectMapper JSON = new ObjectMapper();
-    private static final Set<String> FIELDS = Set.of("cpuCores", "taskHeapMb", "managedMemoryMb");
+    /** Rejects text after the object: a value with one brace too many is not silently cut. */
+    private static final ObjectMapper JSON =
+            new ObjectMapper().enable(DeserializationFeature.FAIL_ON_TRAILING_TOKENS);
+    private static final List<String> FIELDS = List.of("cpuCores", "taskHeapMb", "managedMemoryMb");
 
     private HybridResources() {}
 
@@ -222,12 +225,14 @@ public final class HybridResources {
         Set<String> unmatched = new LinkedHashSet<>(wanted.keySet());
         // Ids grow in creation order, so every input is placed before its consumers.
         Map<Integer, Chain> chainOf = new HashMap<>();
+        Map<Integer, String> groupWithoutPlugin = new HashMap<>();
         List<Chain> chains = new ArrayList<>();
         for (Transformation<?> t : physicalTransformations(sinks).values()) {
             List<Input> inputs = new ArrayList<>();
             for (Transformation<?> in : t.getInputs()) {
                 collectInputs(in, true, inputs);
             }
+            groupWithoutPlugin.put(t.getId(), groupFlinkWouldChoose(t, inputs, groupWithoutPlugin));
             OperatorResources own = t.getUid() == null ? null : wanted.get(t.getUid());
             if (own != null) {
                 unmatched.remove(t.getUid());
@@ -256,9 +261,9 @@ public final class HybridResources {
         List<Group> groups = new ArrayList<>();
         for (Chain chain : chains) {
             if (chain.resources == null) {
-                // Pin the group: Flink would otherwise inherit a named input's group.
+                // Pin the group it had: Flink would otherwise let it inherit a named input's group.
                 chain.members.stream().filter(t -> t.getSlotSharingGroup().isEmpty())
-                        .forEach(t -> t.setSlotSharingGroup(DEFAULT_GROUP));
+                        .forEach(t -> t.setSlotSharingGroup(groupWithoutPlugin.get(t.getId())));
                 continue;
             }
             SlotSharingGroup group = chain.resources.toSlotSharingGroup(GROUP_PREFIX + chain.owner);
@@ -275,6 +280,20 @@ public final class HybridResources {
             groups.add(new Group(group.getName(), chain.resources, names));
         }
         return new Applied(List.copyOf(groups), Set.copyOf(unmatched));
+    }
+
+    /**
+     * The group Flink's StreamGraphGenerator gives {@code t}: its own, else the one all its inputs
+     * share, else {@code default}.
+     */
+    private static String groupFlinkWouldChoose(Transformation<?> t, List<Input> inputs,
+                                                Map<Integer, String> groupOfInput) {
+        if (t.getSlotSharingGroup().isPresent()) {
+            return t.getSlotSharingGroup().get().getName();
+        }
+        Set<String> inherited = new HashSet<>();
+        inputs.forEach(in -> inherited.add(groupOfInput.get(in.physical().getId())));
+        return inherited.size() == 1 ? inherited.iterator().next() : DEFAULT_GROUP;
     }
 
     /** A predicted operator chain and the entry that names it, if any. */

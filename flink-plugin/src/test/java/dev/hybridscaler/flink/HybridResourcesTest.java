@@ -2,7 +2,6 @@ package dev.hybridscaler.flink;
 
 import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertFalse;
-import static org.junit.jupiter.api.Assertions.assertSame;
 import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 import static dev.hybridscaler.flink.ResourcesJson.entry;
@@ -12,20 +11,25 @@ import org.apache.flink.api.common.ExecutionConfig;
 import org.apache.flink.api.common.functions.MapFunction;
 import org.apache.flink.configuration.Configuration;
 import org.apache.flink.configuration.IllegalConfigurationException;
+import org.apache.flink.runtime.clusterframework.types.ResourceProfile;
 import org.apache.flink.runtime.jobgraph.JobGraph;
 import org.apache.flink.runtime.jobgraph.JobVertex;
 import org.apache.flink.runtime.jobgraph.JobVertexID;
 import org.apache.flink.streaming.api.datastream.DataStream;
 import org.apache.flink.streaming.api.environment.StreamExecutionEnvironment;
+import org.apache.flink.streaming.api.graph.StreamGraph;
+import org.apache.flink.streaming.api.graph.StreamNode;
 import org.apache.flink.streaming.api.functions.sink.v2.DiscardingSink;
 
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.params.ParameterizedTest;
 import org.junit.jupiter.params.provider.CsvSource;
 
+import java.util.ArrayList;
 import java.util.HashMap;
 import java.util.List;
 import java.util.Map;
+import java.util.Set;
 import java.util.stream.Collectors;
 
 /** The key's parsing and the grouping rules, on job graphs built without a cluster. */
@@ -33,32 +37,36 @@ class HybridResourcesTest {
 
     private static final String KEY = HybridResources.OPERATOR_RESOURCES.key();
 
+    /** Each kind of bad value; the message names the key, the uid if any, and the fault. */
     @ParameterizedTest(name = "{0}")
     @CsvSource(
             delimiter = '|',
             value = {
-                "not json                      | [1, 2]                                                  | must be a JSON object",
-                "broken json                   | {\"a\":                                                 | not valid JSON",
-                "entry not an object           | {\"counter\": 3}                                        | \"counter\": must be an object",
-                "unknown field                 | {\"counter\": {\"cpuCores\":1,\"taskHeapMb\":64,\"managedMemoryMb\":1,\"memMb\":1}} | unknown field \"memMb\"",
-                "zero cpu                      | {\"counter\": {\"cpuCores\":0,\"taskHeapMb\":64,\"managedMemoryMb\":1}} | cpuCores must be a number > 0",
-                "cpu as string                 | {\"counter\": {\"cpuCores\":\"1\",\"taskHeapMb\":64,\"managedMemoryMb\":1}} | cpuCores must be a number > 0",
-                "missing heap                  | {\"counter\": {\"cpuCores\":1,\"managedMemoryMb\":1}}   | taskHeapMb must be an integer >= 1",
-                "zero heap                     | {\"counter\": {\"cpuCores\":1,\"taskHeapMb\":0,\"managedMemoryMb\":1}} | taskHeapMb must be an integer >= 1",
-                "fractional managed            | {\"counter\": {\"cpuCores\":1,\"taskHeapMb\":64,\"managedMemoryMb\":1.5}} | managedMemoryMb must be an integer >= 0",
-                "negative managed              | {\"counter\": {\"cpuCores\":1,\"taskHeapMb\":64,\"managedMemoryMb\":-1}} | managedMemoryMb must be an integer >= 0",
-                "managed beyond int            | {\"counter\": {\"cpuCores\":1,\"taskHeapMb\":64,\"managedMemoryMb\":3000000000}} | managedMemoryMb must be an integer >= 0",
+                "not an object      | [1, 2]                                                           | : it must be a JSON object keyed by operator uid",
+                "JSON null          | null                                                             | : it must be a JSON object keyed by operator uid",
+                "broken JSON        | {\"a\":                                                          | : it is not valid JSON",
+                "text after object  | {\"counter\": {\"cpuCores\":1,\"taskHeapMb\":64,\"managedMemoryMb\":1}}} | : it is not valid JSON",
+                "entry not object   | {\"counter\": 3}                                                 | for operator uid \"counter\": must be an object",
+                "unknown field      | {\"counter\": {\"cpuCores\":1,\"taskHeapMb\":64,\"managedMemoryMb\":1,\"memMb\":1}} | for operator uid \"counter\": unknown field \"memMb\"",
+                "missing cpu        | {\"counter\": {\"taskHeapMb\":64,\"managedMemoryMb\":1}}          | for operator uid \"counter\": cpuCores must be a number > 0, got null",
+                "zero cpu           | {\"counter\": {\"cpuCores\":0,\"taskHeapMb\":64,\"managedMemoryMb\":1}} | for operator uid \"counter\": cpuCores must be a number > 0, got 0",
+                "negative cpu       | {\"counter\": {\"cpuCores\":-0.5,\"taskHeapMb\":64,\"managedMemoryMb\":1}} | for operator uid \"counter\": cpuCores must be a number > 0, got -0.5",
+                "cpu as string      | {\"counter\": {\"cpuCores\":\"1\",\"taskHeapMb\":64,\"managedMemoryMb\":1}} | for operator uid \"counter\": cpuCores must be a number > 0, got \"1\"",
+                "missing heap       | {\"counter\": {\"cpuCores\":1,\"managedMemoryMb\":1}}            | for operator uid \"counter\": taskHeapMb must be an integer >= 1, got null",
+                "zero heap          | {\"counter\": {\"cpuCores\":1,\"taskHeapMb\":0,\"managedMemoryMb\":1}} | for operator uid \"counter\": taskHeapMb must be an integer >= 1, got 0",
+                "fractional heap    | {\"counter\": {\"cpuCores\":1,\"taskHeapMb\":64.5,\"managedMemoryMb\":1}} | for operator uid \"counter\": taskHeapMb must be an integer >= 1, got 64.5",
+                "heap as string     | {\"counter\": {\"cpuCores\":1,\"taskHeapMb\":\"64\",\"managedMemoryMb\":1}} | for operator uid \"counter\": taskHeapMb must be an integer >= 1, got \"64\"",
+                "missing managed    | {\"counter\": {\"cpuCores\":1,\"taskHeapMb\":64}}                 | for operator uid \"counter\": managedMemoryMb must be an integer >= 0, got null",
+                "fractional managed | {\"counter\": {\"cpuCores\":1,\"taskHeapMb\":64,\"managedMemoryMb\":1.5}} | for operator uid \"counter\": managedMemoryMb must be an integer >= 0, got 1.5",
+                "negative managed   | {\"counter\": {\"cpuCores\":1,\"taskHeapMb\":64,\"managedMemoryMb\":-1}} | for operator uid \"counter\": managedMemoryMb must be an integer >= 0, got -1",
+                "managed beyond int | {\"counter\": {\"cpuCores\":1,\"taskHeapMb\":64,\"managedMemoryMb\":3000000000}} | for operator uid \"counter\": managedMemoryMb must be an integer >= 0, got 3000000000",
             })
     void invalidValuesFailAtJobStartNamingKeyAndUid(String why, String value, String expected) {
-        StreamExecutionEnvironment env = new StreamExecutionEnvironment(config(value));
-        CounterJob.build(env);
+        StreamExecutionEnvironment env = counterJob(value);
         IllegalConfigurationException e =
                 assertThrows(IllegalConfigurationException.class, () -> HybridResources.apply(env));
-        assertTrue(e.getMessage().contains(KEY), e.getMessage());
+        assertTrue(e.getMessage().startsWith("Invalid value of " + KEY), e.getMessage());
         assertTrue(e.getMessage().contains(expected), e.getMessage());
-        if (value.contains("counter")) {
-            assertTrue(e.getMessage().contains("\"counter\""), e.getMessage());
-        }
     }
 
     @Test
@@ -79,23 +87,30 @@ class HybridResourcesTest {
 
     @Test
     void absentOrBlankKeyLeavesTheJobUntouched() {
-        for (Configuration conf : List.of(new Configuration(), config("  "))) {
-            StreamExecutionEnvironment env = new StreamExecutionEnvironment(conf);
-            CounterJob.build(env);
-            assertSame(HybridResources.Applied.NOTHING, HybridResources.apply(env));
-            JobGraph graph = env.getStreamGraph().getJobGraph();
-            assertTrue(graph.getSlotSharingGroups().stream()
-                    .allMatch(g -> g.getResourceProfile().equals(
-                            org.apache.flink.runtime.clusterframework.types.ResourceProfile.UNKNOWN)));
-        }
+        String untouched = shape(authorGroupJob(new Configuration(), false));
+        assertEquals(untouched, shape(authorGroupJob(new Configuration(), true)));
+        assertEquals(untouched, shape(authorGroupJob(config("  "), true)));
+    }
+
+    @Test
+    void unnamedChainKeepsTheGroupTheAuthorGaveIt() {
+        // Only the counter is named: the source chain keeps the author's group "mine" whole,
+        // instead of its map falling back to "default" and leaving the source's chain.
+        StreamGraph graph = authorGroupJob(config(json(entry("counter", 0.5, 64, 96))), true);
+        Map<String, String> groups = new HashMap<>();
+        graph.getStreamNodes().forEach(n -> groups.put(n.getOperatorName(), n.getSlotSharingGroup()));
+        assertEquals("mine", groups.get("Source: gen"));
+        assertEquals("mine", groups.get("key-map"));
+        assertEquals("hybridscaler:counter", groups.get("counter"));
+        assertEquals(vertexNames(authorGroupJob(new Configuration(), false).getJobGraph()),
+                vertexNames(graph.getJobGraph()));
     }
 
     @Test
     void statefulChainGetsItsOwnGroupAndStatelessChainsTheirEntries() {
         String value = json(entry("key-map", 0.25, 32, 0), entry("counter", 0.5, 64, 96),
                 entry("gone", 1, 64, 1));
-        StreamExecutionEnvironment env = new StreamExecutionEnvironment(config(value));
-        CounterJob.build(env);
+        StreamExecutionEnvironment env = counterJob(value);
         Map<JobVertexID, String> before = vertexNames(plainGraph());
 
         HybridResources.Applied applied = HybridResources.apply(env);
@@ -103,7 +118,7 @@ class HybridResourcesTest {
 
         // Same vertices (ids and chains) as without the plugin: chains are kept.
         assertEquals(before, vertexNames(graph));
-        assertEquals(java.util.Set.of("gone"), applied.unmatchedUids());
+        assertEquals(Set.of("gone"), applied.unmatchedUids());
         Map<String, HybridResources.Group> groups = applied.groups().stream()
                 .collect(Collectors.toMap(HybridResources.Group::name, g -> g));
         assertEquals(2, groups.size());
@@ -131,14 +146,13 @@ class HybridResourcesTest {
     void unnamedChainIsPinnedToTheDefaultGroupInsteadOfInheritingANamedOne() {
         // Only the source chain is named; the keyed counter downstream would otherwise inherit it.
         String value = json(entry("gen", 0.25, 32, 0));
-        StreamExecutionEnvironment env = new StreamExecutionEnvironment(config(value));
-        CounterJob.build(env);
+        StreamExecutionEnvironment env = counterJob(value);
         HybridResources.apply(env);
         JobGraph graph = env.getStreamGraph().getJobGraph();
         for (JobVertex v : graph.getVertices()) {
             boolean named = v.getName().startsWith("Source");
             assertEquals(named, !v.getSlotSharingGroup().getResourceProfile().equals(
-                    org.apache.flink.runtime.clusterframework.types.ResourceProfile.UNKNOWN),
+                    ResourceProfile.UNKNOWN),
                     v.getName());
         }
     }
@@ -148,8 +162,7 @@ class HybridResourcesTest {
         // The controller names whole vertices: different values mean Flink did not chain them.
         String value = json(entry("counter", 0.5, 64, 96), entry("format", 0.5, 64, 96),
                 entry("sink", 0.5, 64, 0));
-        StreamExecutionEnvironment env = new StreamExecutionEnvironment(config(value));
-        CounterJob.build(env);
+        StreamExecutionEnvironment env = counterJob(value);
         Map<String, List<String>> members = members(HybridResources.apply(env));
         assertEquals(List.of(CounterJob.COUNTER, CounterJob.FORMAT),
                 members.get("hybridscaler:counter"));
@@ -192,6 +205,35 @@ class HybridResourcesTest {
         assertEquals(expected, byHead);
     }
 
+    /** The counter job in the author's own group "mine", with or without the plugin. */
+    private static StreamGraph authorGroupJob(Configuration conf, boolean applyPlugin) {
+        StreamExecutionEnvironment env = new StreamExecutionEnvironment(conf);
+        env.fromSequence(0, 10).uid("gen").name("gen").slotSharingGroup("mine")
+                .map(identity()).uid("key-map").name("key-map")
+                .keyBy(x -> x).reduce(Long::sum).uid("counter").name("counter")
+                .sinkTo(new DiscardingSink<>()).uid("sink").name("sink");
+        if (applyPlugin) {
+            HybridResources.apply(env);
+        }
+        return env.getStreamGraph();
+    }
+
+    /** Operators with their groups, and vertices with theirs, members and resources. */
+    private static String shape(StreamGraph streamGraph) {
+        List<String> lines = new ArrayList<>();
+        for (StreamNode n : streamGraph.getStreamNodes()) {
+            lines.add(n.getOperatorName() + " p=" + n.getParallelism() + " in " + n.getSlotSharingGroup());
+        }
+        for (JobVertex v : streamGraph.getJobGraph().getVertices()) {
+            var group = v.getSlotSharingGroup();
+            lines.add(v.getID() + " " + v.getName() + " p=" + v.getParallelism() + " shares with "
+                    + group.getJobVertexIds().stream().map(Object::toString).sorted().toList()
+                    + " " + group.getResourceProfile());
+        }
+        lines.sort(null);
+        return String.join("\n", lines);
+    }
+
     /** Group name → names of the operators in it. */
     private static Map<String, List<String>> members(HybridResources.Applied applied) {
         return applied.groups().stream().collect(
@@ -212,6 +254,12 @@ class HybridResourcesTest {
         Map<JobVertexID, String> out = new HashMap<>();
         graph.getVertices().forEach(v -> out.put(v.getID(), v.getName()));
         return out;
+    }
+
+    private static StreamExecutionEnvironment counterJob(String value) {
+        StreamExecutionEnvironment env = new StreamExecutionEnvironment(config(value));
+        CounterJob.build(env);
+        return env;
     }
 
     static Configuration config(String value) {
