@@ -105,7 +105,6 @@ def configuration_from_flink(
 class Hosted:
     twin: Twin
     job: ff.DeployedJob
-    flink_configuration: dict[str, str]
     task_manager: dict[str, Any]
     last_advance: float
 
@@ -213,8 +212,7 @@ class TwinServer:
         with self._lock:
             if (namespace, name) in self._jobs:
                 raise ConfigError(f"{namespace}/{name} already exists: use reconfigure")
-            self._jobs[(namespace, name)] = Hosted(twin, job, flink_configuration, task_manager,
-                                                   time.monotonic())
+            self._jobs[(namespace, name)] = Hosted(twin, job, task_manager, time.monotonic())
         return self.status(namespace, name)
 
     def reconfigure(self, namespace: str, name: str, flink_configuration: dict[str, str],
@@ -235,12 +233,14 @@ class TwinServer:
             config = configuration_from_flink(
                 hosted.twin.model, flink_configuration, self.base_managed_mib
             )
-            downtime = hosted.twin.apply(config)
-            if not in_place and (downtime > 0 or task_manager != hosted.task_manager):
+            # New TaskManager resources are a stateful upgrade too: savepoint, new pods.
+            new_pods = not in_place and task_manager != hosted.task_manager
+            downtime = hosted.twin.apply(config, restart=new_pods)
+            if not in_place and downtime > 0:
                 restart_ms = _now_ms() + int(1000 * downtime / self.time_scale)
                 hosted.job = _deployed(namespace, name, hosted.job.restarts + 1, restart_ms,
                                        flink_configuration, task_manager)
-            hosted.flink_configuration, hosted.task_manager = flink_configuration, task_manager
+            hosted.task_manager = task_manager
         return self.status(namespace, name)
 
     def remove_job(self, namespace: str, name: str) -> None:

@@ -165,14 +165,16 @@ class Twin:
         seconds = r.fixed_s + state_mb / r.savepoint_mb_per_s + state_mb / r.restore_mb_per_s
         return seconds * self.downtime_scale
 
-    def apply(self, configuration: Configuration) -> float:
+    def apply(self, configuration: Configuration, *, restart: bool = False) -> float:
         """Restart the job with `configuration` (vertices not named keep theirs).
 
-        Returns the downtime in seconds (0 if nothing changes).
+        `restart`: restart even if the configuration stays (new TaskManagers, as a
+        stateful upgrade of the deployment's resources does). Returns the downtime in
+        seconds (0 if nothing changes).
         """
         before = dict(self._config)
         self._set(configuration)
-        if self._config == before:
+        if self._config == before and not restart:
             return 0.0
         downtime = self.downtime_s()
         self.down_until = self.time + downtime

@@ -266,3 +266,13 @@ def test_managed_memory_is_per_taskmanager_and_only_stateful_slots_use_it(server
     assert sum(used.values()) == 4 * 316 * 2**20  # the stateless source and sink hold none
     hosts = {s.labels["tm_id"] for s in samples("flink_taskmanager_job_task_busyTimeMsPerSecond")}
     assert hosts == set(used)
+
+
+def test_new_taskmanager_resources_restart_the_job_with_downtime(server):
+    first = server.add_job("default", "q11", Q11, TM)
+    bigger = {"resource": {"cpu": 4, "memory": "4096m"}, "replicas": 1}
+    status = server.reconfigure("default", "q11", Q11, bigger)
+    assert status["state"] == "RESTARTING" and status["jobId"] != first["jobId"]
+    assert server.twin("default", "q11").restarts == 1
+    same = server.reconfigure("default", "q11", Q11, bigger)
+    assert same["jobId"] == status["jobId"] and server.twin("default", "q11").restarts == 1
