@@ -145,9 +145,8 @@ def add_job_metrics(scrape: Scrape, job: DeployedJob, twin: Twin, now_ms: int) -
         tm = [("host", ""), ("tm_id", sanitize(taskmanager_id(job, n)))]
         # RocksDB reserves its slot's managed memory; stateless slots hold none.
         used = sum(twin.managed_mib_of(vid) for vid, _ in slots if ops[vid].state is not None)
-        scrape.gauge("taskmanager", "Status_Flink_Memory_Managed_Total", tm, tm_managed, "Total")
-        scrape.gauge("taskmanager", "Status_Flink_Memory_Managed_Used", tm, used * MIB_BYTES,
-                     "Used")
+        scrape.gauge("taskmanager_Status_Flink_Memory_Managed", "Total", tm, tm_managed)
+        scrape.gauge("taskmanager_Status_Flink_Memory_Managed", "Used", tm, used * MIB_BYTES)
         host.update({slot: taskmanager_id(job, n) for slot in slots})
     for vid, op in ops.items():
         sample = tick.vertices[vid]
@@ -195,7 +194,9 @@ def _add_state_metrics(scrape: Scrape, twin: Twin, vid: str, subtask: int,
         ("rocksdb_block_cache_usage", min(cost.cache_bytes, per_task)),
         ("rocksdb_estimate_live_data_size", per_task),
     ):
-        scrape.gauge(cf_scope, metric, operator, value, f"rocksdb.{metric[7:].replace('_', '-')}")
+        # Flink's help text is the RocksDB property: rocksdb.block-cache-capacity.
+        help_name = "rocksdb." + metric.removeprefix("rocksdb_").replace("_", "-")
+        scrape.gauge(cf_scope, metric, operator, value, help_name)
     latency_scope = f"{scope}_state_name"
     labels = [("state_name", state), *operator]
     for metric, mean_ns, count in (

@@ -77,6 +77,30 @@ def test_scrape_has_flinks_names_and_label_keys(server):
         assert keysets <= golden[name], f"{name}: labels {keysets} vs Flink's {golden[name]}"
 
 
+def help_lines(text: str) -> dict[str, str]:
+    """# HELP text per metric name, the column family (name and scope) written <cf>."""
+    helps = {}
+    for line in text.splitlines():
+        if line.startswith("# HELP "):
+            name, _, help_text = line.removeprefix("# HELP ").partition(" ")
+            cf = STATE_CF.match(name)
+            if cf:
+                state = name[len(cf.group(1)):-len(cf.group(2))]
+                name = f"{cf.group(1)}<cf>{cf.group(2)}"
+                help_text = help_text.replace(f"_{state})", "_<cf>)")
+            helps[name] = help_text
+    return helps
+
+
+def test_scrape_help_texts_are_flinks(server):
+    server.add_job("default", "q11", Q11, TM)
+    wait_for(lambda: server.twin("default", "q11").time > 2, "2 s of virtual time")
+    ours = help_lines(requests.get(server.url + "/metrics", timeout=5).text)
+    golden = help_lines((SAMPLES / "prom-scrape.txt").read_text())
+    assert "flink_taskmanager_Status_Flink_Memory_Managed_Used" in ours
+    assert {n: h for n, h in ours.items() if golden.get(n) != h} == {}
+
+
 def test_scrape_keeps_flinks_text_quirks(server):
     server.add_job("ns-1", "word count", {**Q11, "hybridscaler.twin.job-model": "read"}, TM)
     wait_for(lambda: server.twin("ns-1", "word count").time > 1, "1 s of virtual time")
