@@ -220,15 +220,16 @@ class JobModel(Strict):
     def state_bytes(self) -> float:
         return sum(o.state.total_bytes for o in self.operators if o.state is not None)
 
-    def job_graph(self, level: int | None = 0) -> JobGraph:
-        """The graph at the initial parallelism, every vertex at `level` (the paper starts at 0)."""
+    def job_graph(self) -> JobGraph:
+        """The graph at the initial parallelism, every vertex at memory level 0 (as the
+        paper's runs start)."""
         vertices = tuple(
             Vertex(
                 id=o.vertex_id,
                 name=o.name,
                 max_parallelism=o.max_parallelism,
                 parallelism=o.initial_parallelism,
-                memory_level=level,
+                memory_level=0,
                 operator_uids=(o.uid,),
             )
             for o in self.operators
