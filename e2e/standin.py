@@ -68,7 +68,7 @@ def _memory_quantity(value: Any, default: str) -> str:
 class Tracked:
     """What the stand-in knows of one FlinkDeployment it handles."""
 
-    spec_json: str  # the spec last applied to the twin, canonical JSON
+    spec_json: str  # the last spec acted on (run, or refused with status.error), canonical JSON
     attempt: int  # pods of other attempts are stale
     running_reported: bool  # STABLE/RUNNING already decided for this attempt
     pods_ok: bool  # this attempt's pods exist and no stale ones do
