@@ -16,6 +16,7 @@ import pytest
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
+from controller.loop import EVENT_REASONS
 from e2e.conftest import Cluster, Twin, wait_until
 from e2e.demo import ControllerProcess, flink_deployment, policy
 from e2e.stack import StackInfo
@@ -103,8 +104,7 @@ def assert_steps_are_consecutive(cluster: Cluster, namespace: str, name: str,
     assert steps == list(range(status["step"] - len(steps) + 1, status["step"] + 1)), steps
     assert generation(cluster, namespace, name) - initial_generation == status["step"]
     announced = [m for reason, m in events(cluster, namespace, name)
-                 if reason in ("ScaledOut", "ScaledUp", "ScaledIn", "MemoryRolledBack",
-                               "MemoryStripped")]
+                 if reason in EVENT_REASONS.values()]
     per_vertex = [m.split(" p ", 1)[0] for m in announced]  # "step N: <vertex>"
     assert len(per_vertex) == len(set(per_vertex)), "a step was announced twice"
     return dict(status)
