@@ -1,6 +1,8 @@
 package dev.hybridscaler.flink;
 
 import org.apache.flink.api.common.JobID;
+import org.apache.flink.configuration.ConfigOption;
+import org.apache.flink.configuration.ConfigOptions;
 import org.apache.flink.configuration.Configuration;
 import org.apache.flink.configuration.MemorySize;
 import org.apache.flink.configuration.RestOptions;
@@ -30,6 +32,11 @@ import java.util.function.BooleanSupplier;
 final class FlinkCluster implements AutoCloseable {
     private static final ObjectMapper JSON = new ObjectMapper();
     private final HttpClient http = HttpClient.newHttpClient();
+    /** Flink's option and default; RocksDB keeps the rest of a slot's managed memory as cache. */
+    private static final ConfigOption<Double> WRITE_BUFFER_RATIO =
+            ConfigOptions.key("state.backend.rocksdb.memory.write-buffer-ratio")
+                    .doubleType().defaultValue(0.5);
+    private final Configuration conf = new Configuration();
     private final MiniCluster cluster;
     private final URI rest;
     private final URI metrics;
@@ -41,7 +48,6 @@ final class FlinkCluster implements AutoCloseable {
     /** {@code extra}: more Flink settings on top of {@link Metrics#CONFIG}. */
     FlinkCluster(int managedMemoryMb, int slots, Map<String, String> extra) throws Exception {
         int promPort = freePort();
-        Configuration conf = new Configuration();
         conf.set(TaskManagerOptions.MANAGED_MEMORY_SIZE, MemorySize.ofMebiBytes(managedMemoryMb));
         conf.set(TaskManagerOptions.NUM_TASK_SLOTS, slots);
         conf.set(RestOptions.BIND_PORT, "0");
@@ -60,8 +66,12 @@ final class FlinkCluster implements AutoCloseable {
         metrics = URI.create("http://localhost:" + promPort + "/metrics");
     }
 
-    URI metricsUri() {
-        return metrics;
+    /**
+     * The block-cache capacity RocksDB takes from a slot with {@code managedMb} MiB of managed
+     * memory under this cluster's configuration: (3 − r)/3 of it for write-buffer ratio r.
+     */
+    long blockCacheBytes(int managedMb) {
+        return (long) ((3 - conf.get(WRITE_BUFFER_RATIO)) * managedMb * 1024L * 1024L / 3);
     }
 
     MiniCluster mini() {

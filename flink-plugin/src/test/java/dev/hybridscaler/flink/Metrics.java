@@ -14,11 +14,5 @@ final class Metrics {
         {"metrics.job.status.enable", "STATE;CURRENT_TIME;TOTAL_TIME"},
     };
 
-    /** RocksDB's block cache for a slot with {@code managedMb} MiB: M·(3−r)/3 with r = 0.5. */
-    static long expectedBlockCacheBytes(int managedMb) {
-        double writeBufferRatio = 0.5;
-        return (long) ((3 - writeBufferRatio) * managedMb * 1024L * 1024L / 3);
-    }
-
     private Metrics() {}
 }

@@ -36,11 +36,15 @@ import java.util.concurrent.TimeUnit;
  */
 class MiniClusterResourcesTest {
     private static final Duration TIMEOUT = Duration.ofSeconds(60);
+    private static final int TM_MANAGED_MB = 512;
+    private static final long MIB = 1024 * 1024;
     private static FlinkCluster flink;
 
     @BeforeAll
     static void start() throws Exception {
-        flink = new FlinkCluster(512, 4);
+        // Not Flink's default ratio 0.5, so the cache size shows this configuration was used.
+        flink = new FlinkCluster(TM_MANAGED_MB, 4,
+                Map.of("state.backend.rocksdb.memory.write-buffer-ratio", "0.25"));
     }
 
     @AfterAll
@@ -55,18 +59,18 @@ class MiniClusterResourcesTest {
         CounterJob.reset();
         JobID first = submit(resources(0.5, 64, 96), 2, null);
         assertRunningWith(first, 2, 0.5, 64, 96);
-        Map<Long, Long> lastCounts = await(CounterJob.KEYS);
+        awaitAllKeysCounted();
         String savepoint = flink.mini()
                 .stopWithSavepoint(first, dir.toUri().toString(), false, SavepointFormatType.CANONICAL)
                 .get(60, TimeUnit.SECONDS);
-        lastCounts = lastCounts(); // everything counted before the savepoint barrier
+        Map<Long, Long> lastCounts = lastCounts(); // all counted before the savepoint barrier
 
         // Second run from the savepoint, as the controller would start it: more memory and CPU
         // for the counter, and a third counter task through Flink's parallelism override.
         CounterJob.reset();
         JobID second = submit(resources(1.0, 96, 160), 3, savepoint);
         assertRunningWith(second, 3, 1.0, 96, 160);
-        await(CounterJob.KEYS);
+        awaitAllKeysCounted();
         for (Map.Entry<Long, long[]> e : CounterJob.SEEN.entrySet()) {
             assertEquals(lastCounts.get(e.getKey()) + 1, e.getValue()[0],
                     "key " + e.getKey() + " must continue counting from the savepoint");
@@ -100,7 +104,8 @@ class MiniClusterResourcesTest {
                 samples(job, latency).stream().map(s -> s.label("quantile")).distinct().sorted().toList());
         assertFalse(emitted.contains(latency + "_sum"));
         assertTrue(samples(job, latency).stream().allMatch(s -> s.label("state_name").equals(CounterJob.STATE)));
-        onlyValue("flink_taskmanager_Status_Flink_Memory_Managed_Total");
+        assertEquals(TM_MANAGED_MB * MIB,
+                (long) onlyValue("flink_taskmanager_Status_Flink_Memory_Managed_Total"));
     }
 
     private static String resources(double cpu, int heap, int managed) {
@@ -154,7 +159,7 @@ class MiniClusterResourcesTest {
         });
         for (PromSample s : samples(job, capacity)) {
             assertEquals(CounterJob.COUNTER, s.label("operator_name"));
-            assertEquals(Metrics.expectedBlockCacheBytes(managedMb), (long) s.value(), s.toString());
+            assertEquals(flink.blockCacheBytes(managedMb), (long) s.value(), s.toString());
         }
         // Only the counter has RocksDB: the stateless chain has no state-backend metric at all.
         for (PromSample s : samplesOf(job)) {
@@ -168,9 +173,11 @@ class MiniClusterResourcesTest {
         assertEquals("gen,key-map,counter,format,sink",
                 userConfig.get(HybridResources.OPERATOR_UIDS).asText());
 
-        // RocksDB reserves its slot's managed memory up front; nothing else reserves any.
-        double used = onlyValue("flink_taskmanager_Status_Flink_Memory_Managed_Used");
-        assertEquals((long) counterTasks * managedMb * 1024 * 1024, (long) used);
+        // RocksDB reserves its slot's managed memory up front; nothing else reserves any. The
+        // previous job's slots may still be releasing theirs.
+        long used = counterTasks * managedMb * MIB;
+        FlinkCluster.poll(TIMEOUT, () -> managedMemoryUsed() == used);
+        assertEquals(used, managedMemoryUsed());
     }
 
     private static boolean running(JobID job) {
@@ -214,10 +221,14 @@ class MiniClusterResourcesTest {
         return found.get(0).value();
     }
 
-    /** Waits until the counter has counted every key at least once; returns the last counts. */
-    private static Map<Long, Long> await(int keys) throws InterruptedException {
-        FlinkCluster.await("all keys counted", TIMEOUT, () -> CounterJob.SEEN.size() == keys);
-        return lastCounts();
+    private static void awaitAllKeysCounted() throws InterruptedException {
+        FlinkCluster.await("all keys counted", TIMEOUT,
+                () -> CounterJob.SEEN.size() == CounterJob.KEYS);
+    }
+
+    private static long managedMemoryUsed() {
+        return (long) (double) unchecked(
+                () -> onlyValue("flink_taskmanager_Status_Flink_Memory_Managed_Used"));
     }
 
     private static Map<Long, Long> lastCounts() {

@@ -102,12 +102,12 @@ public final class RocksDbFig4 {
     }
 
     /** One measured configuration; latencies are means in ns, null when not measured. */
-    private record Result(Workload workload, int parallelism, int managedMb, double rate,
+    private record Result(Workload workload, int parallelism, int managedMb, long cacheBytes, double rate,
                           Double hitRatio, double busyness, Double getLatencyNs,
                           Double updateLatencyNs, boolean compactionsSettled) {
         String line() {
             return String.format(Locale.ROOT, "%-8s %2d %9d %9.1f %10.0f %8s %5.2f %12s",
-                    name(), parallelism, managedMb, cacheBytes() / 1048576.0, rate,
+                    name(), parallelism, managedMb, cacheBytes / 1048576.0, rate,
                     hitRatio == null ? "-" : String.format(Locale.ROOT, "%.3f", hitRatio),
                     busyness, getLatencyNs == null ? "-" : String.format(Locale.ROOT, "%.0f", getLatencyNs));
         }
@@ -115,7 +115,7 @@ public final class RocksDbFig4 {
         ObjectNode json() {
             return JSON.createObjectNode()
                     .put("workload", name()).put("parallelism", parallelism)
-                    .put("managedMemoryMb", managedMb).put("blockCacheBytesPerTask", cacheBytes())
+                    .put("managedMemoryMb", managedMb).put("blockCacheBytesPerTask", cacheBytes)
                     .put("recordsPerSecond", rate).put("cacheHitRatio", hitRatio)
                     .put("busyness", busyness).put("stateGetLatencyNsMean", getLatencyNs)
                     .put("stateUpdateLatencyNsMean", updateLatencyNs)
@@ -124,10 +124,6 @@ public final class RocksDbFig4 {
 
         private String name() {
             return workload.name().toLowerCase(Locale.ROOT);
-        }
-
-        private long cacheBytes() {
-            return Metrics.expectedBlockCacheBytes(managedMb);
         }
     }
 
@@ -169,7 +165,8 @@ public final class RocksDbFig4 {
             double hits = b.hits - a.hits;
             double misses = b.misses - a.misses;
             Double ratio = hits + misses > 0 ? hits / (hits + misses) : null;
-            return new Result(w, p, managedMb, rate, ratio, b.busyness, b.getLatency,
+            return new Result(w, p, managedMb, flink.blockCacheBytes(managedMb), rate, ratio,
+                    b.busyness, b.getLatency,
                     b.updateLatency, settled);
         } finally {
             flink.mini().cancelJob(job).get(30, TimeUnit.SECONDS);
