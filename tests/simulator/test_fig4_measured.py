@@ -24,10 +24,15 @@ def data():
     return json.loads(MEASURED.read_text()), json.loads(FIT.read_text())
 
 
-def rates(measured, fit, workload, p, source):
-    runs = sorted((r for r in measured["runs"]
+def runs_of(measured, workload, p):
+    """The measured runs of one workload at parallelism p, by growing managed memory."""
+    return sorted((r for r in measured["runs"]
                    if r["workload"] == workload and r["parallelism"] == p),
                   key=lambda r: r["managedMemoryMb"])
+
+
+def rates(measured, fit, workload, p, source):
+    runs = runs_of(measured, workload, p)
     if source == "measured":
         return [r["recordsPerSecond"] for r in runs]
     return [predict(measured, fit, r) for r in runs]
@@ -64,9 +69,7 @@ def test_hit_ratios_grow_with_memory_and_writes_see_none(data):
     measured, fit = data
     rocksdb = RocksDB(**fit["rocksdb"])
     for p in (1, 2):
-        runs = sorted((r for r in measured["runs"]
-                       if r["workload"] == "read" and r["parallelism"] == p),
-                      key=lambda r: r["managedMemoryMb"])
+        runs = runs_of(measured, "read", p)
         ours = [task_cost(bench_operator(measured, "read", 1.0), p, r["managedMemoryMb"],
                           rocksdb).hit_rate for r in runs]
         assert runs[-1]["cacheHitRatio"] > runs[0]["cacheHitRatio"]
