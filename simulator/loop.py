@@ -195,26 +195,36 @@ def _sample(twin: Twin) -> Sample:
 
 
 def _finish(result: RunResult, twin: Twin) -> None:
-    """Converged: from some step on, every configuration sustains the target.
+    """Converged: from some step on, every configuration sustains the target while it runs.
 
     `converged_at_s` is when the first of those configurations ran (its restart
     done); `steps_to_target` counts the reconfigurations up to it. Scale-ins
-    afterwards that still sustain the target do not undo convergence.
+    afterwards that still sustain the target do not undo convergence; a step or
+    square load that rises past what a later configuration sustains does.
     """
     model = twin.model
     result.final = twin.configuration
     result.cpu_cores, result.memory_mib = paper_resources(model, twin.configuration)
     result.capacity = capacity(model, twin.configuration)
     result.achieved_rate = min(result.capacity, model.load.rate_at(twin.time))
-    configs = [(0.0, model.job_graph().configuration(), 0)] + [
-        (s.time + s.downtime_s, s.configuration, n) for n, s in enumerate(result.steps, 1)
+    starts = [0.0] + [s.time + s.downtime_s for s in result.steps]
+    configs = [model.job_graph().configuration()] + [s.configuration for s in result.steps]
+    ends = [*starts[1:], math.inf]
+    sustains = [
+        capacity(model, c) >= KEEP_UP * _highest_target(model, result.samples, start, end)
+        for c, start, end in zip(configs, starts, ends, strict=True)
     ]
     result.converged, result.converged_at_s, result.steps_to_target = False, None, None
-    for at, _, n in configs:
-        later = [c for t, c, _ in configs if t >= at]
-        if all(capacity(model, c) >= KEEP_UP * model.load.rate_at(at) for c in later):
+    for n, at in enumerate(starts):
+        if all(sustains[n:]):
             result.converged, result.converged_at_s, result.steps_to_target = True, at, n
             break
+
+
+def _highest_target(model: JobModel, samples: list[Sample], start: float, end: float) -> float:
+    """The highest target rate from `start` until `end` (at the trajectory's sample times)."""
+    during = [s.target_rate for s in samples if start <= s.time < end]
+    return max([model.load.rate_at(start), *during])
 
 
 @dataclass(frozen=True)

@@ -121,3 +121,14 @@ def test_the_same_seed_gives_the_same_run(policy):
     first, again = (run(model, policy, 1200, seed=4) for _ in range(2))
     assert first.steps and first.as_json() == again.as_json()
     assert first.steps == again.steps  # times, configurations and the policy's reasons
+
+
+def test_a_load_step_the_policy_has_not_met_undoes_convergence():
+    model = load_model("q1")
+    steady = run(model, "justin", 1200)
+    late_step = model.model_copy(update={"load": model.load.model_copy(
+        update={"pattern": "step", "step_at_s": 1150, "step_rate": 2 * model.load.rate})})
+    stepped = run(late_step, "justin", 1200)
+    assert steady.converged and steady.steps == stepped.steps  # same path until 1150 s
+    assert capacity(late_step, stepped.final) < late_step.load.rate_at(1200)
+    assert not stepped.converged and stepped.steps_to_target is None
