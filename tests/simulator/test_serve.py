@@ -244,6 +244,7 @@ def test_flink_configuration_parsing_rejects_what_flink_rejects():
 
 
 def test_twin_serve_command_runs_standalone():
+    import selectors
     import subprocess
     import sys
 
@@ -254,6 +255,10 @@ def test_twin_serve_command_runs_standalone():
     )
     try:
         assert proc.stdout is not None
+        ready = selectors.DefaultSelector()
+        ready.register(proc.stdout, selectors.EVENT_READ)
+        if not ready.select(timeout=60):  # a hung start-up fails instead of blocking CI
+            pytest.fail("hybrid-scaler twin serve printed nothing in 60 s")
         line = proc.stdout.readline()
         url = re.search(r"http://\S+?(?=:\s|$)", line)
         assert url, line
