@@ -17,8 +17,9 @@ from policies.params import within_limits
 from policies.spec import CpuScaling, Limits, MemoryScaling, ParallelismOverride, TaskFootprint
 
 NOW = 10_000.0
-settings.register_profile("policies", max_examples=300, deadline=None)
-settings.register_profile("policies-thorough", max_examples=20_000, deadline=None)
+settings.register_profile("policies", parent=settings.get_profile("untimed"), max_examples=300)
+settings.register_profile("policies-thorough", parent=settings.get_profile("untimed"),
+                          max_examples=20_000)
 # POLICIES_HYPOTHESIS=policies-thorough searches longer (minutes) before a release.
 settings.load_profile(os.environ.get("POLICIES_HYPOTHESIS", "policies"))
 
