@@ -100,7 +100,10 @@ def run(policies: int, interval: float, seconds: float, warmup: float) -> dict[s
                 if requests.get(f"{twin_url}/control/jobs", timeout=2).ok:
                     break
             except requests.RequestException:
-                time.sleep(0.3)
+                pass
+            time.sleep(0.3)
+        else:
+            raise RuntimeError(f"the twins never answered; see {work / 'twin.log'}")
         prometheus = PrometheusProcess(work, [{"job_name": "twins", "static_configs": [
             {"targets": [f"127.0.0.1:{twin_port}"]}]}], interval_s=5)
         subprocess.run([*kubectl, "create", "namespace", namespace], check=True,
