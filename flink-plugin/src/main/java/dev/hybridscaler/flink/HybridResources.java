@@ -12,6 +12,7 @@ import org.apache.flink.streaming.api.environment.StreamExecutionEnvironment;
 import org.apache.flink.streaming.api.transformations.PartitionTransformation;
 import org.apache.flink.streaming.api.transformations.SideOutputTransformation;
 import org.apache.flink.streaming.api.transformations.UnionTransformation;
+import org.apache.flink.streaming.runtime.partitioner.ForwardPartitioner;
 
 import org.apache.flink.shaded.jackson2.com.fasterxml.jackson.core.JsonProcessingException;
 import org.apache.flink.shaded.jackson2.com.fasterxml.jackson.databind.DeserializationFeature;
@@ -45,8 +46,8 @@ import java.util.TreeMap;
  * The rules, in docs/flink-plugin.md:
  *
  * <ul>
- *   <li>A chain starts at a source, at a keyed (stateful) operator, after a keyBy/rebalance/other
- *       repartitioning, and at an operator with several inputs. Any other operator joins the chain
+ *   <li>A chain starts at a source, after a keyBy/rebalance/other repartitioning (not after a
+ *       forward one), and at an operator with several inputs. Any other operator joins the chain
  *       of its only input, so applying the plugin does not break a chain Flink would have built,
  *       and JobVertex ids (which the controller keys parallelism by) stay what they were.
  *   <li>A chain whose operators' uids are named in the configuration becomes group {@code
@@ -238,7 +239,7 @@ public final class HybridResources {
                 unmatched.remove(t.getUid());
             }
             Chain chain = null;
-            if (!isStateful(t) && inputs.size() == 1 && inputs.get(0).direct()) {
+            if (inputs.size() == 1 && inputs.get(0).direct()) {
                 chain = chainOf.get(inputs.get(0).physical().getId());
                 if (own != null && chain.resources != null && !own.equals(chain.resources)) {
                     // The controller writes one value per JobVertex: different values mean Flink
@@ -305,10 +306,14 @@ public final class HybridResources {
 
     private record Input(Transformation<?> physical, boolean direct) {}
 
-    /** Follows virtual nodes to the physical inputs; any repartitioning makes the edge indirect. */
+    /**
+     * Follows virtual nodes to the physical inputs; any repartitioning but a forward one (forward(),
+     * reinterpretAsKeyedStream) makes the edge indirect.
+     */
     private static void collectInputs(Transformation<?> t, boolean direct, List<Input> out) {
-        if (t instanceof PartitionTransformation) {
-            t.getInputs().forEach(in -> collectInputs(in, false, out));
+        if (t instanceof PartitionTransformation<?> p) {
+            boolean forward = p.getPartitioner() instanceof ForwardPartitioner;
+            t.getInputs().forEach(in -> collectInputs(in, direct && forward, out));
         } else if (t instanceof UnionTransformation || t instanceof SideOutputTransformation) {
             t.getInputs().forEach(in -> collectInputs(in, direct, out));
         } else {

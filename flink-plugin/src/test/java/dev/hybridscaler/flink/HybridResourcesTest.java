@@ -15,7 +15,9 @@ import org.apache.flink.runtime.clusterframework.types.ResourceProfile;
 import org.apache.flink.runtime.jobgraph.JobGraph;
 import org.apache.flink.runtime.jobgraph.JobVertex;
 import org.apache.flink.runtime.jobgraph.JobVertexID;
+import org.apache.flink.api.java.functions.KeySelector;
 import org.apache.flink.streaming.api.datastream.DataStream;
+import org.apache.flink.streaming.api.datastream.DataStreamUtils;
 import org.apache.flink.streaming.api.environment.StreamExecutionEnvironment;
 import org.apache.flink.streaming.api.graph.StreamGraph;
 import org.apache.flink.streaming.api.graph.StreamNode;
@@ -169,6 +171,21 @@ class HybridResourcesTest {
         assertEquals(List.of(CounterJob.SINK), members.get("hybridscaler:sink"));
         JobGraph graph = env.getStreamGraph().getJobGraph();
         assertEquals(3, graph.getNumberOfVertices(), "the sink is no longer chained");
+    }
+
+    @Test
+    void keyedOperatorOnAReinterpretedKeyedStreamStaysChained() {
+        // reinterpretAsKeyedStream is a forward edge: Flink chains "b" to "a", one vertex.
+        String value = json(entry("a", 1, 64, 32), entry("b", 1, 64, 32));
+        StreamExecutionEnvironment env = new StreamExecutionEnvironment(config(value));
+        KeySelector<Long, Long> key = x -> x;
+        DataStream<Long> a = env.fromSequence(0, 10).uid("gen").keyBy(key)
+                .reduce(Long::sum).uid("a").name("a");
+        DataStreamUtils.reinterpretAsKeyedStream(a, key).reduce(Long::sum).uid("b").name("b")
+                .sinkTo(new DiscardingSink<>()).uid("sink");
+        assertEquals(List.of("a", "b", "Sink"), members(HybridResources.apply(env))
+                .get("hybridscaler:a"));
+        assertEquals(2, env.getStreamGraph().getJobGraph().getNumberOfVertices());
     }
 
     @Test
