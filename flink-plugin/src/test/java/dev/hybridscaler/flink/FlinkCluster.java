@@ -71,7 +71,11 @@ final class FlinkCluster implements AutoCloseable {
      * memory under this cluster's configuration: (3 − r)/3 of it for write-buffer ratio r.
      */
     long blockCacheBytes(int managedMb) {
-        return (long) ((3 - conf.get(WRITE_BUFFER_RATIO)) * managedMb * 1024L * 1024L / 3);
+        return (long) ((3 - writeBufferRatio()) * managedMb * 1024L * 1024L / 3);
+    }
+
+    double writeBufferRatio() {
+        return conf.get(WRITE_BUFFER_RATIO);
     }
 
     MiniCluster mini() {

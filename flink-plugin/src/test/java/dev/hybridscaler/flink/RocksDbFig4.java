@@ -65,7 +65,7 @@ public final class RocksDbFig4 {
                         + " load's compactions finished (compactionsSettled)")
                 .put("flinkVersion", EnvironmentInformation.getVersion())
                 .put("cores", Runtime.getRuntime().availableProcessors())
-                .put("keys", keys).put("valueBytes", valueBytes).put("writeBufferRatio", 0.5)
+                .put("keys", keys).put("valueBytes", valueBytes)
                 .put("warmupSeconds", warmupS).put("measureSeconds", measureS)
                 .put("extraFlinkConfiguration", opt.getOrDefault("conf", ""));
         ArrayNode runs = doc.putArray("runs");
@@ -86,6 +86,7 @@ public final class RocksDbFig4 {
         System.out.printf("%-8s %2s %9s %9s %10s %8s %5s %12s%n", "workload", "p", "managedMB",
                 "cacheMB/t", "records/s", "hitRatio", "busy", "getLatencyNs");
         try (FlinkCluster flink = new FlinkCluster(maxP * maxM + 64, maxP + 2, flinkConf)) {
+            doc.put("writeBufferRatio", flink.writeBufferRatio());
             for (Workload w : workloads) {
                 for (int p : parallelism) {
                     for (int m : memoryMb) {
