@@ -24,6 +24,7 @@ import org.slf4j.LoggerFactory;
 
 import java.util.ArrayDeque;
 import java.util.ArrayList;
+import java.util.Collection;
 import java.util.Deque;
 import java.util.HashMap;
 import java.util.HashSet;
@@ -223,21 +224,31 @@ public final class HybridResources {
 
     /** Groups the transformations into predicted chains and sets their slot-sharing groups. */
     static Applied assign(List<Transformation<?>> sinks, Map<String, OperatorResources> wanted) {
+        Collection<Transformation<?>> operators = physicalTransformations(sinks).values();
+        Map<Integer, String> groupWithoutPlugin = groupsFlinkWouldChoose(operators);
+        List<Group> groups = new ArrayList<>();
+        for (Chain chain : predictChains(operators, wanted)) {
+            if (chain.resources == null) {
+                // Pin the group it had: Flink would otherwise let it inherit a named input's group.
+                chain.members.stream().filter(t -> t.getSlotSharingGroup().isEmpty())
+                        .forEach(t -> t.setSlotSharingGroup(groupWithoutPlugin.get(t.getId())));
+            } else {
+                groups.add(giveOwnGroup(chain));
+            }
+        }
         Set<String> unmatched = new LinkedHashSet<>(wanted.keySet());
-        // Ids grow in creation order, so every input is placed before its consumers.
+        operators.forEach(t -> unmatched.remove(t.getUid()));
+        return new Applied(List.copyOf(groups), Set.copyOf(unmatched));
+    }
+
+    /** {@code operators} in id order, so every input comes before its consumers. */
+    private static List<Chain> predictChains(Collection<Transformation<?>> operators,
+                                             Map<String, OperatorResources> wanted) {
         Map<Integer, Chain> chainOf = new HashMap<>();
-        Map<Integer, String> groupWithoutPlugin = new HashMap<>();
         List<Chain> chains = new ArrayList<>();
-        for (Transformation<?> t : physicalTransformations(sinks).values()) {
-            List<Input> inputs = new ArrayList<>();
-            for (Transformation<?> in : t.getInputs()) {
-                collectInputs(in, true, inputs);
-            }
-            groupWithoutPlugin.put(t.getId(), groupFlinkWouldChoose(t, inputs, groupWithoutPlugin));
+        for (Transformation<?> t : operators) {
+            List<Input> inputs = inputsOf(t);
             OperatorResources own = t.getUid() == null ? null : wanted.get(t.getUid());
-            if (own != null) {
-                unmatched.remove(t.getUid());
-            }
             Chain chain = null;
             if (inputs.size() == 1 && inputs.get(0).direct()) {
                 chain = chainOf.get(inputs.get(0).physical().getId());
@@ -258,43 +269,45 @@ public final class HybridResources {
             chain.members.add(t);
             chainOf.put(t.getId(), chain);
         }
+        return chains;
+    }
 
-        List<Group> groups = new ArrayList<>();
-        for (Chain chain : chains) {
-            if (chain.resources == null) {
-                // Pin the group it had: Flink would otherwise let it inherit a named input's group.
-                chain.members.stream().filter(t -> t.getSlotSharingGroup().isEmpty())
-                        .forEach(t -> t.setSlotSharingGroup(groupWithoutPlugin.get(t.getId())));
-                continue;
-            }
-            SlotSharingGroup group = chain.resources.toSlotSharingGroup(GROUP_PREFIX + chain.owner);
-            List<String> names = new ArrayList<>();
-            for (Transformation<?> t : chain.members) {
-                t.setSlotSharingGroup(group);
-                names.add(t.getName());
-            }
-            if (chain.resources.managedMemoryMb() == 0
-                    && chain.members.stream().anyMatch(HybridResources::isStateful)) {
-                LOG.warn("{}: uid {} has keyed state but managedMemoryMb 0",
-                        OPERATOR_RESOURCES.key(), chain.owner);
-            }
-            groups.add(new Group(group.getName(), chain.resources, names));
+    private static Group giveOwnGroup(Chain chain) {
+        SlotSharingGroup group = chain.resources.toSlotSharingGroup(GROUP_PREFIX + chain.owner);
+        List<String> names = new ArrayList<>();
+        for (Transformation<?> t : chain.members) {
+            t.setSlotSharingGroup(group);
+            names.add(t.getName());
         }
-        return new Applied(List.copyOf(groups), Set.copyOf(unmatched));
+        if (chain.resources.managedMemoryMb() == 0
+                && chain.members.stream().anyMatch(HybridResources::isStateful)) {
+            LOG.warn("{}: uid {} has keyed state but managedMemoryMb 0",
+                    OPERATOR_RESOURCES.key(), chain.owner);
+        }
+        return new Group(group.getName(), chain.resources, names);
     }
 
     /**
-     * The group Flink's StreamGraphGenerator gives {@code t}: its own, else the one all its inputs
-     * share, else {@code default}.
+     * The group Flink's StreamGraphGenerator gives each operator (in id order): its own, else the
+     * one all its inputs share, else {@code default}.
      */
-    private static String groupFlinkWouldChoose(Transformation<?> t, List<Input> inputs,
-                                                Map<Integer, String> groupOfInput) {
-        if (t.getSlotSharingGroup().isPresent()) {
-            return t.getSlotSharingGroup().get().getName();
+    private static Map<Integer, String> groupsFlinkWouldChoose(
+            Collection<Transformation<?>> operators) {
+        Map<Integer, String> groupOf = new HashMap<>();
+        for (Transformation<?> t : operators) {
+            Set<String> inherited = new HashSet<>();
+            inputsOf(t).forEach(in -> inherited.add(groupOf.get(in.physical().getId())));
+            String group = t.getSlotSharingGroup().map(SlotSharingGroup::getName)
+                    .orElse(inherited.size() == 1 ? inherited.iterator().next() : DEFAULT_GROUP);
+            groupOf.put(t.getId(), group);
         }
-        Set<String> inherited = new HashSet<>();
-        inputs.forEach(in -> inherited.add(groupOfInput.get(in.physical().getId())));
-        return inherited.size() == 1 ? inherited.iterator().next() : DEFAULT_GROUP;
+        return groupOf;
+    }
+
+    private static List<Input> inputsOf(Transformation<?> t) {
+        List<Input> inputs = new ArrayList<>();
+        t.getInputs().forEach(in -> collectInputs(in, true, inputs));
+        return inputs;
     }
 
     /** A predicted operator chain and the entry that names it, if any. */
