@@ -99,10 +99,20 @@ def converged(twin: Twin, namespace: str, name: str) -> dict[str, Any] | None:
 def assert_steps_are_consecutive(cluster: Cluster, namespace: str, name: str,
                                  initial_generation: int) -> dict[str, Any]:
     """Every step once: history counts 1..k, and each step patched the deployment once."""
-    status = hsp(cluster, namespace, name)["status"]
+
+    def settled() -> tuple[dict[str, Any], int] | None:
+        # The loop may commit a further step at any time: read between two equal
+        # generations, and not while a committed step awaits its patch.
+        before = generation(cluster, namespace, name)
+        obj = hsp(cluster, namespace, name)
+        after = generation(cluster, namespace, name)
+        applying = condition(obj, "Scaling").get("reason") == "Reconfiguring"
+        return None if applying or before != after else (obj["status"], after)
+
+    status, current = wait_until(settled, 60, "a status no step is being applied from")
     steps = [record["step"] for record in status.get("history") or []]
     assert steps == list(range(status["step"] - len(steps) + 1, status["step"] + 1)), steps
-    assert generation(cluster, namespace, name) - initial_generation == status["step"]
+    assert current - initial_generation == status["step"]
     announced = [m for reason, m in events(cluster, namespace, name)
                  if reason in EVENT_REASONS.values()]
     per_vertex = [m.split(" p ", 1)[0] for m in announced]  # "step N: <vertex>"
