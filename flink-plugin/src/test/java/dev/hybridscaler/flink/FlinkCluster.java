@@ -14,7 +14,6 @@ import org.apache.flink.shaded.jackson2.com.fasterxml.jackson.databind.JsonNode;
 import org.apache.flink.shaded.jackson2.com.fasterxml.jackson.databind.ObjectMapper;
 
 import java.io.IOException;
-import java.net.ServerSocket;
 import java.net.URI;
 import java.net.http.HttpClient;
 import java.net.http.HttpRequest;
@@ -31,7 +30,10 @@ import java.util.function.BooleanSupplier;
  */
 final class FlinkCluster implements AutoCloseable {
     private static final ObjectMapper JSON = new ObjectMapper();
-    private final HttpClient http = HttpClient.newHttpClient();
+    private static final int PROM_FIRST_PORT = 9250;
+    private static final int PROM_PORTS = 100;
+    private final HttpClient http =
+            HttpClient.newBuilder().connectTimeout(Duration.ofSeconds(2)).build();
     /** Flink's option and default; RocksDB keeps the rest of a slot's managed memory as cache. */
     private static final ConfigOption<Double> WRITE_BUFFER_RATIO =
             ConfigOptions.key("state.backend.rocksdb.memory.write-buffer-ratio")
@@ -47,14 +49,14 @@ final class FlinkCluster implements AutoCloseable {
 
     /** {@code extra}: more Flink settings on top of {@link Metrics#CONFIG}. */
     FlinkCluster(int managedMemoryMb, int slots, Map<String, String> extra) throws Exception {
-        int promPort = freePort();
         conf.set(TaskManagerOptions.MANAGED_MEMORY_SIZE, MemorySize.ofMebiBytes(managedMemoryMb));
         conf.set(TaskManagerOptions.NUM_TASK_SLOTS, slots);
         conf.set(RestOptions.BIND_PORT, "0");
         for (String[] kv : Metrics.CONFIG) {
             conf.setString(kv[0], kv[1]);
         }
-        conf.setString("metrics.reporter.prom.port", Integer.toString(promPort));
+        conf.setString("metrics.reporter.prom.port",
+                PROM_FIRST_PORT + "-" + (PROM_FIRST_PORT + PROM_PORTS - 1));
         extra.forEach(conf::setString);
         cluster = new MiniCluster(new MiniClusterConfiguration.Builder()
                 .setConfiguration(conf)
@@ -63,7 +65,46 @@ final class FlinkCluster implements AutoCloseable {
                 .build());
         cluster.start();
         rest = cluster.getRestAddress().get();
-        metrics = URI.create("http://localhost:" + promPort + "/metrics");
+        metrics = ownMetricsEndpoint();
+    }
+
+    /**
+     * The reporter binds the first free port of its range at start; other processes may hold
+     * ports of it, so ours is the one that reports this cluster's TaskManager.
+     */
+    private URI ownMetricsEndpoint() throws InterruptedException {
+        URI[] found = new URI[1];
+        await("this cluster's Prometheus reporter", Duration.ofSeconds(60), () -> {
+            try {
+                JsonNode tms = rest("/taskmanagers").get("taskmanagers");
+                if (tms.isEmpty()) {
+                    return false;
+                }
+                String tmId = tms.get(0).get("id").asText().replaceAll("[^a-zA-Z0-9_:]", "_");
+                for (int port = PROM_FIRST_PORT; port < PROM_FIRST_PORT + PROM_PORTS; port++) {
+                    URI uri = URI.create("http://localhost:" + port + "/metrics");
+                    if (reports(uri, "tm_id=\"" + tmId + "\"")) {
+                        found[0] = uri;
+                        return true;
+                    }
+                }
+                return false;
+            } catch (IOException e) {
+                return false;
+            } catch (InterruptedException e) {
+                Thread.currentThread().interrupt();
+                return false;
+            }
+        });
+        return found[0];
+    }
+
+    private boolean reports(URI uri, String label) throws InterruptedException {
+        try {
+            return get(uri).contains(label);
+        } catch (IOException notOurs) {
+            return false;
+        }
     }
 
     /**
@@ -129,12 +170,6 @@ final class FlinkCluster implements AutoCloseable {
             Thread.sleep(200);
         }
         return true;
-    }
-
-    private static int freePort() throws IOException {
-        try (ServerSocket s = new ServerSocket(0)) {
-            return s.getLocalPort();
-        }
     }
 
     @Override
