@@ -39,6 +39,8 @@ from controller.realize import (
     apply_body,
     current_fields,
     desired_fields,
+    in_place,
+    keeps_task_managers,
     memory_levels,
     refusal,
 )
@@ -310,7 +312,8 @@ class _Run:
         self.condition(ConditionType.SCALING, True, RECONFIGURING,
                        f"step {decision.step}: applying to FlinkDeployment {self.target}")
         self.save()
-        applied = self.apply(deployment, self.desired(graph, evaluation.configuration, placed))
+        applied = self.apply(deployment,
+                             self.desired(deployment, graph, evaluation.configuration, placed))
         for v in decision.vertices:
             if v.action in EVENT_REASONS:
                 self.ports.events.emit("Normal", EVENT_REASONS[v.action], _trim(
@@ -321,8 +324,9 @@ class _Run:
                 ))
         self.count(decision, "Active")
         self.condition(ConditionType.SCALING, True, STABILIZING,
-                       f"step {decision.step} applied ({', '.join(applied) or 'already there'}); "
-                       f"waiting {self.spec.metrics.stabilization:g}s after the restart")
+                       f"step {decision.step} applied ({', '.join(applied) or 'already there'}"
+                       f"{', in place' if in_place(deployment, applied) else ''}); "
+                       f"waiting {self.spec.metrics.stabilization:g}s for it to settle")
         return self.done("reconfigured", applied)
 
     def resume(self, deployment: Mapping[str, Any], graph: JobGraph) -> Pass:
@@ -338,7 +342,7 @@ class _Run:
             for v in graph.vertices
         }
         placement = self.status.placement
-        desired = self._desired(graph, configuration, placement.shape.cpu,
+        desired = self._desired(deployment, graph, configuration, placement.shape.cpu,
                                 round(placement.shape.memory), placement.task_managers)
         applied = self.apply(deployment, desired)
         if applied:
@@ -351,19 +355,27 @@ class _Run:
 
     # --- realize ---------------------------------------------------------------------
 
-    def desired(self, graph: JobGraph, configuration: Mapping[str, VertexConfig],
-                placed: Placed) -> OwnedFields:
-        return self._desired(graph, configuration, placed.shape.cpu, round(placed.shape.memory),
-                             placed.replicas)
+    def desired(self, deployment: Mapping[str, Any], graph: JobGraph,
+                configuration: Mapping[str, VertexConfig], placed: Placed) -> OwnedFields:
+        return self._desired(deployment, graph, configuration, placed.shape.cpu,
+                             round(placed.shape.memory), placed.replicas)
 
-    def _desired(self, graph: JobGraph, configuration: Mapping[str, VertexConfig],
-                 cpu: float, memory_mib: int, replicas: int) -> OwnedFields:
+    def _desired(self, deployment: Mapping[str, Any], graph: JobGraph,
+                 configuration: Mapping[str, VertexConfig], cpu: float, memory_mib: int,
+                 replicas: int) -> OwnedFields:
         task = self.params().footprint
+        adaptive = self.spec.task_manager.realization == Realization.ADAPTIVE
+        current = current_fields(deployment)
+        kept_replicas: int | None = replicas
+        if adaptive and keeps_task_managers(deployment, current, cpu, memory_mib):
+            # Natively, Flink's adaptive scheduler asks for TaskManagers itself, and the
+            # operator upgrades (restarts) on a replicas change: leave it as it is, so a
+            # parallelism-only step stays in place.
+            kept_replicas = current.replicas
         return desired_fields(
             graph, configuration, cpu_per_task=task.cpu_cores, heap_per_task_mib=task.heap_mib,
             base_managed_mib=self.spec.memory.base_managed_memory, tm_cpu=cpu,
-            tm_memory_mib=memory_mib, replicas=replicas,
-            per_operator=self.spec.task_manager.realization == Realization.FINE_GRAINED,
+            tm_memory_mib=memory_mib, replicas=kept_replicas, per_operator=not adaptive,
         )
 
     def apply(self, deployment: Mapping[str, Any], desired: OwnedFields) -> list[str]:

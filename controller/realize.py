@@ -26,6 +26,7 @@ FIELD_MANAGER = "hybrid-scaler"
 FLINK_GROUP, FLINK_VERSION, FLINK_PLURAL = "flink.apache.org", "v1beta1", "flinkdeployments"
 OVERRIDES_KEY = "pipeline.jobvertex-parallelism-overrides"
 RESOURCES_KEY = "hybridscaler.operator-resources"
+SCHEDULER_KEY = "jobmanager.scheduler"
 
 
 @dataclass(frozen=True)
@@ -154,7 +155,7 @@ def desired_fields(
     base_managed_mib: float,
     tm_cpu: float,
     tm_memory_mib: int,
-    replicas: int,
+    replicas: int | None,
     per_operator: bool,
 ) -> OwnedFields:
     """What the deployment must hold for `configuration` on `replicas` TaskManagers."""
@@ -202,6 +203,26 @@ def apply_body(name: str, namespace: str, desired: OwnedFields) -> dict[str, Any
         "metadata": {"name": name, "namespace": namespace},
         "spec": spec,
     }
+
+
+def keeps_task_managers(deployment: Mapping[str, Any], current: OwnedFields, cpu: float,
+                        memory_mib: int) -> bool:
+    """A native-mode deployment whose TaskManagers already have this shape: only the
+    parallelism can differ, which the operator may apply in place. (In standalone mode
+    the replica count is the scaling knob, so it is always written.)"""
+    spec = deployment.get("spec", {}) or {}
+    return (str(spec.get("mode", "native")) != "standalone"
+            and current.tm_cpu is not None and math.isclose(current.tm_cpu, cpu)
+            and current.tm_memory_mib == memory_mib)
+
+
+def in_place(deployment: Mapping[str, Any], changed: list[str]) -> bool:
+    """Whether the Flink Kubernetes Operator (>= 1.7, Flink >= 1.18) applies the `changed`
+    fields by rescaling the running job rather than by a savepoint restart: only the
+    parallelism overrides changed and the adaptive scheduler runs the job."""
+    conf = (deployment.get("spec", {}) or {}).get("flinkConfiguration", {}) or {}
+    return (changed == [OVERRIDES_KEY]
+            and str(conf.get(SCHEDULER_KEY, "")).strip().lower() == "adaptive")
 
 
 def job_state(deployment: Mapping[str, Any]) -> tuple[str, str]:

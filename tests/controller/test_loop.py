@@ -348,6 +348,39 @@ def test_adaptive_mode_writes_no_per_operator_resources() -> None:
     assert f"{COUNTER}:2" not in body["spec"]["flinkConfiguration"][OVERRIDES_KEY]
 
 
+def adaptive_world(mode: str = "native") -> World:
+    deployment = flink_deployment()
+    deployment["spec"]["mode"] = mode
+    deployment["spec"]["flinkConfiguration"]["jobmanager.scheduler"] = "adaptive"
+    deployment["spec"]["taskManager"] = {"replicas": 1,
+                                         "resource": {"cpu": 4.0, "memory": "2048m"}}
+    return World(deployments=FakeDeployments(deployment),
+                 metrics=FakeMetrics(overloaded(0.99)))
+
+
+def test_adaptive_parallelism_only_step_is_left_to_rescale_in_place() -> None:
+    world = adaptive_world()
+    world.run(policy(taskManager={"realization": "adaptive"}))
+    [body] = world.deployments.applied
+    # More tasks than one TaskManager holds, yet replicas stays: a replicas change would
+    # make the operator restart the job; natively, Flink asks for TaskManagers itself.
+    assert world.store.last.placement is not None
+    assert world.store.last.placement.task_managers > 1
+    assert body["spec"]["taskManager"]["replicas"] == 1
+    stabilizing = world.store.last.condition(ConditionType.SCALING)
+    assert stabilizing is not None and "in place" in stabilizing.message
+
+
+def test_adaptive_in_standalone_mode_scales_the_replicas() -> None:
+    world = adaptive_world("standalone")
+    world.run(policy(taskManager={"realization": "adaptive"}))
+    [body] = world.deployments.applied
+    assert world.store.last.placement is not None
+    assert body["spec"]["taskManager"]["replicas"] == world.store.last.placement.task_managers > 1
+    stabilizing = world.store.last.condition(ConditionType.SCALING)
+    assert stabilizing is not None and "in place" not in stabilizing.message
+
+
 def test_adaptive_slots_are_uniform_and_sized_for_the_largest_task() -> None:
     config = {SOURCE: VertexConfig(2, None), COUNTER: VertexConfig(3, 1)}
     task = TaskFootprint(cpu_cores=1.0, heap_mib=100, network_mib=40)
