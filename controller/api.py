@@ -147,13 +147,13 @@ class TaskManagerShape(SpecModel):
     def slot_footprint(self) -> TaskFootprint:
         """One slot's share of CPU, task heap and network memory, as Flink splits the TM."""
         # On use: `packer` loads OR-Tools, which `hybrid-scaler crd/validate` do not need.
-        from packer.flink_memory import MIB, task_manager_memory
+        from packer.flink_memory import task_manager_memory
 
         split = task_manager_memory(self.memory)
         return TaskFootprint(
             cpu_cores=self.cpu / self.slots,
-            heap_mib=split.task_heap / MIB / self.slots,
-            network_mib=split.network / MIB / self.slots,
+            heap_mib=split.task_heap_mib / self.slots,
+            network_mib=split.network_mib / self.slots,
         )
 
 
