@@ -28,7 +28,7 @@ import time
 from dataclasses import dataclass
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from typing import Any, TypeGuard
 
 from policies.model import VertexConfig
 from simulator import flink_format as ff
@@ -81,17 +81,12 @@ def configuration_from_flink(
             overrides[vid.strip()] = int(count)
         except ValueError as exc:
             raise ConfigError(f"{OVERRIDES_KEY}: bad entry {part!r}") from exc
-    try:
-        resources = json.loads(flink_configuration.get(RESOURCES_KEY, "") or "{}")
-    except json.JSONDecodeError as exc:
-        raise ConfigError(f"{RESOURCES_KEY}: not JSON: {exc}") from exc
-    if not isinstance(resources, dict):
-        raise ConfigError(f"{RESOURCES_KEY}: must be a JSON object keyed by operator uid")
+    resources = operator_resources(flink_configuration.get(RESOURCES_KEY, "") or "{}")
     config = {}
     for op in model.operators:
         level: int | None = 0
         entry = resources.get(op.uid)
-        if isinstance(entry, dict) and "managedMemoryMb" in entry:
+        if entry is not None:
             managed = float(entry["managedMemoryMb"])
             level = None if managed <= 0 else max(0, round(math.log2(managed / base_managed_mib)))
         tasks = overrides.get(op.vertex_id, op.initial_parallelism)
@@ -99,6 +94,46 @@ def configuration_from_flink(
             raise ConfigError(f"{op.uid}: parallelism {tasks} outside 1..{op.max_parallelism}")
         config[op.vertex_id] = VertexConfig(tasks, level)
     return config
+
+
+RESOURCE_FIELDS = ("cpuCores", "taskHeapMb", "managedMemoryMb")
+
+
+def operator_resources(text: str) -> dict[str, dict[str, float]]:
+    """`hybridscaler.operator-resources` under flink-plugin's rules (HybridResources.parse):
+    what real Flink refuses at job start, the twin refuses too, naming key, uid and field."""
+    try:
+        resources = json.loads(text, parse_constant=_reject_constant)
+    except (json.JSONDecodeError, ValueError) as exc:
+        raise ConfigError(f"{RESOURCES_KEY}: not valid JSON: {exc}") from exc
+    if not isinstance(resources, dict):
+        raise ConfigError(f"{RESOURCES_KEY}: must be a JSON object keyed by operator uid")
+    for uid, entry in resources.items():
+        def fault(what: str, uid: str = uid) -> ConfigError:
+            return ConfigError(f"{RESOURCES_KEY} for operator uid {uid!r}: {what}")
+
+        if not isinstance(entry, dict):
+            raise fault(f"must be an object with {list(RESOURCE_FIELDS)}")
+        unknown = sorted(set(entry) - set(RESOURCE_FIELDS))
+        if unknown:
+            raise fault(f"unknown field {unknown[0]!r} (known: {list(RESOURCE_FIELDS)})")
+        cpu = entry.get("cpuCores")
+        if not _is_number(cpu) or not cpu > 0:
+            raise fault(f"cpuCores must be a number > 0, got {cpu!r}")
+        for name, least in (("taskHeapMb", 1), ("managedMemoryMb", 0)):
+            value = entry.get(name)
+            if not (_is_number(value) and float(value).is_integer()
+                    and least <= value < 2**31):
+                raise fault(f"{name} must be an integer >= {least}, got {value!r}")
+    return resources
+
+
+def _is_number(value: Any) -> TypeGuard[int | float]:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def _reject_constant(name: str) -> float:
+    raise ValueError(f"{name} is not a JSON number")
 
 
 @dataclass

@@ -238,9 +238,57 @@ def test_flink_configuration_parsing_rejects_what_flink_rejects():
         configuration_from_flink(
             model, {"pipeline.jobvertex-parallelism-overrides": f"{sink}:999"}, 158
         )
-    resources = json.dumps({"q11-session": {"managedMemoryMb": 632}})
+    resources = json.dumps({"q11-session": {"cpuCores": 1, "taskHeapMb": 64,
+                                            "managedMemoryMb": 632}})
     levels = configuration_from_flink(model, {"hybridscaler.operator-resources": resources}, 158)
     assert levels[model.operator("q11-session").vertex_id].memory_level == 2
+
+
+def entry(**fields):
+    return json.dumps({"q11-session": {"cpuCores": 1, "taskHeapMb": 64, "managedMemoryMb": 316,
+                                       **fields}})
+
+
+def without(field):
+    return json.dumps({"q11-session": {k: v for k, v in json.loads(entry())["q11-session"].items()
+                                       if k != field}})
+
+
+# flink-plugin's table of bad values (HybridResourcesTest): each fails the job at start there.
+@pytest.mark.parametrize("value, fault", [
+    ("[1, 2]", "must be a JSON object keyed by operator uid"),
+    ("null", "must be a JSON object keyed by operator uid"),
+    ('{"a":', "not valid JSON"),
+    (entry() + "}", "not valid JSON"),
+    ('{"q": NaN}', "not valid JSON"),
+    ('{"q11-session": 3}', "'q11-session': must be an object"),
+    (entry(memMb=1), "'q11-session': unknown field 'memMb'"),
+    (without("cpuCores"), "cpuCores must be a number > 0, got None"),
+    (entry(cpuCores=0), "cpuCores must be a number > 0, got 0"),
+    (entry(cpuCores=-0.5), "cpuCores must be a number > 0, got -0.5"),
+    (entry(cpuCores="1"), "cpuCores must be a number > 0, got '1'"),
+    (entry(cpuCores=True), "cpuCores must be a number > 0, got True"),
+    (without("taskHeapMb"), "taskHeapMb must be an integer >= 1, got None"),
+    (entry(taskHeapMb=0), "taskHeapMb must be an integer >= 1, got 0"),
+    (entry(taskHeapMb=64.5), "taskHeapMb must be an integer >= 1, got 64.5"),
+    (entry(taskHeapMb="64"), "taskHeapMb must be an integer >= 1, got '64'"),
+    (without("managedMemoryMb"), "managedMemoryMb must be an integer >= 0, got None"),
+    (entry(managedMemoryMb=1.5), "managedMemoryMb must be an integer >= 0, got 1.5"),
+    (entry(managedMemoryMb=-1), "managedMemoryMb must be an integer >= 0, got -1"),
+    (entry(managedMemoryMb=3_000_000_000), "managedMemoryMb must be an integer >= 0"),
+])
+def test_operator_resources_flink_plugin_refuses_are_refused(value, fault):
+    with pytest.raises(ConfigError, match=r"^hybridscaler\.operator-resources") as refused:
+        configuration_from_flink(load_model("q11"), {"hybridscaler.operator-resources": value},
+                                 158)
+    assert fault in str(refused.value)
+
+
+def test_operator_resources_as_the_controller_writes_them_are_accepted():
+    model = load_model("q11")
+    written = entry(managedMemoryMb=316.0)  # an integral double passes, as in Jackson
+    config = configuration_from_flink(model, {"hybridscaler.operator-resources": written}, 158)
+    assert config[model.operator("q11-session").vertex_id].memory_level == 1
 
 
 def test_twin_serve_command_runs_standalone():
@@ -276,7 +324,7 @@ def test_managed_memory_is_per_taskmanager_and_only_stateful_slots_use_it(server
     session = load_model("q11").operator("q11-session")
     conf = {**Q11, "pipeline.jobvertex-parallelism-overrides": f"{session.vertex_id}:4",
             "hybridscaler.operator-resources": json.dumps(
-                {"q11-session": {"managedMemoryMb": 316}})}
+                {"q11-session": {"cpuCores": 1, "taskHeapMb": 64, "managedMemoryMb": 316}})}
     server.add_job("default", "q11", conf, TM)
     base = f"{server.url}/default/q11"
     tms = [tm["id"] for tm in requests.get(f"{base}/taskmanagers", timeout=5).json()[
