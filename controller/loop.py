@@ -43,6 +43,7 @@ from controller.realize import (
     keeps_task_managers,
     memory_levels,
     refusal,
+    unhonoured_memory,
 )
 from policies import ScalingParams, evaluate
 from policies.decision import Action, Decision
@@ -304,6 +305,9 @@ class _Run:
         why = refusal(deployment) or self.unrealizable(graph, decision)
         if why is not None:
             return self.refuse("Refused", why)
+        why = self.memory_not_honoured(deployment, graph, decision, collected)
+        if why is not None:
+            return self.refuse("MemoryNotHonoured", why)
 
         # Commit first: from here on a restart completes this step rather than redoing it.
         self.status = self.status.with_policy_state(evaluation.state).model_copy(
@@ -400,6 +404,21 @@ class _Run:
             return (f"no operator uid is known for {', '.join(blind)}: their managed memory "
                     f"cannot be set (flink-plugin publishes uids in the job config)")
         return None
+
+    def memory_not_honoured(self, deployment: Mapping[str, Any], graph: JobGraph,
+                            decision: Decision, collected: Collected) -> str | None:
+        """A memory change is pointless (and costs a restart) while Flink ignores the
+        per-operator memory already written; scale-outs alone do not depend on it."""
+        if self.spec.task_manager.realization != Realization.FINE_GRAINED or not any(
+            v.memory_level_after != v.memory_level_before for v in decision.vertices
+        ):
+            return None
+        found = unhonoured_memory(deployment, graph, collected.cache_capacity_bytes)
+        if not found:
+            return None
+        return (f"Flink does not run the managed memory written for {'; '.join(found)}. "
+                f"Does the job call HybridResources.apply(env) before execute() "
+                f"(docs/flink-plugin.md)? Steps that change memory are held back until it does")
 
     def operators(self, decision: Decision, graph: JobGraph) -> list[OperatorStatus]:
         memory = self.spec.memory

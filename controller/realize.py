@@ -27,6 +27,7 @@ FLINK_GROUP, FLINK_VERSION, FLINK_PLURAL = "flink.apache.org", "v1beta1", "flink
 OVERRIDES_KEY = "pipeline.jobvertex-parallelism-overrides"
 RESOURCES_KEY = "hybridscaler.operator-resources"
 SCHEDULER_KEY = "jobmanager.scheduler"
+WRITE_BUFFER_RATIO_KEY = "state.backend.rocksdb.memory.write-buffer-ratio"
 
 
 @dataclass(frozen=True)
@@ -223,6 +224,32 @@ def in_place(deployment: Mapping[str, Any], changed: list[str]) -> bool:
     conf = (deployment.get("spec", {}) or {}).get("flinkConfiguration", {}) or {}
     return (changed == [OVERRIDES_KEY]
             and str(conf.get(SCHEDULER_KEY, "")).strip().lower() == "adaptive")
+
+
+def unhonoured_memory(deployment: Mapping[str, Any], graph: JobGraph,
+                      cache_capacity_bytes: Mapping[str, float],
+                      tolerance: float = 0.1) -> list[str]:
+    """Stateful vertices whose RocksDB block cache is not what the managed memory written
+    for them gives (managed · (3 − r)/3, r the write-buffer ratio): Flink ignores the
+    per-operator resources, e.g. because the job does not call HybridResources.apply."""
+    conf = (deployment.get("spec", {}) or {}).get("flinkConfiguration", {}) or {}
+    try:
+        ratio = float(conf.get(WRITE_BUFFER_RATIO_KEY, 0.5))
+    except (TypeError, ValueError):
+        ratio = 0.5  # Flink would refuse to start: nothing to compare with
+    resources = current_fields(deployment).operator_resources or {}
+    found = []
+    for v in graph.vertices:
+        written = next((resources[u] for u in v.operator_uids if u in resources), None)
+        observed = cache_capacity_bytes.get(v.id)
+        if written is None or written.managed_memory_mb <= 0 or observed is None:
+            continue
+        expected = written.managed_memory_mb * 2**20 * (3 - ratio) / 3
+        if abs(observed - expected) > tolerance * expected:
+            found.append(f"{v.name}: block cache {observed / 2**20:.0f} MiB per task, "
+                         f"{expected / 2**20:.0f} MiB expected from managedMemoryMb "
+                         f"{written.managed_memory_mb}")
+    return found
 
 
 def job_state(deployment: Mapping[str, Any]) -> tuple[str, str]:

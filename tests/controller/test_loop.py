@@ -108,6 +108,7 @@ class FakeMetrics:
     counter: VertexMetrics | None
     observed: int = 0
     chain_reads: int = 0
+    cache_capacity_bytes: dict[str, float] = field(default_factory=dict)
 
     def observe(self, graph: JobGraph, job_id: str, now: float, window_s: float,
                 resolution_s: float) -> Collected | MetricsUnavailable:
@@ -115,7 +116,8 @@ class FakeMetrics:
         if self.counter is None:
             return MetricsUnavailable("metrics unavailable: Prometheus unreachable")
         source = VertexMetrics(300, 300, 0, 0, 10_000)
-        return Collected(Observation(now, window_s, {SOURCE: source, COUNTER: self.counter}))
+        return Collected(Observation(now, window_s, {SOURCE: source, COUNTER: self.counter}),
+                         self.cache_capacity_bytes)
 
     def operator_ids(self, job_id: str, now: float) -> Mapping[str, Iterable[str]]:
         self.chain_reads += 1
@@ -346,6 +348,45 @@ def test_adaptive_mode_writes_no_per_operator_resources() -> None:
     [body] = world.deployments.applied
     assert set(body["spec"]["flinkConfiguration"]) == {OVERRIDES_KEY}
     assert f"{COUNTER}:2" not in body["spec"]["flinkConfiguration"][OVERRIDES_KEY]
+
+
+def memory_world(cache_mib: float, write_buffer_ratio: str | None = None) -> World:
+    """The counter runs with 316 MiB written for it (level 1) and wants a scale-up."""
+    deployment = flink_deployment()
+    conf = deployment["spec"]["flinkConfiguration"]
+    conf[RESOURCES_KEY] = json.dumps({
+        "src": {"cpuCores": 1, "taskHeapMb": 64, "managedMemoryMb": 0},
+        "counter": {"cpuCores": 1, "taskHeapMb": 64, "managedMemoryMb": 316}})
+    if write_buffer_ratio is not None:
+        conf["state.backend.rocksdb.memory.write-buffer-ratio"] = write_buffer_ratio
+    metrics = FakeMetrics(overloaded(0.5), cache_capacity_bytes={COUNTER: cache_mib * 2**20})
+    return World(deployments=FakeDeployments(deployment), metrics=metrics)
+
+
+def test_a_scale_up_goes_ahead_when_flink_runs_the_written_memory() -> None:
+    world = memory_world(316 * 2.5 / 3)
+    assert world.run().outcome == "reconfigured"
+    assert "ScaledUp" in world.events.reasons()
+
+
+def test_the_write_buffer_ratio_comes_from_the_job() -> None:
+    world = memory_world(316 * 2.75 / 3, write_buffer_ratio="0.25")
+    assert world.run().outcome == "reconfigured"
+
+
+def test_memory_steps_are_held_back_while_flink_ignores_the_written_memory() -> None:
+    # 158 MiB of managed memory behind the cache: the job ignores the 316 written for it.
+    world = memory_world(158 * 2.5 / 3)
+    assert world.run().outcome == "refused"
+    world.now += 60
+    assert world.run().outcome == "refused"
+    assert world.deployments.applied == []
+    assert world.events.reasons() == ["Refused"]  # once, not every pass
+    [(kind, _, message)] = world.events.events
+    assert kind == "Warning"
+    assert "counter: block cache 132 MiB per task, 263 MiB expected" in message
+    assert "HybridResources.apply" in message
+    assert scaling_reason(world.store.last) == "MemoryNotHonoured"
 
 
 def adaptive_world(mode: str = "native") -> World:
