@@ -35,6 +35,7 @@ from e2e.conftest import Cluster, Prometheus, wait_until
 from e2e.demo import HYBRID_SCALER, ControllerProcess, flink_deployment, policy
 from e2e.pki import write_kubeconfig
 from e2e.stack import StackInfo, cache_dir, find_tools
+from tests.golden import FLINK_1_20
 
 ROOT = Path(__file__).resolve().parent.parent
 CHART = ROOT / "charts" / "hybrid-scaler"
@@ -251,7 +252,7 @@ def test_docker_build_context_builds_the_controller_wheel(tmp_path: Path) -> Non
 
 
 DASHBOARD = CHART / "dashboards" / "hybrid-scaler.json"
-GOLDEN_SCRAPE = Path("/work/shared/flink-1.20-samples/prom-scrape.txt")
+GOLDEN_SCRAPE = FLINK_1_20 / "prom-scrape.txt"
 
 
 def dashboard_queries() -> list[str]:

@@ -1,7 +1,7 @@
 """Flink's own output formats for a twin: the Prometheus reporter's text and REST JSON.
 
 Shapes follow the golden samples of a real Flink 1.20.5 job
-(`/work/shared/flink-1.20-samples/`): metric names and label order per scope,
+(`tests/golden/flink-1.20/`): metric names and label order per scope,
 Flink's label sanitising, trailing `,}` in label sets, numbers printed as Java does
 (`1.11848106E8`), and the REST field names of `/jobs/overview`, `/jobs/<jid>`,
 `/jobs/<jid>/plan`, `/jobs/<jid>/config`, `/taskmanagers` and `/taskmanagers/<id>`.

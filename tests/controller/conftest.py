@@ -18,8 +18,9 @@ from pathlib import Path
 import pytest
 
 from tests.controller.promproc import PrometheusProcess
+from tests.golden import FLINK_1_20
 
-SAMPLES = Path("/work/shared/flink-1.20-samples")
+SAMPLES = FLINK_1_20
 TARGET_PATHS = ("/golden", "/cfvar", "/dynamic", "/hostile")
 
 

@@ -13,8 +13,9 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from simulator.model import load_model
 from simulator.serve import ConfigError, TwinServer, configuration_from_flink
+from tests.golden import FLINK_1_20
 
-SAMPLES = Path("/work/shared/flink-1.20-samples")
+SAMPLES = FLINK_1_20
 # Column-family metrics carry the state name in the metric name: compare them by shape.
 STATE_CF = re.compile(
     r"^(flink_taskmanager_job_task_operator_)\w+?"

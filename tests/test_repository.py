@@ -1,0 +1,40 @@
+"""Facts about the repository itself: a user's clone must not depend on this machine."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+# Absolute paths of a developer machine, and the sibling folder the developers keep their
+# notes in: a clone has neither. Copy what a test needs into the repository instead.
+OUTSIDE = re.compile(r"(?<![\w.])(/work/|/farm/|/home/\w+/|/root/(?!\.m2|\.cache)|\.\./shared/)")
+
+
+def tracked_text_files() -> list[Path]:
+    names = subprocess.run(["git", "ls-files", "-z"], cwd=ROOT, check=True,
+                           capture_output=True).stdout.decode().split("\0")
+    return [ROOT / n for n in names if n and (ROOT / n).is_file()]
+
+
+def test_no_tracked_file_names_a_path_outside_the_repository() -> None:
+    offenders = []
+    for path in tracked_text_files():
+        try:
+            text = path.read_text(encoding="utf-8")
+        except UnicodeDecodeError:  # images and other binaries
+            continue
+        for number, line in enumerate(text.splitlines(), 1):
+            if OUTSIDE.search(line):
+                offenders.append(f"{path.relative_to(ROOT)}:{number}: {line.strip()[:120]}")
+    assert not offenders, "paths outside the repository:\n" + "\n".join(offenders)
+
+
+def test_the_check_catches_what_it_claims() -> None:
+    for bad in ("/work/shared/x", "see ../shared/ARCHITECTURE.md", "/farm/bin", "/home/alice/x"):
+        assert OUTSIDE.search(bad), bad
+    for good in ("tests/golden/flink-1.20", "~/.cache/flink-hybrid-scaler", "/tmp/x",
+                 "2 shared cores", "/usr/bin/prometheus"):
+        assert not OUTSIDE.search(good), good
