@@ -167,26 +167,30 @@ def test_memory_bounds_agree(base: int, unit: str, latency: str) -> None:
                           "stateLatencyThreshold": latency})
 
 
+# A section breaking each section rule (by its message); pydantic refuses it too.
+SECTION_CASES: dict[str, tuple[type[BaseModel], dict[str, Any]]] = {
+    "spec.targetRef.apiVersion must be flink.apache.org/v1beta1": (
+        api.TargetRef, {"name": "q", "apiVersion": "apps/v1"}),
+    "spec.targetRef.kind must be FlinkDeployment": (
+        api.TargetRef, {"name": "q", "kind": "Deployment"}),
+    "spec.metrics.resolution must be <= spec.metrics.window": (
+        api.MetricsSpec, {"resolution": "1m30s", "window": "1m"}),
+    "spec.cpu.utilizationMin must be <= spec.cpu.utilizationTarget": (
+        CpuScaling, {"utilizationMin": 0.6}),
+    "spec.cpu.utilizationTarget must be <= spec.cpu.utilizationMax": (
+        CpuScaling, {"utilizationMax": 0.4}),
+    "spec.cpu.minParallelism must be <= spec.cpu.maxParallelism": (
+        CpuScaling, {"minParallelism": 201}),
+    "spec.cpu.overrides[]: set exactly one of operatorUid or vertexId": (
+        ParallelismOverride, {}),
+    "spec.cpu.overrides[].minParallelism must be <= maxParallelism": (
+        ParallelismOverride, {"vertexId": "v", "minParallelism": 50, "maxParallelism": 2}),
+}
+
+
 def test_each_rule_can_fail() -> None:
     """Not one section rule is vacuous: each rejects some section that pydantic rejects too."""
-    failing: dict[str, tuple[type[BaseModel], dict[str, Any]]] = {
-        "spec.targetRef.apiVersion must be flink.apache.org/v1beta1": (
-            api.TargetRef, {"name": "q", "apiVersion": "apps/v1"}),
-        "spec.targetRef.kind must be FlinkDeployment": (
-            api.TargetRef, {"name": "q", "kind": "Deployment"}),
-        "spec.metrics.resolution must be <= spec.metrics.window": (
-            api.MetricsSpec, {"resolution": "1m30s", "window": "1m"}),
-        "spec.cpu.utilizationMin must be <= spec.cpu.utilizationTarget": (
-            CpuScaling, {"utilizationMin": 0.6}),
-        "spec.cpu.utilizationTarget must be <= spec.cpu.utilizationMax": (
-            CpuScaling, {"utilizationMax": 0.4}),
-        "spec.cpu.minParallelism must be <= spec.cpu.maxParallelism": (
-            CpuScaling, {"minParallelism": 201}),
-        "spec.cpu.overrides[]: set exactly one of operatorUid or vertexId": (
-            ParallelismOverride, {}),
-        "spec.cpu.overrides[].minParallelism must be <= maxParallelism": (
-            ParallelismOverride, {"vertexId": "v", "minParallelism": 50, "maxParallelism": 2}),
-    }
+    failing = SECTION_CASES
     assert set(failing) == {r.message for rules in api.CEL_RULES.values() for r in rules}
     for message, (model, section) in failing.items():
         rules = [r for r in api.CEL_RULES[model] if r.message == message]
@@ -204,6 +208,19 @@ def field_rules(schema: dict[str, Any], path: str = "spec") -> Iterator[tuple[st
         yield from field_rules(prop, f"{path}.{name}")
     if "items" in schema:
         yield from field_rules(schema["items"], f"{path}[]")
+
+
+def spec_setting(path: str, value: Any) -> dict[str, Any]:
+    """A spec with targetRef and `value` at `path` ('spec.a.b[].c'), nothing else."""
+    spec: dict[str, Any] = {"targetRef": {"name": "q"}}
+    node = spec
+    parts = path.removeprefix("spec.").split(".")
+    for part in parts[:-1]:
+        child: dict[str, Any] = node.get(part.removesuffix("[]"), {})
+        node[part.removesuffix("[]")] = [child] if part.endswith("[]") else child
+        node = child
+    node[parts[-1].removesuffix("[]")] = value
+    return spec
 
 
 # A value just outside each field's bound; the model refuses it with the same message.
@@ -231,14 +248,7 @@ def test_each_field_bound_can_fail_and_names_the_same_bound() -> None:
     for path, rule, message in rules:
         value = OUT_OF_RANGE[path, message]
         assert not holds(rule, value), (path, message)
-        spec: dict[str, Any] = {"targetRef": {"name": "q"}}
-        node = spec
-        parts = path.removeprefix("spec.").split(".")
-        for part in parts[:-1]:
-            child: dict[str, Any] = {}
-            node[part.removesuffix("[]")] = [child] if part.endswith("[]") else child
-            node = child
-        node[parts[-1].removesuffix("[]")] = value
+        spec = spec_setting(path, value)
         try:
             api.HybridScalingPolicySpec.model_validate(spec)
         except ValidationError as e:
