@@ -246,7 +246,7 @@ class HybridScalingPolicy(SpecModel):
 def _safe_duration(field: str) -> str:
     """CEL: the field's text converts with duration() (its own bounds' rules say otherwise)."""
     return (f"(size({field}) <= {DURATION_MAX_LENGTH} && "
-            f"{field}.matches('{SAFE_DURATION_PATTERN}'))")
+            f"{field}.matches({Within._literal(SAFE_DURATION_PATTERN)}))")
 
 
 class Rule(NamedTuple):

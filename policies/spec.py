@@ -126,13 +126,21 @@ class Within:
         high = None if self.high is None else f"must be at most {text(self.high)}"
         return low, high
 
+    @staticmethod
+    def _literal(pattern: str) -> str:
+        """A regex as a CEL string literal: CEL has no '\\.' escape, '[.]' means the same."""
+        text = pattern.replace("\\.", "[.]")
+        if "\\" in text or "'" in text:
+            raise ValueError(f"cannot write {pattern!r} as a CEL string literal")
+        return f"'{text}'"
+
     def rules(self) -> list[dict[str, str]]:
         """The CEL rules on the field's string (`self`), guarded so that they never fail to
         convert: text the pattern refuses (the schema reports it) passes them."""
         low_msg, high_msg = self.messages()
         out = []
         if self.memory:
-            guard = f"!self.matches('{MEMORY_PATTERN}') || "
+            guard = f"!self.matches({self._literal(MEMORY_PATTERN)}) || "
             for bound, op, msg in ((self.low, ">" if self.low_open else ">=", low_msg),
                                    (self.high, "<=", high_msg)):
                 if bound is not None:
@@ -140,7 +148,8 @@ class Within:
                                         f"quantity('{format_memory_mib(bound)}')) {op} 0",
                                 "message": str(msg)})
             return out
-        safe = f"(size(self) <= {DURATION_MAX_LENGTH} && self.matches('{SAFE_DURATION_PATTERN}'))"
+        safe = (f"(size(self) <= {DURATION_MAX_LENGTH} && "
+                f"self.matches({self._literal(SAFE_DURATION_PATTERN)}))")
         if self.low is not None:
             op = ">" if self.low_open else ">="
             out.append({"rule": f"!{safe} || duration(self) {op} "
@@ -148,7 +157,7 @@ class Within:
                         "message": str(low_msg)})
         if self.high is not None:
             # Too many digits to convert is too long a duration: "at most" says so.
-            out.append({"rule": f"!self.matches('{DURATION_PATTERN}') || ({safe} && "
+            out.append({"rule": f"!self.matches({self._literal(DURATION_PATTERN)}) || ({safe} && "
                                 f"duration(self) <= duration('{format_duration(self.high)}'))",
                         "message": str(high_msg)})
         return out

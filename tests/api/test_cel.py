@@ -219,7 +219,8 @@ def spec_setting(path: str, value: Any) -> dict[str, Any]:
         child: dict[str, Any] = node.get(part.removesuffix("[]"), {})
         node[part.removesuffix("[]")] = [child] if part.endswith("[]") else child
         node = child
-    node[parts[-1].removesuffix("[]")] = value
+    last = parts[-1]
+    node[last.removesuffix("[]")] = [value] if last.endswith("[]") else value
     return spec
 
 
