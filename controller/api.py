@@ -42,6 +42,8 @@ from policies.decision import (
 )
 from policies.params import HISTORY_LIMIT, PolicyState, ScalingParams
 from policies.spec import (
+    DURATION_MAX_LENGTH,
+    SAFE_DURATION_PATTERN,
     CpuScaling,
     Duration,
     Limits,
@@ -50,6 +52,7 @@ from policies.spec import (
     ParallelismOverride,
     SpecModel,
     TaskFootprint,
+    Within,
     format_memory_mib,
 )
 
@@ -69,6 +72,13 @@ DESCRIPTION = (
 
 TARGET_API_VERSION = "flink.apache.org/v1beta1"
 TARGET_KIND = "FlinkDeployment"
+
+HOUR = 3600.0
+MIN_RESOLUTION = 5.0
+# Flink 1.20's default memory options need ~982 MiB of process memory before a
+# TaskManager has any task heap (packer.flink_memory: metaspace, overhead, framework,
+# network and managed memory come first); 1 GiB leaves a slot ~25 MiB of heap.
+MIN_TASK_MANAGER_MIB = 1024.0
 
 # Kubernetes object names (DNS-1123 subdomain) and metav1.Condition's reason format.
 _NAME_PATTERN = r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$"
@@ -119,18 +129,21 @@ class MetricsSpec(SpecModel):
         None, max_length=2048, pattern=r"^https?://",
         description="Prometheus base URL for this policy; unset: the controller's --prometheus-url",
     )
-    window: Duration = Field(120.0, description="metrics are averaged over this window")
-    stabilization: Duration = Field(
+    window: Annotated[Duration, Within(high=HOUR)] = Field(
+        120.0, description="metrics are averaged over this window")
+    stabilization: Annotated[Duration, Within(high=HOUR)] = Field(
         60.0, description="after a reconfiguration, wait this long before the window starts"
     )
-    resolution: Duration = Field(
+    # At least 5 s: each resolution is one full evaluation (PromQL, Flink REST, solver),
+    # so a tenant's 1ms would cost the controller a core (issue 16.3).
+    resolution: Annotated[Duration, Within(MIN_RESOLUTION, HOUR)] = Field(
         5.0, description="query step, and how often the policy is evaluated"
     )
 
     @model_validator(mode="after")
     def _resolution_fits(self) -> MetricsSpec:
-        if not 0 < self.resolution <= self.window:
-            raise ValueError("metrics: resolution must be > 0 and <= window")
+        if self.resolution > self.window:
+            raise ValueError("metrics: resolution must be <= window")
         return self
 
 
@@ -138,8 +151,8 @@ class TaskManagerShape(SpecModel):
     """One allowed TaskManager size; the packer chooses among them."""
 
     cpu: float = Field(4.0, gt=0, le=512, description="CPU cores of one TaskManager")
-    memory: MemoryMiB = Field(
-        2048.0, gt=0,
+    memory: Annotated[MemoryMiB, Within(MIN_TASK_MANAGER_MIB, 1024**2, memory=True)] = Field(
+        2048.0,
         description="process memory of one TaskManager (taskmanager.memory.process.size)",
     )
     slots: int = Field(4, ge=1, le=256, description="task slots of one TaskManager")
@@ -172,29 +185,13 @@ class TaskManagerSpec(SpecModel):
         Realization.FINE_GRAINED, description="fineGrained (per-operator memory) or adaptive"
     )
 
-    def memory_problems(self) -> list[str]:
-        """Shapes Flink would refuse to start, by field; a check the CRD cannot express."""
-        problems = []
-        for i, shape in enumerate(self.shapes):
-            try:
-                shape.slot_footprint()
-            except ValueError as e:
-                problems.append(f"spec.taskManager.shapes[{i}].memory: {e}")
-        return problems
-
 
 class PlacementSpec(SpecModel):
     """Bin packing of tasks onto TaskManagers (OR-Tools CP-SAT)."""
 
-    solver_time_limit: Duration = Field(
+    solver_time_limit: Annotated[Duration, Within(0, 60, low_open=True)] = Field(
         2.0, description="CP-SAT time budget; past it the first-fit-decreasing packing is used"
     )
-
-    @model_validator(mode="after")
-    def _positive(self) -> PlacementSpec:
-        if self.solver_time_limit <= 0:
-            raise ValueError("placement: solverTimeLimit must be > 0")
-        return self
 
 
 class HybridScalingPolicySpec(SpecModel):
@@ -246,6 +243,12 @@ class HybridScalingPolicy(SpecModel):
         return self
 
 
+def _safe_duration(field: str) -> str:
+    """CEL: the field's text converts with duration() (its own bounds' rules say otherwise)."""
+    return (f"(size({field}) <= {DURATION_MAX_LENGTH} && "
+            f"{field}.matches({Within._literal(SAFE_DURATION_PATTERN)}))")
+
+
 class Rule(NamedTuple):
     """One CEL `x-kubernetes-validations` entry; `field_path` is relative to the section."""
 
@@ -266,9 +269,8 @@ CEL_RULES: Mapping[type[BaseModel], tuple[Rule, ...]] = MappingProxyType({
              f"spec.targetRef.kind must be {TARGET_KIND}", ".kind"),
     ),
     MetricsSpec: (
-        Rule("duration(self.resolution) > duration('0s')",
-             "spec.metrics.resolution must be > 0", ".resolution"),
-        Rule("duration(self.resolution) <= duration(self.window)",
+        Rule(f"!({_safe_duration('self.resolution')} && {_safe_duration('self.window')}) || "
+             "duration(self.resolution) <= duration(self.window)",
              "spec.metrics.resolution must be <= spec.metrics.window", ".resolution"),
     ),
     CpuScaling: (
@@ -282,10 +284,9 @@ CEL_RULES: Mapping[type[BaseModel], tuple[Rule, ...]] = MappingProxyType({
     ParallelismOverride: (
         Rule("has(self.operatorUid) != has(self.vertexId)",
              "spec.cpu.overrides[]: set exactly one of operatorUid or vertexId"),
-    ),
-    PlacementSpec: (
-        Rule("duration(self.solverTimeLimit) > duration('0s')",
-             "spec.placement.solverTimeLimit must be > 0", ".solverTimeLimit"),
+        Rule("!has(self.minParallelism) || !has(self.maxParallelism) || "
+             "self.minParallelism <= self.maxParallelism",
+             "spec.cpu.overrides[].minParallelism must be <= maxParallelism", ".minParallelism"),
     ),
 })
 

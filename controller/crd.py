@@ -47,6 +47,8 @@ _KEPT = {
     "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum",
     "minLength", "maxLength", "minItems", "maxItems",
     "properties", "required", "items", "additionalProperties",
+    # A field's own bounds as CEL (policies.spec.Within); a model's rules come from CEL_RULES.
+    "x-kubernetes-validations",
 }
 
 PRINTER_COLUMNS: tuple[dict[str, str], ...] = (
@@ -133,7 +135,7 @@ class _Translator:
                 self._set_default(out["properties"][prop], default)
         rules = api.CEL_RULES.get(model, ())
         if rules:
-            out["x-kubernetes-validations"] = [
+            out["x-kubernetes-validations"] = out.get("x-kubernetes-validations", []) + [
                 {"rule": r.rule, "message": r.message}
                 | ({"fieldPath": r.field_path} if r.field_path else {})
                 for r in rules
@@ -184,6 +186,9 @@ class _Translator:
                 out[key] = {k: self.node(v) for k, v in value.items()}
             elif key == "items" or (key == "additionalProperties" and isinstance(value, dict)):
                 out[key] = self.node(value)
+            elif key == "x-kubernetes-validations":
+                out[key] = [{k: r[k] for k in ("rule", "message", "fieldPath") if k in r}
+                            for r in value]
             elif key in _KEPT and key != "additionalProperties":
                 out[key] = value
         return _ordered(out)
@@ -277,6 +282,10 @@ def _bounds(prop: dict[str, Any]) -> str:
         parts.append(("<" if prop.get("exclusiveMaximum") else "≤") + f" {prop['maximum']}")
     if "maxItems" in prop:
         parts.append(f"≤ {prop['maxItems']} items")
+    words = {"must be at least ": "≥ ", "must be more than ": "> ", "must be at most ": "≤ "}
+    for r in prop.get("x-kubernetes-validations", ()):  # a field's own bounds (Within)
+        parts += [r["message"].replace(w, sign) for w, sign in words.items()
+                  if r["message"].startswith(w)]
     return ", ".join(parts)
 
 

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from policies.model import Configuration, JobGraph
+from policies.quantity import MIB, parse_flink_memory_bytes
 
 FIELD_MANAGER = "hybrid-scaler"
 FLINK_GROUP, FLINK_VERSION, FLINK_PLURAL = "flink.apache.org", "v1beta1", "flinkdeployments"
@@ -86,15 +87,12 @@ def parse_overrides(text: str | None) -> dict[str, int]:
 
 
 def parse_memory_mib(text: Any) -> int | None:
-    """A Flink/Kubernetes memory string ('2048m', '2g', '2Gi', '1536Mi') in MiB."""
+    """A FlinkDeployment memory size ('2048m', '2g', '2Gi', '1536Mi') in whole MiB;
+    None when absent or unreadable."""
     if text is None:
         return None
-    s = str(text).strip().lower().removesuffix("b").removesuffix("i")
-    units = {"k": 1 / 1024, "m": 1, "g": 1024, "t": 1024**2}
     try:
-        if s and s[-1] in units:
-            return round(float(s[:-1]) * units[s[-1]])
-        return round(float(s) / 1024**2)  # plain bytes
+        return round(parse_flink_memory_bytes(str(text)) / MIB)
     except ValueError:
         return None
 

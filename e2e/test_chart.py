@@ -172,9 +172,20 @@ def test_watch_namespaces_gives_roles_and_peerings_per_namespace() -> None:
     for kind in ("Role", "RoleBinding", "KopfPeering"):
         namespaces = sorted(d["metadata"]["namespace"] for d in docs if d["kind"] == kind)
         assert namespaces == list(WATCHED)
-    # Only nodes are cluster-scoped: no ClusterRole may grant anything else.
-    cluster_roles = [d for d in docs if d["kind"] == "ClusterRole"]
-    assert [r["resources"] for c in cluster_roles for r in c["rules"]] == [["nodes"]]
+    # Nothing cluster-wide: the controller reads no nodes (nor pods).
+    assert not [d for d in docs if d["kind"] in ("ClusterRole", "ClusterRoleBinding")]
+
+
+def test_the_owned_fields_admission_policy_is_optional_and_names_the_service_account() -> None:
+    kinds = ("ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding")
+    assert not [d for d in render("hs", "ops") if d["kind"] in kinds]
+    docs = render("hs", "ops", "--set", "admissionPolicy.enabled=true")
+    policy, binding = one(docs, kinds[0]), one(docs, kinds[1])
+    assert binding["spec"] == {"policyName": policy["metadata"]["name"],
+                               "validationActions": ["Deny"]}
+    account = one(docs, "ServiceAccount")["metadata"]["name"]
+    [condition] = policy["spec"]["matchConditions"]
+    assert f"'system:serviceaccount:ops:{account}'" in condition["expression"]
 
 
 def test_pod_is_non_root_with_read_only_root_and_a_liveness_probe() -> None:
@@ -412,20 +423,19 @@ def sa_of(variant: str, manifests: dict[str, list[dict[str, Any]]]) -> str:
 
 
 def needed(peering: str | None, peering_kind: str) -> set[tuple[str, str, str, str]]:
-    """What issue 7 says the controller needs, in one namespace it serves."""
+    """What the controller calls (issue 7, less what no code reads: issue 16.4), in one
+    namespace it serves."""
     read_patch = ("get", "list", "watch", "patch")
     rules = {("hybridscaler.dev", "hybridscalingpolicies", v, "") for v in read_patch}
     rules |= {("hybridscaler.dev", "hybridscalingpolicies/status", v, "") for v in ("get", "patch")}
     rules |= {("flink.apache.org", "flinkdeployments", v, "") for v in read_patch}
     rules |= {("", "events", "create", "")}
-    rules |= {("", "pods", v, "") for v in ("get", "list", "watch")}
     if peering:
         rules |= {("kopf.dev", peering_kind, v, "") for v in ("list", "watch")}
         rules |= {("kopf.dev", peering_kind, v, peering) for v in ("get", "patch")}
     return rules
 
 
-NODES = {("", "nodes", v, "") for v in ("get", "list", "watch")}
 FD = "flinkdeployments.flink.apache.org"
 
 
@@ -466,11 +476,11 @@ def test_service_account_holds_exactly_what_the_controller_needs(
     peering = peered[0]["metadata"]["name"] if peered else None
     if variant == "namespaced-ha":
         for ns in WATCHED:
-            assert kube.rules(sa, ns) - EVERYONE == needed(peering, "kopfpeerings") | NODES
-        assert kube.rules(sa, "elsewhere") - EVERYONE == NODES
-        assert kube.rules(sa, RELEASE_NS[variant]) - EVERYONE == NODES
+            assert kube.rules(sa, ns) - EVERYONE == needed(peering, "kopfpeerings")
+        assert kube.rules(sa, "elsewhere") - EVERYONE == set()
+        assert kube.rules(sa, RELEASE_NS[variant]) - EVERYONE == set()
     else:
-        want = needed(peering, "clusterkopfpeerings") | NODES
+        want = needed(peering, "clusterkopfpeerings")
         for ns in ("elsewhere", RELEASE_NS[variant]):
             assert kube.rules(sa, ns) - EVERYONE == want
 
@@ -497,6 +507,8 @@ def test_service_account_cannot_read_secrets_or_patch_anything_else(
         ("create", "hybridscalingpolicies.hybridscaler.dev"),
         ("update", "hybridscalingpolicies.hybridscaler.dev"),
         ("delete", "hybridscalingpolicies.hybridscaler.dev"),
+        # No code reads pods or nodes (issue 16.4): a pod spec can carry secret values.
+        ("get", "pods"), ("list", "pods"), ("watch", "pods"),
         ("patch", "pods"), ("delete", "pods"), ("create", "pods:exec"),
         ("patch", "events"), ("delete", "events"),
         ("patch", "deployments.apps"), ("patch", "services"), ("patch", "serviceaccounts"),
@@ -504,7 +516,8 @@ def test_service_account_cannot_read_secrets_or_patch_anything_else(
         ("patch", "leases.coordination.k8s.io"),
     ]:
         assert not can(verb, what), f"{sa} may {verb} {what} in {served}"
-    for verb, what in [("patch", "nodes"), ("delete", "nodes"), ("impersonate", "users"),
+    for verb, what in [("get", "nodes"), ("list", "nodes"), ("watch", "nodes"),
+                       ("patch", "nodes"), ("delete", "nodes"), ("impersonate", "users"),
                        ("patch", "customresourcedefinitions.apiextensions.k8s.io"),
                        ("patch", "clusterroles.rbac.authorization.k8s.io"),
                        ("patch", "clusterkopfpeerings.kopf.dev/someone-else")]:
@@ -629,6 +642,86 @@ def test_gitops_docs_ignore_exactly_the_fields_the_scaler_owns(
     assert live["spec"]["jobManager"]["resource"]["memory"] == "1024m"
     assert live["spec"]["flinkConfiguration"]["taskmanager.numberOfTaskSlots"] == "2"
     kube.run("delete", "flinkdeployment", "gitops-probe", "-n", ns)
+
+
+def _patch(kube: Kube, name: str, ns: str, patch: dict[str, Any], *flags: str
+           ) -> subprocess.CompletedProcess[str]:
+    return kube.run("patch", "flinkdeployment", name, "-n", ns, "--type=merge",
+                    "-p", json.dumps(patch), *flags, check=False)
+
+
+@pytest.mark.e2e
+def test_admission_policy_keeps_the_service_account_to_its_owned_fields(
+    kube: Kube, installed: dict[str, list[dict[str, Any]]]
+) -> None:
+    """RBAC's `patch` covers the whole FlinkDeployment; with admissionPolicy.enabled the
+    API server refuses the controller's ServiceAccount any change outside the fields
+    docs/controller.md says it writes, and lets everyone else be."""
+    from controller import realize
+
+    kinds = ("ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding")
+    guard = [d for d in render("default", RELEASE_NS["default"], "--set",
+                               "admissionPolicy.enabled=true") if d["kind"] in kinds]
+    sa, ns, name = sa_of("default", installed), "elsewhere", "guarded"
+    deployment = {
+        "apiVersion": "flink.apache.org/v1beta1", "kind": "FlinkDeployment",
+        "metadata": {"name": name, "namespace": ns, "labels": {"team": "a"}},
+        "spec": {
+            "image": "flink:1.20", "flinkVersion": "v1_20", "serviceAccount": "flink",
+            "flinkConfiguration": {"taskmanager.numberOfTaskSlots": "2"},
+            "jobManager": {"resource": {"cpu": 1, "memory": "1024m"}},
+            "taskManager": {"resource": {"cpu": 1, "memory": "2048m"}, "replicas": 1},
+            "job": {"jarURI": "local:///opt/flink/usrlib/job.jar", "upgradeMode": "savepoint",
+                    "state": "suspended"},
+        },
+    }
+    as_sa = f"--as={sa}"
+    kube.run("delete", "flinkdeployment", name, "-n", ns, "--ignore-not-found")
+    kube.apply([deployment])
+    # Without the policy, RBAC alone lets the ServiceAccount change the image.
+    image = {"spec": {"image": "evil:latest"}}
+    assert _patch(kube, name, ns, image, as_sa, "--dry-run=server").returncode == 0
+    kube.apply(guard)
+    try:
+        # The API server loads a new policy asynchronously.
+        wait_until(lambda: _patch(kube, name, ns, image, as_sa,
+                                  "--dry-run=server").returncode != 0 or None,
+                   60, "the admission policy to take effect")
+        refused = _patch(kube, name, ns, image, as_sa)
+        assert refused.returncode != 0 and "ValidatingAdmissionPolicy" in refused.stderr
+        assert "may change only the FlinkDeployment fields it owns" in refused.stderr
+        outsides: list[dict[str, Any]] = [
+            {"spec": {"flinkConfiguration": {"taskmanager.numberOfTaskSlots": "8"}}},
+            {"spec": {"flinkConfiguration": {"state.backend.type": "hashmap"}}},
+            {"spec": {"taskManager": {"podTemplate": {"spec": {"hostNetwork": True}}}}},
+            {"spec": {"taskManager": {"resource": {"ephemeralStorage": "1Gi"}}}},
+            {"spec": {"jobManager": {"replicas": 2}}},
+            {"spec": {"job": {"state": "running"}}},
+            {"metadata": {"labels": {"team": "b"}}},
+            {"metadata": {"annotations": {"x": "y"}}},
+        ]
+        for outside in outsides:
+            done = _patch(kube, name, ns, outside, as_sa, "--dry-run=server")
+            assert done.returncode != 0 and "denied" in done.stderr, (outside, done.stderr)
+        # Its own fields, as the controller writes them (server-side apply, forced).
+        body = realize.apply_body(name, ns, realize.OwnedFields(
+            overrides={"bc764cd8ddf7a0cff126f51c16239658": 4},
+            operator_resources={"counter-v2": realize.OperatorResources(1.0, 128, 316)},
+            tm_cpu=2.0, tm_memory_mib=4096, replicas=3))
+        kube.run("apply", "--server-side", "--field-manager", realize.FIELD_MANAGER,
+                 "--force-conflicts", as_sa, "-f", "-", stdin=json.dumps(body))
+        live = json.loads(kube.run("get", "flinkdeployment", name, "-n", ns, "-o",
+                                   "json").stdout)["spec"]
+        assert live["taskManager"] == {"resource": {"cpu": 2.0, "memory": "4096m"},
+                                       "replicas": 3}
+        assert live["flinkConfiguration"][realize.OVERRIDES_KEY] == (
+            "bc764cd8ddf7a0cff126f51c16239658:4")
+        # Any other user is not matched: the admin changes the image.
+        assert _patch(kube, name, ns, image).returncode == 0
+    finally:
+        kube.run("delete", "-f", "-", "--ignore-not-found", stdin=yaml.safe_dump_all(guard),
+                 check=False)
+        kube.run("delete", "flinkdeployment", name, "-n", ns, "--ignore-not-found")
 
 
 # --- the controller under the chart's ServiceAccount ------------------------------------

@@ -10,6 +10,7 @@ are the Justin paper's (§5): busyness kept in [20 %, 80 %], Δθ = 0.8,
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from typing import Annotated, Any
 
 from pydantic import (
@@ -17,26 +18,50 @@ from pydantic import (
     BeforeValidator,
     ConfigDict,
     Field,
+    GetCoreSchemaHandler,
+    GetJsonSchemaHandler,
     PlainSerializer,
     WithJsonSchema,
     model_validator,
 )
 from pydantic.alias_generators import to_camel
+from pydantic.json_schema import JsonSchemaValue
+from pydantic_core import core_schema
+
+from policies.quantity import MIB, QUANTITY_PATTERN, parse_quantity_bytes
 
 _DURATION = re.compile(r"^(?:(\d+(?:\.\d+)?)(ms|s|m|h))+$")
-_DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h)")
-_DURATION_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
+_DURATION_PART = re.compile(r"(\d+)(?:\.(\d+))?(ms|s|m|h)")
+_DURATION_NS = {"ms": 10**6, "s": 10**9, "m": 60 * 10**9, "h": 3600 * 10**9}
 DURATION_PATTERN = r"^([0-9]+(\.[0-9]+)?(ms|s|m|h))+$"
+# Durations the API server can convert: CEL's duration() is Go's, int64 nanoseconds
+# (~2.5 million hours), and fails on more. At most 5 integer digits per number in at
+# most 32 characters stays far below that; a bound's CEL rule converts only such text.
+DURATION_MAX_LENGTH = 32
+SAFE_DURATION_PATTERN = r"^([0-9]{1,5}(\.[0-9]+)?(ms|s|m|h))+$"
+_SAFE_DURATION = re.compile(SAFE_DURATION_PATTERN)
 
 
 def parse_duration(value: Any) -> float:
-    """'2m' -> 120.0, '1m30s' -> 90.0, '500ms' -> 0.5; numbers are seconds."""
+    """'2m' -> 120.0, '1m30s' -> 90.0, '500ms' -> 0.5; numbers are seconds.
+
+    Text is read as Go (and so the API server's CEL) reads it: to whole nanoseconds,
+    a fraction of a nanosecond dropped.
+    """
     if isinstance(value, bool):
         raise ValueError("a duration is a string such as '30s', '2m' or '500ms'")
     if isinstance(value, int | float):
         return float(value)
     if isinstance(value, str) and _DURATION.match(value.strip()):
-        return sum(float(n) * _DURATION_UNITS[u] for n, u in _DURATION_PART.findall(value))
+        if len(value.strip()) > DURATION_MAX_LENGTH:
+            raise ValueError(f"a duration has at most {DURATION_MAX_LENGTH} characters")
+        ns = 0
+        for whole, fraction, unit in _DURATION_PART.findall(value):
+            scale = _DURATION_NS[unit]
+            ns += int(whole) * scale
+            if fraction:
+                ns += int(fraction) * scale // 10 ** len(fraction)
+        return ns / 1e9
     raise ValueError(f"invalid duration {value!r}: use forms such as '30s', '2m', '1m30s', '500ms'")
 
 
@@ -55,28 +80,17 @@ Duration = Annotated[
     float,
     BeforeValidator(parse_duration),
     PlainSerializer(format_duration, return_type=str),
-    WithJsonSchema({"type": "string", "pattern": DURATION_PATTERN}),
+    WithJsonSchema({"type": "string", "pattern": DURATION_PATTERN,
+                    "maxLength": DURATION_MAX_LENGTH}),
 ]
 
-_QUANTITY = re.compile(r"^([0-9]+(?:\.[0-9]+)?)(Ki|Mi|Gi|Ti|k|M|G|T)?$")
-_BYTES = {
-    None: 1, "Ki": 1024, "Mi": 1024**2, "Gi": 1024**3, "Ti": 1024**4,
-    "k": 1000, "M": 1000**2, "G": 1000**3, "T": 1000**4,
-}
-MEMORY_PATTERN = r"^[0-9]+(\.[0-9]+)?(Ki|Mi|Gi|Ti|k|M|G|T)?$"
+MEMORY_PATTERN = QUANTITY_PATTERN
+MEMORY_MAX_LENGTH = 32
 
 
 def parse_memory_mib(value: Any) -> float:
-    """A Kubernetes memory quantity ('158Mi', '2Gi', '1G') in MiB. Plain numbers are MiB."""
-    if isinstance(value, bool):
-        raise ValueError("a memory size is a quantity such as '158Mi' or '2Gi'")
-    if isinstance(value, int | float):
-        return float(value)
-    match = _QUANTITY.match(str(value).strip())
-    if not match:
-        raise ValueError(f"invalid memory quantity {value!r}: use forms such as '158Mi' or '2Gi'")
-    number, unit = match.groups()
-    return float(number) * _BYTES[unit] / 1024**2
+    """A Kubernetes memory quantity ('158Mi', '2Gi', '1G', '2048' bytes) in MiB."""
+    return parse_quantity_bytes(value) / MIB
 
 
 def format_memory_mib(mib: float) -> str:
@@ -89,8 +103,95 @@ MemoryMiB = Annotated[
     float,
     BeforeValidator(parse_memory_mib),
     PlainSerializer(format_memory_mib, return_type=str),
-    WithJsonSchema({"type": "string", "pattern": MEMORY_PATTERN}),
+    WithJsonSchema({"type": "string", "pattern": MEMORY_PATTERN, "maxLength": MEMORY_MAX_LENGTH}),
 ]
+
+
+@dataclass(frozen=True)
+class Within:
+    """Bounds of a Duration (seconds) or MemoryMiB (MiB) field, written once: pydantic
+    checks them on the parsed value, and the CRD carries them as CEL rules on the field
+    (`x-kubernetes-validations`), with the same messages. The API server names the field."""
+
+    low: float | None = None
+    high: float | None = None
+    low_open: bool = False  # > low instead of >= low
+    memory: bool = False  # a MemoryMiB field; else a Duration
+
+    def messages(self) -> tuple[str | None, str | None]:
+        text = format_memory_mib if self.memory else format_duration
+        low = None if self.low is None else (
+            f"must be more than {text(self.low)}" if self.low_open
+            else f"must be at least {text(self.low)}")
+        high = None if self.high is None else f"must be at most {text(self.high)}"
+        return low, high
+
+    @staticmethod
+    def _literal(pattern: str) -> str:
+        """A regex as a CEL string literal: CEL has no '\\.' escape, '[.]' means the same."""
+        text = pattern.replace("\\.", "[.]")
+        if "\\" in text or "'" in text:
+            raise ValueError(f"cannot write {pattern!r} as a CEL string literal")
+        return f"'{text}'"
+
+    def rules(self) -> list[dict[str, str]]:
+        """The CEL rules on the field's string (`self`), guarded so that they never fail to
+        convert: text the pattern refuses (the schema reports it) passes them."""
+        low_msg, high_msg = self.messages()
+        out = []
+        if self.memory:
+            guard = f"!self.matches({self._literal(MEMORY_PATTERN)}) || "
+            for bound, op, msg in ((self.low, ">" if self.low_open else ">=", low_msg),
+                                   (self.high, "<=", high_msg)):
+                if bound is not None:
+                    out.append({"rule": f"{guard}quantity(self).compareTo("
+                                        f"quantity('{format_memory_mib(bound)}')) {op} 0",
+                                "message": str(msg)})
+            return out
+        safe = (f"(size(self) <= {DURATION_MAX_LENGTH} && "
+                f"self.matches({self._literal(SAFE_DURATION_PATTERN)}))")
+        if self.low is not None:
+            op = ">" if self.low_open else ">="
+            out.append({"rule": f"!{safe} || duration(self) {op} "
+                                f"duration('{format_duration(self.low)}')",
+                        "message": str(low_msg)})
+        if self.high is not None:
+            # Too many digits to convert is too long a duration: "at most" says so.
+            out.append({"rule": f"!self.matches({self._literal(DURATION_PATTERN)}) || ({safe} && "
+                                f"duration(self) <= duration('{format_duration(self.high)}'))",
+                        "message": str(high_msg)})
+        return out
+
+    def __get_pydantic_core_schema__(self, source: Any, handler: GetCoreSchemaHandler
+                                     ) -> core_schema.CoreSchema:
+        low_msg, high_msg = self.messages()
+
+        def check(value: float) -> float:
+            if self.low is not None and (value <= self.low if self.low_open else value < self.low):
+                raise ValueError(low_msg)
+            if self.high is not None and value > self.high:
+                raise ValueError(high_msg)
+            return value
+
+        def convertible(value: Any) -> Any:
+            # Text CEL cannot convert to a duration is, for the API server, too long.
+            if (not self.memory and self.high is not None and isinstance(value, str)
+                    and not _SAFE_DURATION.match(value.strip())
+                    and _DURATION.match(value.strip())):
+                raise ValueError(high_msg)
+            return value
+
+        return core_schema.no_info_before_validator_function(
+            convertible, core_schema.no_info_after_validator_function(check, handler(source)))
+
+    def __get_pydantic_json_schema__(self, schema: core_schema.CoreSchema,
+                                     handler: GetJsonSchemaHandler) -> JsonSchemaValue:
+        return dict(handler(schema)) | {"x-kubernetes-validations": self.rules()}
+
+
+# Flink's upper bound of a vertex's max parallelism (KeyGroupRangeAssignment, 2^15).
+MAX_PARALLELISM = 32768
+DAY = 86400.0
 
 
 class SpecModel(BaseModel):
@@ -111,13 +212,18 @@ class ParallelismOverride(SpecModel):
     vertex_id: str | None = Field(
         None, max_length=64, description="Flink JobVertexID (32 hex characters)"
     )
-    min_parallelism: int | None = Field(None, ge=1, description="replaces cpu.minParallelism")
-    max_parallelism: int | None = Field(None, ge=1, description="replaces cpu.maxParallelism")
+    min_parallelism: int | None = Field(
+        None, ge=1, le=MAX_PARALLELISM, description="replaces cpu.minParallelism")
+    max_parallelism: int | None = Field(
+        None, ge=1, le=MAX_PARALLELISM, description="replaces cpu.maxParallelism")
 
     @model_validator(mode="after")
     def _one_selector(self) -> ParallelismOverride:
         if (self.operator_uid is None) == (self.vertex_id is None):
             raise ValueError("set exactly one of operatorUid or vertexId")
+        if (self.min_parallelism is not None and self.max_parallelism is not None
+                and self.min_parallelism > self.max_parallelism):
+            raise ValueError("minParallelism must be <= maxParallelism")
         return self
 
 
@@ -127,9 +233,11 @@ class CpuScaling(SpecModel):
     utilization_min: float = Field(0.2, gt=0, lt=1, description="scale in below this utilization")
     utilization_target: float = Field(0.5, gt=0, le=1, description="utilization to size for")
     utilization_max: float = Field(0.8, gt=0, le=1, description="scale out above this utilization")
-    min_parallelism: int = Field(1, ge=1, description="fewest tasks of any vertex")
+    min_parallelism: int = Field(
+        1, ge=1, le=MAX_PARALLELISM, description="fewest tasks of any vertex")
     max_parallelism: int = Field(
-        200, ge=1, description="most tasks of any vertex (also capped by its max parallelism)"
+        200, ge=1, le=MAX_PARALLELISM,
+        description="most tasks of any vertex (also capped by its max parallelism)",
     )
     overrides: tuple[ParallelismOverride, ...] = Field(
         (), max_length=100,
@@ -141,10 +249,10 @@ class CpuScaling(SpecModel):
     max_scale_down_factor: float = Field(
         0.6, gt=0, lt=1, description="new parallelism >= p * (1 - factor)"
     )
-    scale_down_delay: Duration = Field(
+    scale_down_delay: Annotated[Duration, Within(high=DAY)] = Field(
         300.0, description="a vertex must want fewer tasks this long before it gets them"
     )
-    catch_up_duration: Duration = Field(
+    catch_up_duration: Annotated[Duration, Within(high=DAY)] = Field(
         300.0, description="size sources to drain their lag within this time (0 disables)"
     )
 
@@ -171,8 +279,8 @@ class MemoryScaling(SpecModel):
     """Justin (Algorithm 1): scale a stateful vertex up instead of out when its cache is short."""
 
     enabled: bool = Field(True, description="false: DS2 only; memory levels stay as they are")
-    base_managed_memory: MemoryMiB = Field(
-        158.0, gt=0, description="managed memory per task at level 0; level m gives base * 2^m"
+    base_managed_memory: Annotated[MemoryMiB, Within(1, 64 * 1024, memory=True)] = Field(
+        158.0, description="managed memory per task at level 0; level m gives base * 2^m"
     )
     max_level: int = Field(
         3, ge=1, le=8, description="levels 0..maxLevel-1 are reachable (3: 158, 316, 632 MiB)"
@@ -180,7 +288,7 @@ class MemoryScaling(SpecModel):
     cache_hit_rate_threshold: float = Field(
         0.8, ge=0, le=1, description="Δθ: scale up when the block-cache hit rate is below this"
     )
-    state_latency_threshold: Duration = Field(
+    state_latency_threshold: Annotated[Duration, Within(high=10.0)] = Field(
         0.001, description="Δτ: scale up when mean state access latency is above this"
     )
     min_improvement: float = Field(
@@ -196,8 +304,8 @@ class Limits(SpecModel):
     """Caps on the whole job's task resources; a decision above them is clipped."""
 
     max_cpu_cores: float | None = Field(None, gt=0, description="total CPU cores of all tasks")
-    max_memory: MemoryMiB | None = Field(
-        None, gt=0, description="total task memory: heap, network and managed"
+    max_memory: Annotated[MemoryMiB, Within(1, memory=True)] | None = Field(
+        None, description="total task memory: heap, network and managed"
     )
 
 

@@ -50,7 +50,8 @@ def scaling_params(model: JobModel, policy: PolicyName) -> policies.ScalingParam
         # The paper's sources are generators capped at the target: they never catch
         # up on lag, so DS2 sizes for the target rate (seen through lag growth) only.
         cpu=CpuScaling(overrides=pinned, catch_up_duration=0),
-        memory=MemoryScaling(enabled=policy == "justin", base_managed_memory=BASE_MANAGED_MIB),
+        memory=MemoryScaling(enabled=policy == "justin",
+                             base_managed_memory=f"{BASE_MANAGED_MIB:g}Mi"),
         footprint=TaskFootprint(
             cpu_cores=1.0, heap_mib=HEAP_MIB_PER_TASK, network_mib=NETWORK_MIB_PER_TASK
         ),

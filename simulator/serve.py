@@ -22,7 +22,6 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-import re
 import threading
 import time
 from dataclasses import dataclass
@@ -31,6 +30,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, TypeGuard
 
 from policies.model import VertexConfig
+from policies.quantity import MIB, parse_flink_memory_bytes
 from simulator import flink_format as ff
 from simulator.model import JobModel, load_model
 from simulator.twin import BASE_MANAGED_MIB, HEAP_MIB_PER_TASK, NETWORK_MIB_PER_TASK, Twin
@@ -45,23 +45,13 @@ class ConfigError(ValueError):
     """A FlinkDeployment configuration the twin (like Flink) cannot run."""
 
 
-_FLINK_MEMORY = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?)(?:i?b)?\s*$", re.IGNORECASE)
-_K8S_MEMORY = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(Ki|Mi|Gi|Ti)\s*$")
-
-
 def parse_memory_mib(value: Any) -> float:
-    """'2048m', '2g', '2Gi', '1536Mi' or a byte count, in MiB (Flink and Kubernetes forms)."""
-    if isinstance(value, int | float):
-        return float(value) / 2**20
-    text = str(value)
-    k8s = _K8S_MEMORY.match(text)
-    if k8s:
-        return float(k8s.group(1)) * {"Ki": 2**-10, "Mi": 1, "Gi": 2**10, "Ti": 2**20}[k8s.group(2)]
-    flink = _FLINK_MEMORY.match(text)
-    if not flink:
-        raise ConfigError(f"unreadable memory size {value!r}")
-    scale = {"": 2**-20, "k": 2**-10, "m": 1, "g": 2**10, "t": 2**20}[flink.group(2).lower()]
-    return float(flink.group(1)) * scale
+    """'2048m', '2g', '2Gi', '1536Mi' or a byte count, in MiB, as the Flink operator reads a
+    FlinkDeployment's memory (policies.quantity)."""
+    try:
+        return parse_flink_memory_bytes(value) / MIB
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
 
 
 def configuration_from_flink(

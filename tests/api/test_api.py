@@ -101,7 +101,17 @@ def test_scaling_params_carry_the_sections() -> None:
     ({"taskManager": {"shapes": []}}, "spec.taskManager.shapes"),
     ({"taskManager": {"shapes": [{"slots": 0}]}}, "spec.taskManager.shapes[0].slots"),
     ({"taskManager": {"realization": "inPlace"}}, "spec.taskManager.realization"),
-    ({"placement": {"solverTimeLimit": "0s"}}, "spec.placement"),
+    ({"placement": {"solverTimeLimit": "0s"}}, "spec.placement.solverTimeLimit"),
+    # issue 16.3: what the CRD used to admit and the controller then refused or crashed on
+    ({"metrics": {"window": "99999999999h"}}, "spec.metrics.window"),
+    ({"metrics": {"stabilization": "99999999999h"}}, "spec.metrics.stabilization"),
+    ({"metrics": {"resolution": "1ms"}}, "spec.metrics.resolution"),
+    ({"memory": {"baseManagedMemory": "0"}}, "spec.memory.baseManagedMemory"),
+    ({"memory": {"baseManagedMemory": 158}}, "spec.memory.baseManagedMemory"),
+    ({"limits": {"maxMemory": "0"}}, "spec.limits.maxMemory"),
+    ({"taskManager": {"shapes": [{"memory": "1"}]}}, "spec.taskManager.shapes[0].memory"),
+    ({"cpu": {"overrides": [{"operatorUid": "a", "minParallelism": 50, "maxParallelism": 2}]}},
+     "spec.cpu.overrides[0]"),
     ({"cpu": {"utilizationMin": 0.2, "typo": 1}}, "spec.cpu.typo"),
 ])
 def test_invalid_input_names_the_field(spec: dict[str, Any], field: str) -> None:
@@ -370,3 +380,17 @@ def test_summary_names_the_most_telling_change_or_none() -> None:
         "action": Action.SCALE_OUT, "parallelism_after": 5}),)})
     assert api.Status().with_decision(out).summary.last_action == (
         "scale-out Source: Nexmark Bids p2→5")
+
+
+def test_the_smallest_task_manager_has_task_heap_for_every_slot() -> None:
+    """1 GiB is the CRD's lower bound of a shape's memory because Flink (default memory
+    options) starts such a TaskManager with task heap for each of up to 256 slots, and
+    one with 960 MiB not at all."""
+    from packer.flink_memory import task_manager_memory
+
+    smallest = api.TaskManagerShape(memory=f"{api.MIN_TASK_MANAGER_MIB:g}Mi", slots=256)
+    assert smallest.slot_footprint().heap_mib > 0
+    with pytest.raises(ValueError, match="no task heap"):
+        task_manager_memory(960)
+    with pytest.raises(ValidationError, match="must be at least 1Gi"):
+        api.TaskManagerShape(memory="1023Mi")

@@ -56,7 +56,7 @@ def test_validate_rejects_a_task_manager_flink_cannot_start(tmp_path: Path) -> N
     path.write_text(yaml.safe_dump(doc))
     result = runner.invoke(app, ["validate", str(path)])
     assert result.exit_code == 1
-    assert "spec.taskManager.shapes[1].memory: process memory 512" in result.output
+    assert "spec.taskManager.shapes[1].memory: must be at least 1Gi" in result.output
     assert "shapes[0]" not in result.output
 
 

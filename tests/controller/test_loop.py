@@ -222,7 +222,7 @@ def test_scale_out_when_the_cache_is_fine() -> None:
     world = World(metrics=FakeMetrics(overloaded(0.99)))
     world.run()
     conf = world.deployments.applied[0]["spec"]["flinkConfiguration"]
-    assert f"{COUNTER}:2" not in conf[OVERRIDES_KEY]
+    assert conf[OVERRIDES_KEY] == f"{SOURCE}:2,{COUNTER}:4"  # DS2's scale-out, not a scale-up
     assert "ScaledOut" in world.events.reasons()
 
 
@@ -347,7 +347,7 @@ def test_adaptive_mode_writes_no_per_operator_resources() -> None:
     world.run(policy(taskManager={"realization": "adaptive"}))
     [body] = world.deployments.applied
     assert set(body["spec"]["flinkConfiguration"]) == {OVERRIDES_KEY}
-    assert f"{COUNTER}:2" not in body["spec"]["flinkConfiguration"][OVERRIDES_KEY]
+    assert body["spec"]["flinkConfiguration"][OVERRIDES_KEY] == f"{SOURCE}:2,{COUNTER}:4"
 
 
 def memory_world(cache_mib: float, write_buffer_ratio: str | None = None) -> World:

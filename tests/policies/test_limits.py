@@ -13,7 +13,9 @@ FOOTPRINT = TaskFootprint(cpu_cores=0.5, heap_mib=100, network_mib=50)
 
 def params(max_cpu: float | None = None, max_mem: float | None = None, **cpu: int) -> ScalingParams:
     return ScalingParams(
-        cpu=CpuScaling(**cpu), limits=Limits(max_cpu_cores=max_cpu, max_memory=max_mem),
+        cpu=CpuScaling(**cpu),
+        limits=Limits(max_cpu_cores=max_cpu,
+                      max_memory=None if max_mem is None else f"{max_mem}Mi"),
         footprint=FOOTPRINT,
     )
 

@@ -100,7 +100,7 @@ def scenarios(draw: st.DrawFn, with_limits: bool = True) -> Scenario:
     limits = Limits()
     if with_limits and draw(st.booleans()):
         limits = Limits(max_cpu_cores=draw(st.floats(1, 100)),
-                        max_memory=draw(st.none() | st.floats(500, 50_000)))
+                        max_memory=draw(st.none() | st.floats(500, 50_000).map(lambda m: f"{m}Mi")))
     params = ScalingParams(
         cpu=cpu, memory=memory, limits=limits,
         footprint=TaskFootprint(cpu_cores=draw(st.sampled_from([0.25, 1.0, 2.0])), heap_mib=100),
