@@ -193,6 +193,11 @@ class TwinServer:
                  base_managed_mib: float = BASE_MANAGED_MIB, tick_interval_s: float = 0.2) -> None:
         self.seed, self.time_scale, self.downtime_scale = seed, time_scale, downtime_scale
         self.base_managed_mib = base_managed_mib
+        # The twins' epoch clock agrees with the wall clock here and runs time_scale times
+        # faster from then on (now_ms); a client that follows the same rule (e.g. the real
+        # flink-autoscaler in bench/peer) sees Flink's timestamps and durations consistent
+        # with the virtual time the twins run in.
+        self.clock_anchor_ms = _wall_ms()
         self._host = host
         self._tick_interval = tick_interval_s
         self._jobs: dict[tuple[str, str], Hosted] = {}
@@ -253,6 +258,10 @@ class TwinServer:
                     hosted.twin.advance(elapsed * self.time_scale)
                     hosted.last_advance = now
 
+    def now_ms(self) -> int:
+        """Epoch milliseconds on the twins' clock (see clock_anchor_ms)."""
+        return self.clock_anchor_ms + int((_wall_ms() - self.clock_anchor_ms) * self.time_scale)
+
     # ---- the Python API --------------------------------------------------
 
     def add_job(self, namespace: str, name: str, flink_configuration: dict[str, str],
@@ -266,7 +275,7 @@ class TwinServer:
         config = configuration_from_flink(model, flink_configuration, self.base_managed_mib)
         twin = Twin(model, seed=self.seed, base_managed_mib=self.base_managed_mib,
                     downtime_scale=self.downtime_scale, configuration=config, history_s=600)
-        job = _deployed(namespace, name, 0, _now_ms(), flink_configuration, task_manager)
+        job = _deployed(namespace, name, 0, self.now_ms(), flink_configuration, task_manager)
         with self._lock:
             if (namespace, name) in self._jobs:
                 raise ConfigError(f"{namespace}/{name} already exists: use reconfigure")
@@ -313,8 +322,8 @@ class TwinServer:
             new_pods = not in_place and task_manager != hosted.task_manager
             downtime = hosted.twin.apply(config, restart=new_pods)
             if downtime > 0:
-                now = _now_ms()
-                running_ms = now + int(1000 * downtime / self.time_scale)
+                now = self.now_ms()
+                running_ms = now + int(1000 * downtime)
                 if in_place:  # the same job restarts its tasks
                     hosted.job = replace(hosted.job, running_ms=running_ms, restarting_ms=now)
                 else:  # a new job, submitted now, running once restored
@@ -370,7 +379,7 @@ class TwinServer:
 
     def metrics_text(self) -> str:
         scrape = ff.Scrape()
-        now = _now_ms()
+        now = self.now_ms()
         with self._lock:
             for hosted in self._jobs.values():
                 ff.add_job_metrics(scrape, hosted.job, hosted.twin, now)
@@ -390,6 +399,10 @@ class TwinServer:
                 hosted = self._get(namespace, name)
             except KeyError:
                 raise RestError(HTTPStatus.NOT_FOUND, "Not found: " + split.path) from None
+            # Counters and timestamps as of now, not of the last clock tick: at a high
+            # time_scale a tick is seconds of virtual time, and a client deriving rates
+            # from counters over its own clock would see that as jitter.
+            self.advance_all()
             if method == "PUT":
                 if (len(parts) == 3 and parts[0] == "jobs"
                         and parts[2] == "resource-requirements"):
@@ -400,7 +413,7 @@ class TwinServer:
 
     def _get_rest(self, hosted: Hosted, parts: list[str], query: dict[str, str],
                   where: str) -> Any:
-        job, twin, now = hosted.job, hosted.twin, _now_ms()
+        job, twin, now = hosted.job, hosted.twin, self.now_ms()
         names = _names(query.get("get"))
         aggs = _aggregations(query.get("agg"))
         if parts == ["jobs", "overview"]:
@@ -493,9 +506,8 @@ class TwinServer:
             lower_bounds[vid] = lower
         downtime = twin.apply(config)
         if downtime > 0:
-            now = _now_ms()
-            hosted.job = replace(hosted.job, running_ms=now + int(1000 * downtime /
-                                                                   self.time_scale),
+            now = self.now_ms()
+            hosted.job = replace(hosted.job, running_ms=now + int(1000 * downtime),
                                  restarting_ms=now)
         hosted.lower_bounds = lower_bounds
         return {}
@@ -521,7 +533,7 @@ def _aggregations(text: str | None) -> list[str]:
     return wanted
 
 
-def _now_ms() -> int:
+def _wall_ms() -> int:
     return int(time.time() * 1000)
 
 

@@ -82,7 +82,7 @@ public final class Evaluate {
         var runningSince = first.minus(conf.get(AutoScalerOptions.STABILIZATION_INTERVAL));
 
         var realizer = new Recorder();
-        var upstream = new Upstream<JobAutoScalerContext<String>>(new ReplayCollector(), realizer);
+        var upstream = new Upstream<JobAutoScalerContext<String>>(new ReplayCollector(), e -> realizer);
         var collector = (ReplayCollector) upstream.collector;
         var jobId = new JobID(0, 0);
         Instant decidedAt = null;

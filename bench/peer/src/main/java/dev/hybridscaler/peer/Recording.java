@@ -162,6 +162,7 @@ final class Recording {
                                 if (e.getValue().isContainerNode()) {
                                     throw new InputError("options." + e.getKey(), "must be a scalar");
                                 }
+                                Options.check(e.getKey(), "options." + e.getKey());
                                 r.options.put(e.getKey(), e.getValue().asText());
                             });
         }

@@ -21,6 +21,7 @@ import java.util.ArrayList;
 import java.util.List;
 import java.util.Locale;
 import java.util.Map;
+import java.util.function.Function;
 
 /**
  * Upstream's autoscaler, assembled as the operator and the standalone autoscaler assemble it:
@@ -79,10 +80,12 @@ final class Upstream<C extends JobAutoScalerContext<String>> {
     final ScalingExecutor<String, C> executor = new ScalingExecutor<>(events, store);
     final JobAutoScalerImpl<String, C> autoscaler;
 
-    Upstream(ScalingMetricCollector<String, C> collector, ScalingRealizer<String, C> realizer) {
+    /** {@code realizer} is given upstream's event handler, as upstream's realizers are. */
+    Upstream(ScalingMetricCollector<String, C> collector,
+            Function<AutoScalerEventHandler<String, C>, ScalingRealizer<String, C>> realizer) {
         this.collector = collector;
-        this.autoscaler = new JobAutoScalerImpl<>(
-                collector, new ScalingMetricEvaluator(), executor, events, realizer, store);
+        this.autoscaler = new JobAutoScalerImpl<>(collector, new ScalingMetricEvaluator(),
+                executor, events, realizer.apply(events), store);
     }
 
     void setClock(Clock clock) {

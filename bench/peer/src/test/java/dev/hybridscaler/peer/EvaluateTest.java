@@ -32,10 +32,11 @@ class EvaluateTest {
     void saturatedSessionWindowIsScaledOutAndAlignedToKeyGroups() throws Exception {
         JsonNode out = Evaluate.evaluate(Recording.parse(q11()));
         assertTrue(out.get("rescale").asBoolean());
-        // TPR = 40,000 / 0.985 (MAX busy); target capacity = 60,000 / 0.5 + lag / 30 min
-        // + 60,000 × 5 min restart / 30 min = 131,333 → 4 × 3.23 = 12.9 → 13 → 16 (divides 128).
+        // Target capacity = 60,000 / 0.5 + 2.4M lag / 30 min + 60,000 × 5 min restart / 30 min
+        // = 131,333. Session: TPR 40,000 / 0.985 (MAX busy) → 4 × 3.23 = 12.9 → 13 → 16 (divides
+        // 128). Source: TPR 40,000 / 0.31 = 129,032 → 2 × 1.018 → 3 (no key groups to align to).
         assertEquals(16, out.get("parallelism").get(SESSION).asInt());
-        assertEquals(2, out.get("parallelism").get(SOURCE).asInt());
+        assertEquals(3, out.get("parallelism").get(SOURCE).asInt());
         assertEquals(1, out.get("parallelism").get(SINK).asInt()); // excluded
         assertEquals(40609.137,
                 out.get("evaluated").get(SESSION).get("true_processing_rate").get("average")
@@ -71,6 +72,15 @@ class EvaluateTest {
         assertEquals(20000 / load,
                 out.get("evaluated").get(SESSION).get("true_processing_rate").get("average")
                         .asDouble(), 1.0);
+    }
+
+    @Test
+    void anOptionThisReleaseDoesNotKnowIsRefusedNotIgnored() throws Exception {
+        var input = q11();
+        ((ObjectNode) input.get("options")).put("job.autoscaler.utilization.target", "0.5");
+        var error = assertThrows(Json.InputError.class, () -> Recording.parse(input));
+        assertTrue(error.getMessage().startsWith(
+                "options.job.autoscaler.utilization.target: flink-autoscaler 1.10.0 has no option"));
     }
 
     @Test
