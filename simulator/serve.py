@@ -190,8 +190,14 @@ class TwinServer:
 
     def __init__(self, host: str = "127.0.0.1", port: int = 0, *, seed: int = 0,
                  time_scale: float = 1.0, downtime_scale: float = 1.0,
-                 base_managed_mib: float = BASE_MANAGED_MIB, tick_interval_s: float = 0.2) -> None:
+                 base_managed_mib: float = BASE_MANAGED_MIB, tick_interval_s: float = 0.2,
+                 manual_clock: bool = False) -> None:
         self.seed, self.time_scale, self.downtime_scale = seed, time_scale, downtime_scale
+        # manual_clock: virtual time moves only by step(), never with the wall clock, so a
+        # client driven in lockstep (bench/peer) sees the twins exactly at its own clock's time
+        # however slow the machine is.
+        self.manual_clock = manual_clock
+        self._virtual_s = 0.0
         self.base_managed_mib = base_managed_mib
         # The twins' epoch clock agrees with the wall clock here and runs time_scale times
         # faster from then on (now_ms); a client that follows the same rule (e.g. the real
@@ -250,6 +256,8 @@ class TwinServer:
 
     def advance_all(self) -> None:
         """Bring every twin up to the wall clock (the clock thread calls this)."""
+        if self.manual_clock:
+            return
         now = time.monotonic()
         with self._lock:
             for hosted in self._jobs.values():
@@ -260,7 +268,18 @@ class TwinServer:
 
     def now_ms(self) -> int:
         """Epoch milliseconds on the twins' clock (see clock_anchor_ms)."""
+        if self.manual_clock:
+            return self.clock_anchor_ms + int(self._virtual_s * 1000)
         return self.clock_anchor_ms + int((_wall_ms() - self.clock_anchor_ms) * self.time_scale)
+
+    def step(self, seconds: float) -> None:
+        """Manual clock: run every twin `seconds` of virtual time."""
+        if not self.manual_clock:
+            raise RuntimeError("step() needs TwinServer(manual_clock=True)")
+        with self._lock:
+            for hosted in self._jobs.values():
+                hosted.twin.advance(seconds)
+            self._virtual_s += seconds
 
     # ---- the Python API --------------------------------------------------
 

@@ -67,6 +67,7 @@ public final class Peer {
         long intervalMs = 10_000; // the standalone autoscaler's control-loop interval
         long durationMs = Long.MAX_VALUE;
         String warmup = null;
+        boolean lockstep = false;
         for (int i = 0; i < args.length; i++) {
             String a = args[i];
             if (a.startsWith("-D") && a.contains("=")) {
@@ -81,6 +82,7 @@ public final class Peer {
             switch (a) {
                 case "--rest" -> urls.add(v);
                 case "--warmup" -> warmup = v;
+                case "--lockstep" -> lockstep = Boolean.parseBoolean(v);
                 case "--time-scale" -> scale = Double.parseDouble(v);
                 case "--clock-anchor-ms" -> anchor = Long.parseLong(v);
                 case "--interval-s" -> intervalMs = Math.round(Double.parseDouble(v) * 1000);
@@ -97,7 +99,7 @@ public final class Peer {
         if (urls.isEmpty()) {
             usage("give at least one --rest URL");
         }
-        var clock = new ScaledClock(anchor, scale);
+        var clock = lockstep ? new ScaledClock(anchor, 0) : new ScaledClock(anchor, scale);
         var clients = new LinkedHashMap<String, SharedClient>();
         for (var url : urls) {
             var uri = URI.create(url);
@@ -110,23 +112,28 @@ public final class Peer {
                 new RestApiMetricsCollector<>(), RescaleApiRealizer::new);
         upstream.setClock(clock);
 
-        long end = durationMs == Long.MAX_VALUE ? Long.MAX_VALUE : clock.millis() + durationMs;
         Duration timeout = base.get(AutoScalerOptions.FLINK_CLIENT_TIMEOUT);
+        if (lockstep) {
+            // The bench owns time: each stdin line is the epoch ms of one control loop, run
+            // with upstream's clock stopped there while the twins wait; then {"done": ms}.
+            var in = new java.io.BufferedReader(new java.io.InputStreamReader(
+                    System.in, java.nio.charset.StandardCharsets.UTF_8));
+            for (String line = in.readLine(); line != null; line = in.readLine()) {
+                if (line.isBlank()) {
+                    continue;
+                }
+                clock.set(Long.parseLong(line.strip()));
+                controlLoop(base, clients, upstream, clock, timeout);
+                System.out.println("{\"done\": " + clock.millis() + "}");
+                System.out.flush();
+            }
+            clients.values().forEach(SharedClient::reallyClose);
+            System.exit(0);
+        }
+        long end = durationMs == Long.MAX_VALUE ? Long.MAX_VALUE : clock.millis() + durationMs;
         while (clock.millis() < end) {
             long loopStart = System.nanoTime();
-            for (var entry : clients.entrySet()) {
-                for (var context : contexts(base, entry.getValue(), timeout)) {
-                    try {
-                        upstream.scale(context);
-                    } catch (Throwable e) {
-                        upstream.events.handleException(context, "AutoscalerError", e);
-                    }
-                    for (var e : upstream.events.drain()) {
-                        print(clock, entry.getKey(), context.getJobKey(), e);
-                    }
-                    upstream.events.error = null;
-                }
-            }
+            controlLoop(base, clients, upstream, clock, timeout);
             double loopMs = (System.nanoTime() - loopStart) / 1e6;
             if (loopMs * clock.scale > intervalMs) {
                 // The loop took longer than its interval on the twin's clock: samples thin out.
@@ -137,6 +144,25 @@ public final class Peer {
         }
         clients.values().forEach(SharedClient::reallyClose);
         System.exit(0);
+    }
+
+    /** One pass over every cluster's jobs, as the standalone executor's scaling() does. */
+    static void controlLoop(Configuration base, Map<String, SharedClient> clients,
+            Upstream<JobAutoScalerContext<String>> upstream, ScaledClock clock,
+            Duration timeout) {
+        for (var entry : clients.entrySet()) {
+            for (var context : contexts(base, entry.getValue(), timeout)) {
+                try {
+                    upstream.scale(context);
+                } catch (Throwable e) {
+                    upstream.events.handleException(context, "AutoscalerError", e);
+                }
+                for (var e : upstream.events.drain()) {
+                    print(clock, entry.getKey(), context.getJobKey(), e);
+                }
+                upstream.events.error = null;
+            }
+        }
     }
 
     /**
@@ -189,6 +215,9 @@ public final class Peer {
                                 EmptyRequestBody.getInstance())
                         .get(timeout.toSeconds(), TimeUnit.SECONDS)
                         .forEach(e -> conf.setString(e.getKey(), e.getValue()));
+                for (var key : conf.keySet()) {
+                    Options.check(key, "job " + id + " configuration");
+                }
                 out.add(new JobAutoScalerContext<>(id.toHexString(), id, job.getJobState(), conf,
                         new UnregisteredMetricsGroup(), () -> client));
             }
