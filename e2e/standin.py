@@ -43,12 +43,13 @@ from typing import Any
 from kubernetes import client, config, watch
 from kubernetes.client.exceptions import ApiException
 
+from simulator import flink_format as ff
 from simulator.serve import JOB_MODEL_KEY, SLOTS_KEY, ConfigError, TwinServer, parse_memory_mib
 
 log = logging.getLogger("standin")
 
 GROUP, VERSION, PLURAL = "flink.apache.org", "v1beta1", "flinkdeployments"
-FLINK_VERSION = "1.20.5"
+FLINK_VERSION = ff.FLINK_VERSION
 DEFAULT_IMAGE = "flink:1.20"
 # Labels Flink's native Kubernetes integration puts on its pods.
 TYPE_LABEL = {"type": "flink-native-kubernetes"}

@@ -61,10 +61,12 @@ class DeployedJob:
     tm_cpu: float
     tm_memory_mib: float
     restarts: int
-    # When the job (re-)entered RUNNING (ms, may lie ahead while it restarts) and when
-    # it last entered RESTARTING (0: never): Flink's `timestamps` of the job.
+    # When the job's current execution graph was created and when it (re-)entered RUNNING
+    # (ms; may lie ahead while it restarts): its `timestamps`. 0: at start_ms. An in-place
+    # rescale by the adaptive scheduler creates a new graph (recorded: CREATED and RUNNING
+    # move, RESTARTING stays 0).
     running_ms: int = 0
-    restarting_ms: int = 0
+    created_ms: int = 0
 
 
 class Family:
@@ -274,7 +276,7 @@ def jobs_overview(job: DeployedJob, twin: Twin, now_ms: int) -> dict[str, Any]:
     return {"jobs": [{
         "jid": job.job_id, "name": job.job_name, "start-time": job.start_ms, "end-time": -1,
         "duration": max(0, now_ms - job.start_ms), "state": state,
-        "last-modification": max(job.start_ms, job.restarting_ms, running_since(job, now_ms)),
+        "last-modification": max(job.start_ms, job.created_ms, running_since(job, now_ms)),
         "tasks": tasks,
     }]}
 
@@ -323,8 +325,8 @@ def job_details(job: DeployedJob, twin: Twin, now_ms: int) -> dict[str, Any]:
     timestamps = {s: 0 for s in ("RECONCILING", "RESTARTING", "CANCELLING", "CREATED", "RUNNING",
                                  "FAILING", "FAILED", "FINISHED", "INITIALIZING", "CANCELED",
                                  "SUSPENDED")}
-    timestamps.update(CREATED=job.start_ms, INITIALIZING=job.start_ms,
-                      RUNNING=running_since(job, now_ms), RESTARTING=job.restarting_ms)
+    timestamps.update(CREATED=job.created_ms or job.start_ms, INITIALIZING=job.start_ms,
+                      RUNNING=running_since(job, now_ms))
     total = sum(v.parallelism for v in graph.vertices)
     return {
         "jid": job.job_id, "name": job.job_name, "isStoppable": False, "state": state,
@@ -438,6 +440,7 @@ def _taskmanagers(job: DeployedJob, twin: Twin, heap_mib: float, network_mib: fl
 OPERATOR_NAME_MAX_LENGTH = 80
 _QUERY_UNSAFE = re.compile(r"[ .:,]")
 AGGREGATIONS = ("min", "max", "avg", "sum", "skew")
+FLINK_VERSION = "1.20.5"
 
 
 def metric_store_name(operator_name: str) -> str:
@@ -579,3 +582,14 @@ def resource_requirements(twin: Twin, lower_bounds: dict[str, int]) -> dict[str,
     return {vid: {"parallelism": {"lowerBound": lower_bounds.get(vid, 1),
                                   "upperBound": vc.parallelism}}
             for vid, vc in twin.configuration.items()}
+
+
+def cluster_overview(job: DeployedJob, twin: Twin) -> dict[str, Any]:
+    """`GET /overview`: the cluster's TaskManagers, slots and jobs."""
+    store = jobmanager_store(job, twin)
+    return {
+        "taskmanagers": int(store["numRegisteredTaskManagers"]), "slots-total":
+        int(store["taskSlotsTotal"]), "slots-available": int(store["taskSlotsAvailable"]),
+        "jobs-running": 1, "jobs-finished": 0, "jobs-cancelled": 0, "jobs-failed": 0,
+        "flink-version": FLINK_VERSION, "flink-commit": "twin",
+    }

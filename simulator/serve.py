@@ -344,7 +344,7 @@ class TwinServer:
                 now = self.now_ms()
                 running_ms = now + int(1000 * downtime)
                 if in_place:  # the same job restarts its tasks
-                    hosted.job = replace(hosted.job, running_ms=running_ms, restarting_ms=now)
+                    hosted.job = replace(hosted.job, running_ms=running_ms, created_ms=now)
                 else:  # a new job, submitted now, running once restored
                     hosted.job = _deployed(namespace, name, hosted.job.restarts + 1, now,
                                            flink_configuration, task_manager, running_ms)
@@ -439,6 +439,8 @@ class TwinServer:
             return ff.jobs_overview(job, twin, now)
         if parts == ["jobs"]:
             return {"jobs": [{"id": job.job_id, "status": ff.job_state(twin)}]}
+        if parts == ["overview"]:
+            return ff.cluster_overview(job, twin)
         if parts == ["jobmanager", "metrics"]:
             return ff.metric_values(ff.jobmanager_store(job, twin), names)
         if parts == ["jobmanager", "config"]:
@@ -463,6 +465,8 @@ class TwinServer:
             self._job_of(hosted, parts[1])
             if not rest:
                 return ff.job_details(job, twin, now)
+            if rest == ["status"]:
+                return {"status": ff.job_state(twin)}
             if rest == ["plan"]:
                 return {"plan": ff.plan(job, twin)}
             if rest == ["config"]:
@@ -500,7 +504,8 @@ class TwinServer:
         twin = hosted.twin
         unknown = sorted(set(body) - set(twin.configuration))
         if unknown:
-            raise RestError(HTTPStatus.BAD_REQUEST, f"Job vertex {unknown[0]} not found")
+            raise RestError(HTTPStatus.BAD_REQUEST,
+                            f"Job vertex [{unknown[0]}] was not found in the JobGraph.")
         missing = sorted(set(twin.configuration) - set(body))
         if missing:
             raise RestError(HTTPStatus.BAD_REQUEST,
@@ -527,7 +532,7 @@ class TwinServer:
         if downtime > 0:
             now = self.now_ms()
             hosted.job = replace(hosted.job, running_ms=now + int(1000 * downtime),
-                                 restarting_ms=now)
+                                 created_ms=now)
         hosted.lower_bounds = lower_bounds
         return {}
 
