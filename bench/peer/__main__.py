@@ -1,6 +1,6 @@
 """The real Flink autoscaler against the twin, side by side with our policies, in one run.
 
-    .venv/bin/python -m bench.peer                     # q1 q3 q8 q11, 90 min at 60x
+    .venv/bin/python -m bench.peer                     # q1 q3 q8 q11, 5 h of virtual time
     .venv/bin/python -m bench.peer --jobs q11 --time-scale 1 --duration 20m \\
         --window 3m --stabilization 1m                 # a slow run, to check the fast one
 
@@ -14,7 +14,7 @@ the wall clock, and upstream's clock follows it. Our side runs `simulate`'s clos
 (DS2 + memory scaling, the best policy we have); the oracle is the physical limit, not a
 policy. Every row is measured the same way (`simulator.loop`'s definitions): reconfigurations,
 time to target, final configuration, cores and memory as the paper counts them, peak lag.
-Writes bench/results/peer.json.
+Writes bench/results/peer.json; `--update-doc` rewrites the table in docs/simulator.md.
 """
 
 from __future__ import annotations
@@ -49,7 +49,10 @@ from simulator.twin import Twin, paper_resources
 
 JOBS = ("q1", "q3", "q8", "q11")
 NAMESPACE = "peer"
-RESULTS = Path(__file__).resolve().parent.parent / "results" / "peer.json"
+ROOT = Path(__file__).resolve().parent.parent.parent
+RESULTS = ROOT / "bench" / "results" / "peer.json"
+DOC = ROOT / "docs" / "simulator.md"
+BEGIN, END = "<!-- peer:begin -->", "<!-- peer:end -->"
 TASK_MANAGER = {"resource": {"cpu": 4, "memory": "2048m"}, "replicas": 1}
 
 
@@ -235,6 +238,8 @@ def peak_lag(result: RunResult) -> float:
 
 def entry(result: RunResult) -> dict[str, Any]:
     out = result.as_json()
+    # One sample a minute keeps hours of four jobs in a file worth committing.
+    out["trajectory"] = [s for s in out["trajectory"] if round(s["t"]) % 60 == 0]
     out["peak_lag"] = round(peak_lag(result))
     out["final"] = describe(result.model, result.final)
     out["steps_at_s"] = [round(s.time, 1) for s in result.steps]
@@ -252,7 +257,8 @@ def ratio(ours: float | None, theirs: float | None) -> str:
 def table(report: dict[str, Any]) -> str:
     lines = [
         "| job | autoscaler | reconfigs (to target) | time to target | cores | memory MB | "
-        "peak lag | final configuration (p;MB) | cores / memory / peak lag vs upstream |",
+        "peak lag | final configuration (p;MB) | vs upstream: reconfigs / time to target / "
+        "cores / memory / peak lag |",
         "|---|---|---|---|---|---|---|---|---|",
     ]
     for job, rows in report["jobs"].items():
@@ -263,6 +269,8 @@ def table(report: dict[str, Any]) -> str:
             steps = f"{e['steps']} ({'-' if to is None else to})" if policy else "-"
             when = ("-" if at is None else f"{at:.0f} s") if policy else "-"
             vs = "" if name == "flink-autoscaler" else " / ".join((
+                ratio(e["steps"], up["steps"]) if policy else "-",
+                ratio(at, up["converged_at_s"]) if policy else "-",
                 ratio(e["cpu_cores"], up["cpu_cores"]), ratio(e["memory_mb"], up["memory_mb"]),
                 ratio(lag, up["peak_lag"])))
             lines.append(
@@ -279,7 +287,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--time-scale", type=float, default=None,
                         help="run both clocks with the wall clock, this many virtual seconds "
                              "per wall second (default: lockstep, as fast as the machine goes)")
-    parser.add_argument("--duration", default="90m", help="virtual time per job")
+    parser.add_argument("--duration", default="300m",
+                        help="virtual time per job (upstream's scale-downs wait an hour each)")
     parser.add_argument("--interval", default="60s",
                         help="upstream's control-loop interval (the operator reconciles every "
                              "60 s by default; the standalone autoscaler every 10 s)")
@@ -293,6 +302,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--no-ours", action="store_true", help="only the upstream autoscaler")
     parser.add_argument("--out", type=Path, default=RESULTS)
+    parser.add_argument("--update-doc", action="store_true",
+                        help=f"also rewrite the table in {DOC.relative_to(ROOT)}")
     args = parser.parse_args(argv)
     jobs = [j.strip() for j in args.jobs.split(",") if j.strip()]
     duration_s = parse_duration(args.duration)
@@ -336,8 +347,13 @@ def main(argv: list[str] | None = None) -> int:
     print(f"\nwall time: upstream {wall_upstream:.0f} s for {duration_s / 60:.0f} virtual min "
           f"x {len(jobs)} jobs ({settings['clock']}); total {report['wall_s']['total']:.0f} s")
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(report, indent=1, default=_json_default) + "\n")
+    args.out.write_text(json.dumps(report, default=_json_default) + "\n")
     print(f"written {args.out}")
+    if args.update_doc:
+        text = DOC.read_text()
+        start, end = text.index(BEGIN) + len(BEGIN), text.index(END)
+        DOC.write_text(text[:start] + "\n" + table(report) + "\n" + text[end:])
+        print(f"updated {DOC}")
     return 0
 
 
