@@ -14,7 +14,8 @@ Session-scoped
   prometheus             Prometheus: query(promql), wait_for(promql, predicate)
   twin                   Twin: status(ns, name) (the twin's view of a job) and
                          rest(ns, name, path) (the JobManager REST API it serves);
-                         rest_url(ns, name) is what a controller should be given
+                         rest_url(ns, name): that deployment's REST address (host:port);
+                         a controller process gets StackInfo.controller_env() instead
 Function-scoped
   namespace              str: a fresh namespace, deleted after the test
   flink_deployment       factory(name, model="read", replicas=2, ...) -> dict: creates

@@ -1,7 +1,9 @@
 """The stand-in for the Flink Kubernetes Operator plus Flink, in one process.
 
 It hosts the twin (`simulator.serve.TwinServer`: Flink-format `/metrics`, and the
-JobManager REST API of each deployment under `/{namespace}/{name}/...`) and plays
+JobManager REST API of each deployment on a loopback port of its own, also reachable
+as `http://<name>-rest.<namespace>.svc:8081` through the twin's port used as an HTTP
+proxy) and plays
 the operator for every FlinkDeployment whose `spec.flinkConfiguration` names a twin
 job model (`hybridscaler.twin.job-model`, docs/flink-contract.md); others are left
 alone, as a real operator would leave them to another.
@@ -41,12 +43,13 @@ from typing import Any
 from kubernetes import client, config, watch
 from kubernetes.client.exceptions import ApiException
 
+from simulator import flink_format as ff
 from simulator.serve import JOB_MODEL_KEY, SLOTS_KEY, ConfigError, TwinServer, parse_memory_mib
 
 log = logging.getLogger("standin")
 
 GROUP, VERSION, PLURAL = "flink.apache.org", "v1beta1", "flinkdeployments"
-FLINK_VERSION = "1.20.5"
+FLINK_VERSION = ff.FLINK_VERSION
 DEFAULT_IMAGE = "flink:1.20"
 # Labels Flink's native Kubernetes integration puts on its pods.
 TYPE_LABEL = {"type": "flink-native-kubernetes"}

@@ -119,6 +119,22 @@ def test_a_flink_deployment_gets_its_pods_running_on_kwok_nodes(
     assert overview[0]["state"] == "RUNNING"
 
 
+def test_each_deployment_has_its_own_rest_endpoint_also_under_its_service_name(
+    namespace: str, flink_deployment: FlinkDeploymentFactory, twin: Twin, e2e_stack: StackInfo
+) -> None:
+    flink_deployment("read")
+    flink_deployment("update", model="update")
+    urls = {name: twin.rest_url(namespace, name) for name in ("read", "update")}
+    assert len(set(urls.values())) == 2 and all(u.count("/") == 2 for u in urls.values())
+    env = e2e_stack.controller_env()
+    for name, url in urls.items():
+        direct = requests.get(f"{url}/v1/jobs/overview", timeout=5).json()
+        # The controller's production default URL, through the proxy it is started with.
+        service = requests.get(f"http://{name}-rest.{namespace}.svc:8081/v1/jobs/overview",
+                               proxies={"http": env["http_proxy"]}, timeout=5).json()
+        assert [j["jid"] for j in service["jobs"]] == [j["jid"] for j in direct["jobs"]]
+
+
 def test_prometheus_answers_busy_time_of_the_job(
     flink_deployment: FlinkDeploymentFactory, prometheus: Prometheus
 ) -> None:

@@ -147,6 +147,11 @@ def serve(
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     with server:
-        typer.echo(f"twin serving {len(jobs)} job(s) on {server.url}: /metrics, /<ns>/<name>/jobs/")
+        typer.echo(f"twin serving {len(jobs)} job(s) on {server.url}: /metrics, /control/jobs")
+        for namespace, name in server.jobs():
+            typer.echo(f"  {namespace}/{name}: Flink REST {server.rest_url(namespace, name)}")
+        if time_scale != 1.0:
+            typer.echo(f"  clock: epoch ms = {server.clock_anchor_ms} + (wall ms - "
+                       f"{server.clock_anchor_ms}) x {time_scale:g}")
         with contextlib.suppress(KeyboardInterrupt):
             stop.wait()

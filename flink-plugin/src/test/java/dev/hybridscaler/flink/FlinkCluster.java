@@ -123,6 +123,16 @@ final class FlinkCluster implements AutoCloseable {
         return cluster;
     }
 
+    /** The REST endpoint, {@code http://localhost:<port>/}. */
+    URI restAddress() {
+        return rest;
+    }
+
+    /** The reporter's {@code /metrics} of this cluster. */
+    URI metricsAddress() {
+        return metrics;
+    }
+
     JsonNode rest(String path) throws IOException, InterruptedException {
         return JSON.readTree(get(rest.resolve(path)));
     }
