@@ -113,6 +113,9 @@ class ParallelismOverride(SpecModel):
     )
     min_parallelism: int | None = Field(None, ge=1, description="replaces cpu.minParallelism")
     max_parallelism: int | None = Field(None, ge=1, description="replaces cpu.maxParallelism")
+    exclude: bool = Field(
+        False, description="never rescale this vertex, and never let it trigger a rescale"
+    )
 
     @model_validator(mode="after")
     def _one_selector(self) -> ParallelismOverride:
@@ -147,6 +150,14 @@ class CpuScaling(SpecModel):
     catch_up_duration: Duration = Field(
         300.0, description="size sources to drain their lag within this time (0 disables)"
     )
+    restart_time: Duration = Field(
+        0.0, description="downtime of one rescale; sized to catch up within catchUpDuration"
+    )
+    backlog_lag_threshold: Duration = Field(
+        300.0,
+        description="a source lagging more than this much input is processing backlog: "
+        "no scale-down, scale-up only at full load",
+    )
 
     @model_validator(mode="after")
     def _ordered(self) -> CpuScaling:
@@ -165,6 +176,13 @@ class CpuScaling(SpecModel):
                 low = o.min_parallelism if o.min_parallelism is not None else low
                 high = o.max_parallelism if o.max_parallelism is not None else high
         return low, max(low, high)
+
+    def excludes(self, vertex_id: str, operator_uids: tuple[str, ...]) -> bool:
+        """True when an override excludes this vertex from scaling."""
+        return any(
+            o.exclude and (o.vertex_id == vertex_id or o.operator_uid in operator_uids)
+            for o in self.overrides
+        )
 
 
 class MemoryScaling(SpecModel):
