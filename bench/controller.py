@@ -121,7 +121,7 @@ def run(policies: int, interval: float, seconds: float, warmup: float) -> dict[s
         if applied.returncode != 0:
             raise RuntimeError(f"kubectl apply failed: {applied.stderr[-2000:]}")
         controller = ControllerProcess(info.controller_kubeconfig, prometheus.url,
-                                       twin_url + "/{namespace}/{name}", work / "controller.log",
+                                       stack.proxy_env(twin_url), work / "controller.log",
                                        namespaces=(namespace,)).start()
         assert controller.process is not None
         pid = controller.process.pid

@@ -16,6 +16,7 @@ import subprocess
 import sys
 import time
 import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any
@@ -41,13 +42,15 @@ def free_port() -> int:
 class ControllerProcess:
     """`hybrid-scaler run` as a user starts it, with the controller's own kubeconfig."""
 
-    def __init__(self, kubeconfig: str, prometheus_url: str, rest_template: str, log: Path,
-                 namespaces: tuple[str, ...] = ()) -> None:
-        self.kubeconfig, self.log = kubeconfig, log
+    def __init__(self, kubeconfig: str, prometheus_url: str, proxy_env: Mapping[str, str],
+                 log: Path, namespaces: tuple[str, ...] = ()) -> None:
+        """`proxy_env` (`StackInfo.controller_env()`) routes the default `--flink-rest-url`
+        (each FlinkDeployment's in-cluster REST Service) to the twin, as cluster DNS would."""
+        self.kubeconfig, self.log, self.proxy_env = kubeconfig, log, dict(proxy_env)
         self.metrics_port, self.liveness_port = free_port(), free_port()
         self.argv = [
             str(HYBRID_SCALER), "run", "--standalone", "--prometheus-url", prometheus_url,
-            "--flink-rest-url", rest_template, "--metrics-port", str(self.metrics_port),
+            "--metrics-port", str(self.metrics_port),
             "--liveness-port", str(self.liveness_port),
             *(arg for ns in namespaces for arg in ("--namespace", ns)),
         ]
@@ -57,7 +60,7 @@ class ControllerProcess:
         with self.log.open("a") as out:
             self.process = subprocess.Popen(
                 self.argv, stdout=out, stderr=subprocess.STDOUT,
-                env={**os.environ, "KUBECONFIG": self.kubeconfig},
+                env={**os.environ, "KUBECONFIG": self.kubeconfig, **self.proxy_env},
             )
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
@@ -182,7 +185,7 @@ def run_demo(seconds: float, plot_path: Path, keep: bool) -> None:
         flink_deployment(namespace, "q11"), policy(namespace, "q11", "q11")]))
     log = Path(info.log_dir) / f"controller-{namespace}.log"
     controller = ControllerProcess(info.controller_kubeconfig, info.prometheus_url,
-                                   info.twin_url + "/{namespace}/{name}", log).start()
+                                   info.controller_env(), log).start()
     print(f"controller running (log: {log})", flush=True)
     samples: list[Sample] = []
     t0, last_step, steady_since = time.monotonic(), -1, None

@@ -91,6 +91,15 @@ def log_dir_for(run_dir: Path) -> Path:
     return run_dir.with_name(run_dir.name + "-logs")
 
 
+def proxy_env(flink_proxy: str) -> dict[str, str]:
+    """Environment for a controller process outside the cluster: its REST calls to the
+    in-cluster Service names go through the twin's proxy; loopback (the API server,
+    Prometheus) goes direct. Only plain-HTTP calls consult `http_proxy`."""
+    direct = "127.0.0.1,localhost"
+    return {"http_proxy": flink_proxy, "HTTP_PROXY": flink_proxy,
+            "no_proxy": direct, "NO_PROXY": direct}
+
+
 @dataclass(frozen=True)
 class Tools:
     etcd: str
@@ -173,14 +182,27 @@ class StackInfo:
     admin_token: str
     prometheus_url: str
     prometheus_targets_dir: str  # file_sd: drop <name>.json here to add a scrape target
-    twin_url: str  # the twin: /metrics, and per FlinkDeployment /{namespace}/{name}/...
+    twin_url: str  # the twin: /metrics, /control/jobs/..., and the proxy to each REST API
     downtime_scale: float
     started_at: float
     pids: dict[str, int] = field(default_factory=dict)
 
     def flink_rest_url(self, namespace: str, name: str) -> str:
-        """The JobManager REST base URL the twin serves for one FlinkDeployment."""
-        return f"{self.twin_url}/{namespace}/{name}"
+        """A FlinkDeployment's JobManager REST address (`http://127.0.0.1:<port>`, no path):
+        the twin gives each deployment a listener of its own, as each Flink cluster has."""
+        reply = requests.get(f"{self.twin_url}/control/jobs/{namespace}/{name}", timeout=5)
+        reply.raise_for_status()
+        return str(reply.json()["restUrl"])
+
+    @property
+    def flink_proxy(self) -> str:
+        """An HTTP proxy that answers for every FlinkDeployment's in-cluster REST Service
+        (`http://<name>-rest.<namespace>.svc:8081`, the controller's default), standing in
+        for cluster DNS: a controller given `http_proxy` needs no e2e-specific URL."""
+        return self.twin_url
+
+    def controller_env(self) -> dict[str, str]:
+        return proxy_env(self.flink_proxy)
 
     def env(self) -> dict[str, str]:
         return {
@@ -189,7 +211,7 @@ class StackInfo:
             "HYBRID_SCALER_E2E_CONTROLLER_KUBECONFIG": self.controller_kubeconfig,
             "HYBRID_SCALER_E2E_PROMETHEUS_URL": self.prometheus_url,
             "HYBRID_SCALER_E2E_TWIN_URL": self.twin_url,
-            "HYBRID_SCALER_E2E_FLINK_REST_TEMPLATE": self.twin_url + "/{namespace}/{name}",
+            "HYBRID_SCALER_E2E_FLINK_PROXY": self.flink_proxy,
         }
 
     def save(self) -> None:

@@ -1,7 +1,9 @@
 """The stand-in for the Flink Kubernetes Operator plus Flink, in one process.
 
 It hosts the twin (`simulator.serve.TwinServer`: Flink-format `/metrics`, and the
-JobManager REST API of each deployment under `/{namespace}/{name}/...`) and plays
+JobManager REST API of each deployment on a loopback port of its own, also reachable
+as `http://<name>-rest.<namespace>.svc:8081` through the twin's port used as an HTTP
+proxy) and plays
 the operator for every FlinkDeployment whose `spec.flinkConfiguration` names a twin
 job model (`hybridscaler.twin.job-model`, docs/flink-contract.md); others are left
 alone, as a real operator would leave them to another.

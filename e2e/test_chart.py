@@ -663,12 +663,13 @@ def chart_replica(docs: list[dict[str, Any]], kubeconfig: Path, pod: str, stack_
     env, its own ports (two pods share this host) and the stack's Prometheus and twin."""
     logs = Path(stack_info.log_dir) / "test_chart"  # kept by the harness for post-mortems
     logs.mkdir(parents=True, exist_ok=True)
+    # The chart's own --flink-rest-url (in-cluster Service names) is kept: the proxy
+    # environment resolves them to the twin, as cluster DNS would in a pod.
     process = ControllerProcess(str(kubeconfig), stack_info.prometheus_url,
-                                stack_info.twin_url + "/{namespace}/{name}", logs / f"{pod}.log")
+                                stack_info.controller_env(), logs / f"{pod}.log")
     local = {"--liveness-port": str(process.liveness_port),
              "--metrics-port": str(process.metrics_port),
-             "--prometheus-url": stack_info.prometheus_url,
-             "--flink-rest-url": stack_info.twin_url + "/{namespace}/{name}"}
+             "--prometheus-url": stack_info.prometheus_url}
     args = [a.split("=", 1) for a in container(docs)["args"]]
     process.argv = [str(HYBRID_SCALER), *(f"{a[0]}={local.get(a[0], a[-1])}" if len(a) == 2
                                           else a[0] for a in args)]

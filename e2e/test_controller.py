@@ -31,7 +31,7 @@ def controller(e2e_stack: StackInfo, controller_kubeconfig: Path,
                tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControllerProcess]:
     log = tmp_path_factory.mktemp("controller") / "controller.log"
     process = ControllerProcess(str(controller_kubeconfig), e2e_stack.prometheus_url,
-                                e2e_stack.twin_url + "/{namespace}/{name}", log).start()
+                                e2e_stack.controller_env(), log).start()
     yield process
     process.stop()
 

@@ -25,6 +25,13 @@ if [ -f flink-plugin/pom.xml ]; then
   mvn -B -q -f flink-plugin/pom.xml verify
 fi
 
+if [ -f bench/peer/pom.xml ]; then
+  # Upstream's flink-autoscaler, wired for the peer bench and the DS2 conformance test
+  # (tests/policies use bench/peer/target/classpath.txt, written by `package`).
+  section "bench/peer (Maven, upstream flink-autoscaler)"
+  mvn -B -q -f bench/peer/pom.xml verify
+fi
+
 section "pytest (unit, integration and e2e)"
 set +e
 $PY/pytest

@@ -147,6 +147,8 @@ def serve(
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     with server:
-        typer.echo(f"twin serving {len(jobs)} job(s) on {server.url}: /metrics, /<ns>/<name>/jobs/")
+        typer.echo(f"twin serving {len(jobs)} job(s) on {server.url}: /metrics, /control/jobs")
+        for namespace, name in server.jobs():
+            typer.echo(f"  {namespace}/{name}: Flink REST {server.rest_url(namespace, name)}")
         with contextlib.suppress(KeyboardInterrupt):
             stop.wait()

@@ -17,7 +17,7 @@ from html.entities import codepoint2name
 from typing import Any
 
 from policies.model import estimate_mean_from_quantiles
-from simulator.twin import MIB_BYTES, Twin
+from simulator.twin import MIB_BYTES, Tick, Twin
 
 _UNSAFE = re.compile(r"[^a-zA-Z0-9:_]")
 LATENCY_QUANTILES = (0.5, 0.75, 0.95, 0.98, 0.99, 0.999)
@@ -61,6 +61,10 @@ class DeployedJob:
     tm_cpu: float
     tm_memory_mib: float
     restarts: int
+    # When the job (re-)entered RUNNING (ms, may lie ahead while it restarts) and when
+    # it last entered RESTARTING (0: never): Flink's `timestamps` of the job.
+    running_ms: int = 0
+    restarting_ms: int = 0
 
 
 class Family:
@@ -147,32 +151,59 @@ def add_job_metrics(scrape: Scrape, job: DeployedJob, twin: Twin, now_ms: int) -
         used = sum(twin.managed_mib_of(vid) for vid, _ in slots if ops[vid].state is not None)
         scrape.gauge("taskmanager_Status_Flink_Memory_Managed", "Total", tm, tm_managed)
         scrape.gauge("taskmanager_Status_Flink_Memory_Managed", "Used", tm, used * MIB_BYTES)
+        for name, value in jvm_metrics(job, twin, slots).items():
+            scope, _, metric = f"taskmanager_{name}".replace(".", "_").rpartition("_")
+            scrape.gauge(scope, metric, tm, value)
         host.update({slot: taskmanager_id(job, n) for slot in slots})
     for vid, op in ops.items():
-        sample = tick.vertices[vid]
-        for i, sub in enumerate(sample.subtasks):
+        for i, (task_values, operator_values) in enumerate(subtask_metrics(twin, vid, tick)):
             task = _task_labels(job, vid, op.name, i, host[(vid, i)])
             operator = _operator_labels(task, vid, op.name)
-            for metric, value in (
-                ("busyTimeMsPerSecond", twin.noisy(sub.busy)),
-                ("backPressuredTimeMsPerSecond", sub.backpressured),
-                ("idleTimeMsPerSecond", sub.idle),
-                ("numRecordsInPerSecond", twin.noisy(sub.records_in)),
-                ("numRecordsOutPerSecond", twin.noisy(sub.records_out)),
-            ):
-                scrape.gauge("taskmanager_job_task", metric, task, min(value, 1000.0)
-                             if metric.endswith("MsPerSecond") else value)
-            scrape.gauge("taskmanager_job_task_operator", "numRecordsInPerSecond", operator,
-                         sub.records_in)
-            scrape.gauge("taskmanager_job_task_operator", "numRecordsOutPerSecond", operator,
-                         sub.records_out)
-            if op.is_source:
-                share = sub.records_out / sample.records_out if sample.records_out else 1.0 / len(
-                    sample.subtasks)
-                scrape.gauge("taskmanager_job_task_operator", "pendingRecords", operator,
-                             (sample.pending or 0.0) * share)
+            for metric, value in task_values.items():
+                scrape.gauge("taskmanager_job_task", metric, task, value)
+            for metric, value in operator_values.items():
+                scrape.gauge("taskmanager_job_task_operator", metric, operator, value)
             if op.state is not None:
                 _add_state_metrics(scrape, twin, vid, i, operator)
+
+
+def subtask_metrics(twin: Twin, vid: str, tick: Tick
+                    ) -> list[tuple[dict[str, float], dict[str, float]]]:
+    """(task scope, operator scope) metrics of each subtask of a vertex in the last tick:
+    meters per second, and the accumulated counters (longs in Flink) since the tasks started.
+    Both the reporter and the REST metric store read them from here."""
+    op = twin.model.by_vertex()[vid]
+    sample = tick.vertices[vid]
+    io = twin.io[vid]
+    out = []
+    for i, sub in enumerate(sample.subtasks):
+        # A source task has no network input: its task numRecordsIn stays 0, while a
+        # FLIP-27 source operator counts the records it reads in numRecordsIn.
+        read_rate = 0.0 if op.is_source else twin.noisy(sub.records_in)
+        task = {
+            "busyTimeMsPerSecond": min(twin.noisy(sub.busy), 1000.0),
+            "backPressuredTimeMsPerSecond": min(sub.backpressured, 1000.0),
+            "idleTimeMsPerSecond": min(sub.idle, 1000.0),
+            "numRecordsInPerSecond": read_rate,
+            "numRecordsOutPerSecond": twin.noisy(sub.records_out),
+            "numRecordsIn": 0.0 if op.is_source else float(round(io.read[i])),
+            "numRecordsOut": float(round(io.written[i])),
+            "accumulateBusyTimeMs": float(round(io.busy_ms[i])),
+            "accumulateBackPressuredTimeMs": float(round(io.backpressured_ms[i])),
+            "accumulateIdleTimeMs": float(round(io.idle_ms[i])),
+        }
+        operator = {
+            "numRecordsInPerSecond": sub.records_out if op.is_source else sub.records_in,
+            "numRecordsOutPerSecond": sub.records_out,
+            "numRecordsIn": float(round(io.read[i])),
+            "numRecordsOut": float(round(io.written[i])),
+        }
+        if op.is_source:
+            share = sub.records_out / sample.records_out if sample.records_out else 1.0 / len(
+                sample.subtasks)
+            operator["pendingRecords"] = (sample.pending or 0.0) * share
+        out.append((task, operator))
+    return out
 
 
 def _add_state_metrics(scrape: Scrape, twin: Twin, vid: str, subtask: int,
@@ -242,7 +273,8 @@ def jobs_overview(job: DeployedJob, twin: Twin, now_ms: int) -> dict[str, Any]:
     tasks["total"] = total
     return {"jobs": [{
         "jid": job.job_id, "name": job.job_name, "start-time": job.start_ms, "end-time": -1,
-        "duration": now_ms - job.start_ms, "state": state, "last-modification": job.start_ms,
+        "duration": max(0, now_ms - job.start_ms), "state": state,
+        "last-modification": max(job.start_ms, job.restarting_ms, running_since(job, now_ms)),
         "tasks": tasks,
     }]}
 
@@ -267,33 +299,37 @@ def plan(job: DeployedJob, twin: Twin) -> dict[str, Any]:
     return {"jid": job.job_id, "name": job.job_name, "type": "STREAMING", "nodes": nodes}
 
 
+def running_since(job: DeployedJob, now_ms: int) -> int:
+    """When the job last entered RUNNING; 0 while it has not (yet) since its last restart."""
+    running = job.running_ms or job.start_ms
+    return running if running <= now_ms else 0
+
+
 def job_details(job: DeployedJob, twin: Twin, now_ms: int) -> dict[str, Any]:
     state = job_state(twin)
     graph = twin.job_graph()
+    # Tasks start when the job runs; while it restarts they have not started yet.
+    task_start = running_since(job, now_ms) or -1
     vertices = []
     for v in graph.vertices:
         vertices.append({
             "id": v.id, "slotSharingGroupId": twin.slot_sharing_group(v.id), "name": v.name,
             "maxParallelism": v.max_parallelism, "parallelism": v.parallelism, "status": state,
-            "start-time": job.start_ms, "end-time": -1, "duration": now_ms - job.start_ms,
+            "start-time": task_start, "end-time": -1,
+            "duration": now_ms - task_start if task_start > 0 else -1,
             "tasks": _task_counts(state, v.parallelism),
-            "metrics": {
-                "read-bytes": 0, "read-bytes-complete": False, "write-bytes": 0,
-                "write-bytes-complete": False, "read-records": 0, "read-records-complete": False,
-                "write-records": 0, "write-records-complete": False,
-                "accumulated-backpressured-time": 0, "accumulated-idle-time": 0,
-                "accumulated-busy-time": 0.0,
-            },
+            "metrics": vertex_io_metrics(twin, v.id),
         })
     timestamps = {s: 0 for s in ("RECONCILING", "RESTARTING", "CANCELLING", "CREATED", "RUNNING",
                                  "FAILING", "FAILED", "FINISHED", "INITIALIZING", "CANCELED",
                                  "SUSPENDED")}
-    timestamps.update(CREATED=job.start_ms, INITIALIZING=job.start_ms, RUNNING=job.start_ms)
+    timestamps.update(CREATED=job.start_ms, INITIALIZING=job.start_ms,
+                      RUNNING=running_since(job, now_ms), RESTARTING=job.restarting_ms)
     total = sum(v.parallelism for v in graph.vertices)
     return {
         "jid": job.job_id, "name": job.job_name, "isStoppable": False, "state": state,
         "job-type": "STREAMING", "start-time": job.start_ms, "end-time": -1,
-        "duration": now_ms - job.start_ms, "maxParallelism": -1, "now": now_ms,
+        "duration": max(0, now_ms - job.start_ms), "maxParallelism": -1, "now": now_ms,
         "timestamps": timestamps, "vertices": vertices,
         "status-counts": _task_counts(state, total), "plan": plan(job, twin),
     }
@@ -393,3 +429,153 @@ def _taskmanagers(job: DeployedJob, twin: Twin, heap_mib: float, network_mib: fl
             ],
         })
     return out
+
+
+# ---- the REST metric store ------------------------------------------------------
+
+# Flink's operator-name limit for metric groups (TaskMetricGroup), and the characters its
+# metric query service writes as `_` in the names the REST API lists.
+OPERATOR_NAME_MAX_LENGTH = 80
+_QUERY_UNSAFE = re.compile(r"[ .:,]")
+AGGREGATIONS = ("min", "max", "avg", "sum", "skew")
+
+
+def metric_store_name(operator_name: str) -> str:
+    """How the REST API prefixes an operator's metrics: `Source: Bids` -> `Source__Bids`."""
+    return _QUERY_UNSAFE.sub("_", operator_name[:OPERATOR_NAME_MAX_LENGTH])
+
+
+def subtask_stores(twin: Twin, vid: str) -> list[dict[str, float]]:
+    """The metric store of each subtask of a vertex, as `/subtasks/metrics` aggregates it:
+    task metrics by name, operator metrics as `<operator name>.<metric>`. Empty while the
+    job restarts (no task reports)."""
+    tick = twin.last_tick()
+    if not twin.running or tick is None or not tick.running:
+        return []
+    prefix = metric_store_name(twin.model.by_vertex()[vid].name) + "."
+    return [{**task, **{prefix + k: v for k, v in operator.items()}}
+            for task, operator in subtask_metrics(twin, vid, tick)]
+
+
+def skew(values: list[float]) -> float:
+    """Flink's data-skew score (DoubleDataSkew): mean absolute deviation over the mean,
+    in percent, at most 100; 0 when the mean is 0."""
+    avg = sum(values) / len(values)
+    if avg == 0:
+        return 0.0
+    return min(100.0 * sum(abs(avg - v) for v in values) / len(values) / avg, 100.0)
+
+
+def aggregated(stores: list[dict[str, float]], names: list[str] | None,
+               aggregations: list[str]) -> list[dict[str, Any]]:
+    """What Flink's aggregating metric handlers answer (AggregatedMetricsStoreHelper).
+
+    No `names`: every metric id any store has. Otherwise one entry per name with the
+    requested aggregations (all of them when none is named); if any requested metric is
+    missing from every store, Flink answers an empty list."""
+    if names is None:
+        return [{"id": n} for n in sorted({n for store in stores for n in store})]
+    wanted = aggregations or list(AGGREGATIONS)
+    out = []
+    for name in names:
+        values = [float(store[name]) for store in stores if name in store]
+        if not values:
+            return []
+        computed = {"min": min(values), "max": max(values), "avg": sum(values) / len(values),
+                    "sum": sum(values), "skew": skew(values)}
+        out.append({"id": name, **{a: computed[a] for a in AGGREGATIONS if a in wanted}})
+    return out
+
+
+def metric_values(store: dict[str, float], names: list[str] | None) -> list[dict[str, str]]:
+    """What Flink's non-aggregating handlers (`/jobmanager/metrics`) answer: ids, or the
+    requested ones that exist with their values as strings (unknown names are skipped)."""
+    if names is None:
+        return [{"id": n} for n in sorted(store)]
+    return [{"id": n, "value": _metric_string(store[n])} for n in dict.fromkeys(names)
+            if n in store]
+
+
+def _metric_string(value: float) -> str:
+    # The metric store holds String.valueOf of the gauge: "4" for an int, "0.5" for a double.
+    return str(int(value)) if float(value).is_integer() else repr(float(value))
+
+
+def jvm_metrics(job: DeployedJob, twin: Twin, slots: list[tuple[str, int]]) -> dict[str, float]:
+    """A TaskManager's JVM gauges by their metric-store names. The twin has no JVM: heap
+    use and GC time grow with the busyness of the tasks in its slots, and stay low enough
+    not to trip an autoscaler's heap or GC-pressure guards."""
+    memory = flink_memory_model(job.tm_memory_mib)
+    heap_max = float(memory["frameworkHeap"] + memory["taskHeap"])
+    tick = twin.last_tick()
+    busy = 0.0
+    if tick is not None and tick.running and slots:
+        busy = sum(tick.vertices[vid].subtasks[i].busy for vid, i in slots) / len(slots) / 1000
+    return {
+        "Status.JVM.Memory.Heap.Used": float(round(heap_max * (0.15 + 0.3 * busy))),
+        "Status.JVM.Memory.Heap.Committed": heap_max,
+        "Status.JVM.Memory.Heap.Max": heap_max,
+        "Status.JVM.Memory.Metaspace.Used": float(64 * MIB_BYTES),
+        "Status.JVM.Memory.Metaspace.Max": float(memory["jvmMetaspace"]),
+        "Status.JVM.GarbageCollector.All.TimeMsPerSecond": 1.0 + 20.0 * busy,
+    }
+
+
+def taskmanager_stores(job: DeployedJob, twin: Twin) -> list[dict[str, float]]:
+    """Each TaskManager's metric store (`/taskmanagers/metrics` aggregates over them)."""
+    ops = twin.model.by_vertex()
+    tm_managed = float(flink_memory_model(job.tm_memory_mib)["managedMemory"])
+    stores = []
+    for slots in slot_plan(job, twin):
+        used = sum(twin.managed_mib_of(vid) for vid, _ in slots if ops[vid].state is not None)
+        stores.append({
+            **jvm_metrics(job, twin, slots),
+            "Status.Flink.Memory.Managed.Used": used * MIB_BYTES,
+            "Status.Flink.Memory.Managed.Total": tm_managed,
+        })
+    return stores
+
+
+def jobmanager_store(job: DeployedJob, twin: Twin) -> dict[str, float]:
+    """The JobManager's metric store: the slots of the cluster's TaskManagers."""
+    plan_ = slot_plan(job, twin)
+    total = len(plan_) * max(1, job.slots_per_tm)
+    used = sum(len(slots) for slots in plan_)
+    return {
+        "taskSlotsTotal": float(total), "taskSlotsAvailable": float(total - used),
+        "numRegisteredTaskManagers": float(len(plan_)),
+        "numRunningJobs": 1.0 if twin.running else 0.0,
+    }
+
+
+def vertex_io_metrics(twin: Twin, vid: str) -> dict[str, Any]:
+    """`/jobs/<jid>` vertices[].metrics: the subtasks' accumulated counters, summed."""
+    op = twin.model.by_vertex()[vid]
+    io = twin.io[vid]
+    running = twin.running
+    read = 0 if op.is_source else round(sum(io.read))
+    return {
+        "read-bytes": 0, "read-bytes-complete": running, "write-bytes": 0,
+        "write-bytes-complete": running, "read-records": read, "read-records-complete": running,
+        "write-records": round(sum(io.written)), "write-records-complete": running,
+        "accumulated-backpressured-time": round(sum(io.backpressured_ms)),
+        "accumulated-idle-time": round(sum(io.idle_ms)),
+        "accumulated-busy-time": float(round(sum(io.busy_ms))),
+    }
+
+
+def job_manager_config(job: DeployedJob, flink_configuration: dict[str, str]
+                       ) -> list[dict[str, str]]:
+    """`/jobs/<jid>/jobmanager/config`: the job's effective configuration as key/value pairs."""
+    conf = {"execution.target": "kubernetes-application", "jobmanager.scheduler": "default",
+            "taskmanager.numberOfTaskSlots": str(job.slots_per_tm),
+            "taskmanager.memory.process.size": f"{int(job.tm_memory_mib)}m",
+            **flink_configuration, "$internal.pipeline.job-id": job.job_id}
+    return [{"key": k, "value": v} for k, v in sorted(conf.items())]
+
+
+def resource_requirements(twin: Twin, lower_bounds: dict[str, int]) -> dict[str, Any]:
+    """`GET /jobs/<jid>/resource-requirements` (FLIP-291) under the adaptive scheduler."""
+    return {vid: {"parallelism": {"lowerBound": lower_bounds.get(vid, 1),
+                                  "upperBound": vc.parallelism}}
+            for vid, vc in twin.configuration.items()}

@@ -5,16 +5,18 @@ Each FlinkDeployment (namespace, name) gets a twin whose model comes from
 `pipeline.jobvertex-parallelism-overrides` and `hybridscaler.operator-resources`
 exactly as Flink and flink-plugin do (docs/flink-contract.md).
 
-HTTP (one port):
+HTTP, the server's own port:
   GET  /metrics                              every job, Flink Prometheus reporter format
-  GET  /{ns}/{name}/jobs/overview            Flink REST, per deployment
-  GET  /{ns}/{name}/jobs/<jid>[/plan|/config]
-  GET  /{ns}/{name}/taskmanagers[/<id>]
   GET  /control/jobs                         lifecycle of every job
-  GET  /control/jobs/{ns}/{name}             lifecycle of one job
+  GET  /control/jobs/{ns}/{name}             lifecycle of one job (with its `restUrl`)
   PUT  /control/jobs/{ns}/{name}             add the job, or reconfigure it (a restart); body
                                              {"flinkConfiguration": {...}, "taskManager": {...}}
   DELETE /control/jobs/{ns}/{name}
+  GET|PUT http://{name}-rest.{ns}.svc:8081/… as an HTTP proxy: the deployment's REST API
+                                             under its in-cluster Service name
+
+Flink REST, one listener (host:port, no path prefix) per deployment, as each Flink
+cluster has its own JobManager; every path bare and under /v1/ (docs/simulator.md).
 """
 
 from __future__ import annotations
@@ -25,10 +27,11 @@ import math
 import re
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, TypeGuard
+from urllib.parse import parse_qs, urlsplit
 
 from policies.model import VertexConfig
 from simulator import flink_format as ff
@@ -39,6 +42,9 @@ JOB_MODEL_KEY = "hybridscaler.twin.job-model"
 OVERRIDES_KEY = "pipeline.jobvertex-parallelism-overrides"
 RESOURCES_KEY = "hybridscaler.operator-resources"
 SLOTS_KEY = "taskmanager.numberOfTaskSlots"
+SCHEDULER_KEY = "jobmanager.scheduler"
+# A deployment's in-cluster REST Service, as the Flink Kubernetes Operator names it.
+_SERVICE_HOST = re.compile(r"^(?P<name>[^.]+)-rest\.(?P<ns>[^.]+)(?:\.svc(?:\.cluster\.local)?)?$")
 
 
 class ConfigError(ValueError):
@@ -142,10 +148,22 @@ class Hosted:
     job: ff.DeployedJob
     task_manager: dict[str, Any]
     last_advance: float
+    flink_configuration: dict[str, str] = field(default_factory=dict)
+    rest: ThreadingHTTPServer | None = None  # this deployment's JobManager REST endpoint
+    lower_bounds: dict[str, int] = field(default_factory=dict)  # FLIP-291 requirements
+
+
+class RestError(Exception):
+    """An answer of Flink's REST API other than 200: status and `{"errors": [...]}`."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
 
 
 def _deployed(namespace: str, name: str, generation: int, start_ms: int,
-              flink_configuration: dict[str, str], task_manager: dict[str, Any]) -> ff.DeployedJob:
+              flink_configuration: dict[str, str], task_manager: dict[str, Any],
+              running_ms: int = 0) -> ff.DeployedJob:
     resource = task_manager.get("resource") or {}
     try:
         slots = int(flink_configuration.get(SLOTS_KEY, "1"))
@@ -159,6 +177,7 @@ def _deployed(namespace: str, name: str, generation: int, start_ms: int,
         namespace=namespace, name=name, job_id=digest.hexdigest(), job_name=name,
         start_ms=start_ms, slots_per_tm=slots,
         tm_count=replicas, tm_cpu=cpu, tm_memory_mib=memory, restarts=generation,
+        running_ms=running_ms or start_ms,
     )
 
 
@@ -205,6 +224,10 @@ class TwinServer:
 
     def stop(self) -> None:
         self._stop.set()
+        with self._lock:
+            listeners = [h.rest for h in self._jobs.values() if h.rest is not None]
+        for rest in listeners:
+            _close(rest)
         self._http.shutdown()
         self._http.server_close()
         for t in self._threads:
@@ -247,8 +270,26 @@ class TwinServer:
         with self._lock:
             if (namespace, name) in self._jobs:
                 raise ConfigError(f"{namespace}/{name} already exists: use reconfigure")
-            self._jobs[(namespace, name)] = Hosted(twin, job, task_manager, time.monotonic())
+            hosted = Hosted(twin, job, task_manager, time.monotonic(), flink_configuration)
+            hosted.rest = self._listen(namespace, name)
+            self._jobs[(namespace, name)] = hosted
         return self.status(namespace, name)
+
+    def _listen(self, namespace: str, name: str) -> ThreadingHTTPServer:
+        """The deployment's own REST endpoint (its JobManager's), on a free port."""
+        rest = ThreadingHTTPServer((self._host, 0), _rest_handler_for(self, (namespace, name)))
+        rest.daemon_threads = True
+        threading.Thread(target=rest.serve_forever, args=(0.1,), daemon=True,
+                         name=f"twin-rest-{namespace}/{name}").start()
+        return rest
+
+    def rest_url(self, namespace: str, name: str) -> str:
+        """The deployment's JobManager REST address (host:port, no path), as a client of
+        a Flink cluster takes it."""
+        with self._lock:
+            rest = self._get(namespace, name).rest
+        assert rest is not None
+        return f"http://{self._host}:{rest.server_address[1]}"
 
     def reconfigure(self, namespace: str, name: str, flink_configuration: dict[str, str],
                     task_manager: dict[str, Any] | None = None, *,
@@ -271,17 +312,25 @@ class TwinServer:
             # New TaskManager resources are a stateful upgrade too: savepoint, new pods.
             new_pods = not in_place and task_manager != hosted.task_manager
             downtime = hosted.twin.apply(config, restart=new_pods)
-            if not in_place and downtime > 0:
-                restart_ms = _now_ms() + int(1000 * downtime / self.time_scale)
-                hosted.job = _deployed(namespace, name, hosted.job.restarts + 1, restart_ms,
-                                       flink_configuration, task_manager)
+            if downtime > 0:
+                now = _now_ms()
+                running_ms = now + int(1000 * downtime / self.time_scale)
+                if in_place:  # the same job restarts its tasks
+                    hosted.job = replace(hosted.job, running_ms=running_ms, restarting_ms=now)
+                else:  # a new job, submitted now, running once restored
+                    hosted.job = _deployed(namespace, name, hosted.job.restarts + 1, now,
+                                           flink_configuration, task_manager, running_ms)
+                hosted.lower_bounds = {}
             hosted.task_manager = task_manager
+            hosted.flink_configuration = flink_configuration
         return self.status(namespace, name)
 
     def remove_job(self, namespace: str, name: str) -> None:
         with self._lock:
-            self._get(namespace, name)
+            hosted = self._get(namespace, name)
             del self._jobs[(namespace, name)]
+        if hosted.rest is not None:
+            _close(hosted.rest)
 
     def status(self, namespace: str, name: str) -> dict[str, Any]:
         with self._lock:
@@ -293,6 +342,7 @@ class TwinServer:
                 "restarts": hosted.job.restarts, "time": twin.time,
                 "lag": twin.lag(), "sourceRate": twin.achieved_rate(10.0),
                 "targetRate": twin.model.load.rate_at(twin.time),
+                "restUrl": self.rest_url(namespace, name),
                 "configuration": {
                     op.uid: {"vertexId": op.vertex_id,
                              "parallelism": twin.configuration[op.vertex_id].parallelism,
@@ -326,55 +376,228 @@ class TwinServer:
                 ff.add_job_metrics(scrape, hosted.job, hosted.twin, now)
         return scrape.render()
 
-    def rest(self, namespace: str, name: str, path: list[str]) -> Any:
+    def rest(self, namespace: str, name: str, method: str, path: str,
+             body: Any = None) -> Any:
+        """Flink 1.20's REST API of one deployment: `path` with its query, bare or under
+        /v1/. Raises RestError with Flink's status for anything but 200."""
+        split = urlsplit(path)
+        parts = [p for p in split.path.split("/") if p]
+        if parts[:1] == ["v1"]:
+            parts = parts[1:]
+        query = {k: ",".join(v) for k, v in parse_qs(split.query).items()}
         with self._lock:
-            hosted = self._get(namespace, name)
-            job, twin, now = hosted.job, hosted.twin, _now_ms()
-            if path == ["jobs", "overview"]:
-                return ff.jobs_overview(job, twin, now)
-            if path == ["taskmanagers"]:
-                return ff.taskmanagers(job, twin, HEAP_MIB_PER_TASK, NETWORK_MIB_PER_TASK, now)
-            if len(path) == 2 and path[0] == "taskmanagers":
+            try:
+                hosted = self._get(namespace, name)
+            except KeyError:
+                raise RestError(HTTPStatus.NOT_FOUND, "Not found: " + split.path) from None
+            if method == "PUT":
+                if (len(parts) == 3 and parts[0] == "jobs"
+                        and parts[2] == "resource-requirements"):
+                    self._job_of(hosted, parts[1])
+                    return self._put_requirements(namespace, name, hosted, body)
+                raise RestError(HTTPStatus.NOT_FOUND, "Not found: " + split.path)
+            return self._get_rest(hosted, parts, query, split.path)
+
+    def _get_rest(self, hosted: Hosted, parts: list[str], query: dict[str, str],
+                  where: str) -> Any:
+        job, twin, now = hosted.job, hosted.twin, _now_ms()
+        names = _names(query.get("get"))
+        aggs = _aggregations(query.get("agg"))
+        if parts == ["jobs", "overview"]:
+            return ff.jobs_overview(job, twin, now)
+        if parts == ["jobs"]:
+            return {"jobs": [{"id": job.job_id, "status": ff.job_state(twin)}]}
+        if parts == ["jobmanager", "metrics"]:
+            return ff.metric_values(ff.jobmanager_store(job, twin), names)
+        if parts == ["jobmanager", "config"]:
+            return ff.job_manager_config(job, hosted.flink_configuration)
+        if parts == ["taskmanagers"]:
+            return ff.taskmanagers(job, twin, HEAP_MIB_PER_TASK, NETWORK_MIB_PER_TASK, now)
+        if parts == ["taskmanagers", "metrics"]:
+            return ff.aggregated(ff.taskmanager_stores(job, twin), names, aggs)
+        if len(parts) == 2 and parts[0] == "taskmanagers":
+            try:
                 return ff.taskmanager(job, twin, HEAP_MIB_PER_TASK, NETWORK_MIB_PER_TASK, now,
-                                      path[1])
-            if len(path) >= 2 and path[0] == "jobs":
-                if path[1] != job.job_id:
-                    raise KeyError(f"Job {path[1]} not found")
-                if len(path) == 2:
-                    return ff.job_details(job, twin, now)
-                if path[2:] == ["plan"]:
-                    return {"plan": ff.plan(job, twin)}
-                if path[2:] == ["config"]:
-                    return ff.job_config(job, twin)
-        raise KeyError("Not found: /" + "/".join(path))
+                                      parts[1])
+            except KeyError as exc:
+                raise RestError(HTTPStatus.NOT_FOUND, str(exc.args[0])) from None
+        if len(parts) >= 2 and parts[0] == "jobs":
+            rest = parts[2:]
+            if rest[:1] == ["vertices"] and rest[2:] == ["subtasks", "metrics"]:
+                # Flink answers an empty list for a job or vertex it has no metrics of.
+                stores = (ff.subtask_stores(twin, rest[1])
+                          if parts[1] == job.job_id and rest[1] in twin.configuration else [])
+                return ff.aggregated(stores, names, aggs)
+            self._job_of(hosted, parts[1])
+            if not rest:
+                return ff.job_details(job, twin, now)
+            if rest == ["plan"]:
+                return {"plan": ff.plan(job, twin)}
+            if rest == ["config"]:
+                return ff.job_config(job, twin)
+            if rest == ["jobmanager", "config"]:
+                return ff.job_manager_config(job, hosted.flink_configuration)
+            if rest == ["resource-requirements"]:
+                self._adaptive(hosted)
+                return ff.resource_requirements(twin, hosted.lower_bounds)
+        raise RestError(HTTPStatus.NOT_FOUND, "Not found: " + where)
+
+    @staticmethod
+    def _job_of(hosted: Hosted, jid: str) -> None:
+        if jid != hosted.job.job_id:
+            raise RestError(HTTPStatus.NOT_FOUND, f"Job {jid} not found")
+
+    @staticmethod
+    def _adaptive(hosted: Hosted) -> None:
+        scheduler = hosted.flink_configuration.get(SCHEDULER_KEY, "default").strip().lower()
+        if scheduler != "adaptive":
+            # What Flink 1.20 answers under the default scheduler (golden sample).
+            raise RestError(HTTPStatus.INTERNAL_SERVER_ERROR,
+                            "java.lang.UnsupportedOperationException: The DefaultScheduler "
+                            "does not support changing the parallelism without a job restart. "
+                            "This feature is currently only expected to work with the "
+                            "AdaptiveScheduler.")
+
+    def _put_requirements(self, namespace: str, name: str, hosted: Hosted, body: Any) -> Any:
+        """FLIP-291: the adaptive scheduler rescales the running job in place to the upper
+        bounds (the twin always has the slots): same job id, no savepoint."""
+        self._adaptive(hosted)
+        if not isinstance(body, dict):
+            raise RestError(HTTPStatus.BAD_REQUEST, "Request body must be a JSON object "
+                            "keyed by job vertex id")
+        twin = hosted.twin
+        unknown = sorted(set(body) - set(twin.configuration))
+        if unknown:
+            raise RestError(HTTPStatus.BAD_REQUEST, f"Job vertex {unknown[0]} not found")
+        missing = sorted(set(twin.configuration) - set(body))
+        if missing:
+            raise RestError(HTTPStatus.BAD_REQUEST,
+                            f"Requirements for job vertex {missing[0]} are missing")
+        ops = twin.model.by_vertex()
+        self.advance_all()
+        config: dict[str, VertexConfig] = {}
+        lower_bounds: dict[str, int] = {}
+        for vid, requirement in body.items():
+            bounds = requirement.get("parallelism") if isinstance(requirement, dict) else None
+            lower = bounds.get("lowerBound") if isinstance(bounds, dict) else None
+            upper = bounds.get("upperBound") if isinstance(bounds, dict) else None
+            if not (isinstance(lower, int) and isinstance(upper, int)):
+                raise RestError(HTTPStatus.BAD_REQUEST, f"Job vertex {vid}: parallelism needs "
+                                "integer lowerBound and upperBound")
+            top = ops[vid].max_parallelism
+            if not 1 <= lower <= upper <= top:
+                raise RestError(HTTPStatus.BAD_REQUEST, f"Job vertex {vid}: parallelism bounds "
+                                f"[{lower}, {upper}] must satisfy 1 <= lower <= upper <= "
+                                f"max parallelism {top}")
+            config[vid] = VertexConfig(upper, twin.configuration[vid].memory_level)
+            lower_bounds[vid] = lower
+        downtime = twin.apply(config)
+        if downtime > 0:
+            now = _now_ms()
+            hosted.job = replace(hosted.job, running_ms=now + int(1000 * downtime /
+                                                                   self.time_scale),
+                                 restarting_ms=now)
+        hosted.lower_bounds = lower_bounds
+        return {}
+
+    def key_of_service(self, host: str) -> tuple[str, str] | None:
+        """The deployment a request for `<name>-rest.<ns>.svc[:port]` means."""
+        match = _SERVICE_HOST.match(host.rsplit(":", 1)[0] if host.count(":") == 1 else host)
+        return (match["ns"], match["name"]) if match else None
+
+
+def _names(text: str | None) -> list[str] | None:
+    return None if text is None or not text.strip() else [
+        n.strip() for n in text.split(",") if n.strip()]
+
+
+def _aggregations(text: str | None) -> list[str]:
+    wanted = [a.strip().lower() for a in (text or "").split(",") if a.strip()]
+    bad = [a for a in wanted if a not in ff.AGGREGATIONS]
+    if bad:
+        # Flink's query parameter conversion refuses an unknown aggregation.
+        raise RestError(HTTPStatus.BAD_REQUEST,
+                        f"Cannot resolve query parameter (agg) from value \"{text}\".")
+    return wanted
 
 
 def _now_ms() -> int:
     return int(time.time() * 1000)
 
 
-def _handler_for(server: TwinServer) -> type[BaseHTTPRequestHandler]:
-    class Handler(BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"
+def _close(http: ThreadingHTTPServer) -> None:
+    http.shutdown()
+    http.server_close()
 
-        def log_message(self, format: str, *args: Any) -> None:  # quiet
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, format: str, *args: Any) -> None:  # quiet
+        return
+
+    def _send(self, status: int, body: str | bytes, content_type: str) -> None:
+        data = body.encode("utf-8") if isinstance(body, str) else body
+        self.send_response(status)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def _json(self, status: int, payload: Any) -> None:
+        self._send(status, json.dumps(payload), "application/json; charset=UTF-8")
+
+    def _body(self) -> Any:
+        length = int(self.headers.get("Content-Length", "0"))
+        return json.loads(self.rfile.read(length) or b"{}")
+
+    def _rest(self, server: TwinServer, key: tuple[str, str], method: str, path: str) -> None:
+        try:
+            body = self._body() if method == "PUT" else None
+        except ValueError as exc:
+            self._json(HTTPStatus.BAD_REQUEST, {"errors": [f"Request body is not JSON: {exc}"]})
             return
+        try:
+            self._json(200, server.rest(*key, method, path, body))
+        except RestError as exc:
+            self._json(exc.status, {"errors": [str(exc)]})
 
-        def _send(self, status: int, body: str | bytes, content_type: str) -> None:
-            data = body.encode("utf-8") if isinstance(body, str) else body
-            self.send_response(status)
-            self.send_header("Content-Type", content_type)
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
 
-        def _json(self, status: int, payload: Any) -> None:
-            self._send(status, json.dumps(payload), "application/json; charset=UTF-8")
+def _rest_handler_for(server: TwinServer, key: tuple[str, str]) -> type[BaseHTTPRequestHandler]:
+    """One deployment's JobManager REST endpoint."""
+    class RestHandler(_Handler):
+        def do_GET(self) -> None:
+            self._rest(server, key, "GET", self.path)
 
+        def do_PUT(self) -> None:
+            self._rest(server, key, "PUT", self.path)
+
+    return RestHandler
+
+
+def _handler_for(server: TwinServer) -> type[BaseHTTPRequestHandler]:
+    class Handler(_Handler):
         def _parts(self) -> list[str]:
             return [p for p in self.path.split("?", 1)[0].split("/") if p]
 
+        def _proxied(self, method: str) -> bool:
+            """A proxy request for a deployment's in-cluster Service: serve its REST API
+            (HTTP_PROXY pointed here lets an unmodified client use cluster DNS names)."""
+            if not self.path.startswith("http://"):
+                return False
+            url = urlsplit(self.path)
+            key = server.key_of_service(url.netloc)
+            if key is None:
+                self._json(HTTPStatus.BAD_GATEWAY,
+                           {"errors": [f"no FlinkDeployment REST Service {url.netloc}"]})
+            else:
+                target = url.path + (f"?{url.query}" if url.query else "")
+                self._rest(server, key, method, target)
+            return True
+
         def do_GET(self) -> None:
+            if self._proxied("GET"):
+                return
             parts = self._parts()
             try:
                 if parts == ["metrics"]:
@@ -383,22 +606,21 @@ def _handler_for(server: TwinServer) -> type[BaseHTTPRequestHandler]:
                     self._json(200, [server.status(ns, n) for ns, n in server.jobs()])
                 elif len(parts) == 4 and parts[:2] == ["control", "jobs"]:
                     self._json(200, server.status(parts[2], parts[3]))
-                elif len(parts) >= 3:
-                    self._json(200, server.rest(parts[0], parts[1], parts[2:]))
                 else:
                     raise KeyError("Not found: " + self.path)
             except KeyError as exc:
                 self._json(HTTPStatus.NOT_FOUND, {"errors": [str(exc.args[0])]})
 
         def do_PUT(self) -> None:
+            if self._proxied("PUT"):
+                return
             parts = self._parts()
             if len(parts) != 4 or parts[:2] != ["control", "jobs"]:
                 self._json(HTTPStatus.NOT_FOUND, {"errors": ["Not found: " + self.path]})
                 return
             ns, name = parts[2], parts[3]
             try:
-                length = int(self.headers.get("Content-Length", "0"))
-                body = json.loads(self.rfile.read(length) or b"{}")
+                body = self._body()
                 conf = {str(k): str(v) for k, v in (body.get("flinkConfiguration") or {}).items()}
                 tm = body.get("taskManager")
                 if (ns, name) in server.jobs():

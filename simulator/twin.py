@@ -109,6 +109,23 @@ class Counters:
     puts: list[float]
 
 
+@dataclass
+class IoCounters:
+    """Flink's accumulated task counters per subtask (numRecordsIn/Out, accumulate*TimeMs),
+    reset when the tasks restart. `read` is what the operator reads: for a source, the
+    records it fetches (a FLIP-27 source operator counts them in numRecordsIn)."""
+
+    read: list[float]
+    written: list[float]
+    busy_ms: list[float]
+    backpressured_ms: list[float]
+    idle_ms: list[float]
+
+    @classmethod
+    def zeros(cls, subtasks: int) -> IoCounters:
+        return cls(*([0.0] * subtasks for _ in range(5)))
+
+
 def mean(values: list[float]) -> float:
     return sum(values) / len(values)
 
@@ -201,6 +218,7 @@ class Twin:
             vid: Counters(*([0.0] * self._config[vid].parallelism for _ in range(4)))
             for vid in self._config
         }
+        self.io = {vid: IoCounters.zeros(vc.parallelism) for vid, vc in self._config.items()}
 
     def managed_mib_of(self, vertex_id: str) -> float:
         return managed_mib(self._config[vertex_id].memory_level, self.base_managed_mib)
@@ -300,6 +318,7 @@ class Twin:
                     )
                 subtasks.append(sample)
                 self._count(vid, i, rate * share * dt, cost)
+                self._accumulate(vid, i, rate * share * dt, sample, dt)
             pending = None
             if op.is_source:
                 produced = rate * dt
@@ -318,6 +337,15 @@ class Twin:
         c.misses[subtask] += records * cost.misses_per_record
         c.gets[subtask] += records * op.state.access.gets_per_record
         c.puts[subtask] += records * op.state.access.puts_per_record
+
+    def _accumulate(self, vid: str, subtask: int, read: float, sample: SubtaskSample,
+                    dt: float) -> None:
+        io = self.io[vid]
+        io.read[subtask] += read
+        io.written[subtask] += sample.records_out * dt
+        io.busy_ms[subtask] += sample.busy * dt
+        io.backpressured_ms[subtask] += sample.backpressured * dt
+        io.idle_ms[subtask] += sample.idle * dt
 
     def _ancestors(self, vid: str) -> set[str]:
         seen: set[str] = set()

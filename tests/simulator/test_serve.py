@@ -114,7 +114,7 @@ def test_scrape_keeps_flinks_text_quirks(server):
 def test_rest_shapes_match_the_golden_samples(server):
     status = server.add_job("default", "q11", Q11, TM)
     jid = status["jobId"]
-    base = f"{server.url}/default/q11"
+    base = server.rest_url("default", "q11")
     first_tm = requests.get(f"{base}/taskmanagers", timeout=5).json()["taskmanagers"][0]["id"]
     for path, golden in (
         ("jobs/overview", "jobs-overview.json"),
@@ -131,7 +131,7 @@ def test_rest_shapes_match_the_golden_samples(server):
 
 def test_the_taskmanager_list_has_no_slots_and_unknown_ids_are_404(server):
     server.add_job("default", "q11", Q11, TM)
-    base = f"{server.url}/default/q11/taskmanagers"
+    base = server.rest_url("default", "q11") + "/taskmanagers"
     listed = requests.get(base, timeout=5).json()["taskmanagers"]
     assert listed and all("allocatedSlots" not in tm for tm in listed)
     one = requests.get(f"{base}/{listed[0]['id']}", timeout=5).json()
@@ -171,14 +171,15 @@ def assert_same_shape(ours, theirs, where):
 def test_job_graph_over_rest_is_the_models(server):
     status = server.add_job("default", "q3", {"hybridscaler.twin.job-model": "q3"}, TM)
     jid = status["jobId"]
-    job = requests.get(f"{server.url}/default/q3/jobs/{jid}", timeout=5).json()
-    plan = requests.get(f"{server.url}/default/q3/jobs/{jid}/plan", timeout=5).json()["plan"]
+    base = server.rest_url("default", "q3")
+    job = requests.get(f"{base}/jobs/{jid}", timeout=5).json()
+    plan = requests.get(f"{base}/jobs/{jid}/plan", timeout=5).json()["plan"]
     model = load_model("q3")
     assert {v["id"] for v in job["vertices"]} == {o.vertex_id for o in model.operators}
     join = model.operator("q3-join").vertex_id
     node = next(n for n in plan["nodes"] if n["id"] == join)
     assert [i["ship_strategy"] for i in node["inputs"]] == ["HASH", "HASH"]
-    assert requests.get(f"{server.url}/default/q3/jobs/{'0' * 32}", timeout=5).status_code == 404
+    assert requests.get(f"{base}/jobs/{'0' * 32}", timeout=5).status_code == 404
 
 
 def test_reconfigure_restarts_with_the_written_parallelism_and_memory(server):
@@ -327,7 +328,7 @@ def test_managed_memory_is_per_taskmanager_and_only_stateful_slots_use_it(server
             "hybridscaler.operator-resources": json.dumps(
                 {"q11-session": {"cpuCores": 1, "taskHeapMb": 64, "managedMemoryMb": 316}})}
     server.add_job("default", "q11", conf, TM)
-    base = f"{server.url}/default/q11"
+    base = server.rest_url("default", "q11")
     tms = [tm["id"] for tm in requests.get(f"{base}/taskmanagers", timeout=5).json()[
         "taskmanagers"]]
     assert len(tms) == 2  # 6 tasks, 4 slots each
