@@ -15,7 +15,7 @@ inputs). As upstream (`ScalingExecutor.computeScalingSummary`):
 - while a source processes backlog (lag above `backlog_lag_threshold` seconds of its
   input), the band is [0, 1]: nothing scales down, scale-ups wait for full load.
 
-Deliberate differences from flink-autoscaler are data in `policies/deviations.py`
+Deliberate differences from flink-autoscaler are data in `policies/upstream.py`
 (mirrored in docs/policies.md).
 """
 
