@@ -1,6 +1,6 @@
 """Write the conformance cases: hand-made edge cases and the twin's jobs at several loads.
 
-    .venv/bin/python -m tests.conformance.record   # needs bench/peer built (mvn package)
+    .venv/bin/python -m tests.conformance.record [name ...]   # needs bench/peer built
 
 Runs upstream's evaluator and our DS2 on each case and stores both answers. A case
 whose answers differ must name its deviation here (`DEVIATES`), else recording fails:
@@ -12,8 +12,10 @@ from __future__ import annotations
 
 import hashlib
 import json
+import sys
 from typing import Any
 
+from policies.model import VertexConfig
 from simulator.model import load_model
 from simulator.twin import Twin
 from tests.conformance.cases import CASES, ours, upstream
@@ -179,55 +181,83 @@ def hand_made() -> dict[str, dict[str, Any]]:
     }
 
 
+def twin_case(
+    job: str, factor: float, tasks: dict[str, int] | None = None, **options: str
+) -> dict[str, Any]:
+    """The twin's `job` at `factor` times its target rate, running with `tasks` (operator
+    uid -> parallelism; else the initial configuration): three 2-minute windows."""
+    model = load_model(job)
+    model = model.model_copy(
+        update={"load": model.load.model_copy(update={"rate": model.load.rate * factor})}
+    )
+    initial = model.job_graph().configuration()
+    config = {
+        o.vertex_id: VertexConfig((tasks or {}).get(o.uid, initial[o.vertex_id].parallelism),
+                                  initial[o.vertex_id].memory_level)
+        for o in model.operators
+    }
+    twin = Twin(model, seed=7, configuration=config)
+    twin.advance(60.0)
+    windows = []
+    for _ in range(3):
+        twin.advance(WINDOW_S)
+        obs = twin.observe(WINDOW_S)
+        windows.append({
+            "time": T0 + obs.time, "window_s": WINDOW_S,
+            "vertices": {
+                k: {f: round(getattr(x, f), 3) for f in (
+                    "busy_ms_per_s", "busy_ms_per_s_max", "backpressured_ms_per_s",
+                    "records_in_per_s", "records_out_per_s")}
+                | ({} if x.pending_records is None else {
+                    "pending_records": round(x.pending_records, 3),
+                    "pending_records_growth_per_s":
+                        round(x.pending_records_growth_per_s or 0.0, 3)})
+                for k, x in obs.vertices.items()
+            },
+        })
+    graph = twin.job_graph()
+    pinned = [o.vertex_id for o in model.operators if o.fixed_parallelism]
+    at = "its initial configuration" if not tasks else ", ".join(
+        f"{uid} at {p}" for uid, p in tasks.items())
+    return {
+        "description": f"the twin's {job} with {at}, {factor:g}x its target rate;"
+                       " pinned sinks excluded",
+        "graph": {
+            "vertices": [{"id": x.id, "name": x.name, "max_parallelism": x.max_parallelism,
+                          "parallelism": x.parallelism} for x in graph.vertices],
+            "edges": [{"source": y.source, "target": y.target,
+                       "ship_strategy": str(y.ship_strategy)} for y in graph.edges],
+        },
+        "windows": windows,
+        "options": {**PAPER_OPTIONS,
+                    **({"job.autoscaler.vertex.exclude.ids": ",".join(pinned)} if pinned else {}),
+                    **{f"job.autoscaler.{k}": x for k, x in options.items()}},
+    }
+
+
 def twin_cases() -> dict[str, dict[str, Any]]:
-    """The twin's jobs at their initial configuration, at half, full and twice the target."""
-    out: dict[str, dict[str, Any]] = {}
-    for job in ("q1", "q3", "q8", "q11"):
-        for factor in (0.5, 1.0, 2.0):
-            model = load_model(job)
-            model = model.model_copy(
-                update={"load": model.load.model_copy(update={"rate": model.load.rate * factor})}
-            )
-            twin = Twin(model, seed=7)
-            twin.advance(60.0)
-            windows = []
-            for _ in range(3):
-                twin.advance(WINDOW_S)
-                obs = twin.observe(WINDOW_S)
-                windows.append({
-                    "time": T0 + obs.time, "window_s": WINDOW_S,
-                    "vertices": {
-                        k: {f: round(getattr(x, f), 3) for f in (
-                            "busy_ms_per_s", "busy_ms_per_s_max", "backpressured_ms_per_s",
-                            "records_in_per_s", "records_out_per_s")}
-                        | ({} if x.pending_records is None else {
-                            "pending_records": round(x.pending_records, 3),
-                            "pending_records_growth_per_s":
-                                round(x.pending_records_growth_per_s or 0.0, 3)})
-                        for k, x in obs.vertices.items()
-                    },
-                })
-            graph = twin.job_graph()
-            pinned = [o.vertex_id for o in model.operators if o.fixed_parallelism]
-            out[f"twin-{job}-load-{factor:g}x"] = {
-                "description": f"the twin's {job} at its initial configuration, "
-                               f"{factor:g}x its target rate; pinned sinks excluded",
-                "graph": {
-                    "vertices": [{"id": x.id, "name": x.name, "max_parallelism": x.max_parallelism,
-                                  "parallelism": x.parallelism} for x in graph.vertices],
-                    "edges": [{"source": y.source, "target": y.target,
-                               "ship_strategy": str(y.ship_strategy)} for y in graph.edges],
-                },
-                "windows": windows,
-                "options": {**PAPER_OPTIONS,
-                            **({"job.autoscaler.vertex.exclude.ids": ",".join(pinned)}
-                               if pinned else {})},
-            }
+    """The twin's jobs from their initial configuration at half, full and twice the target,
+    and from the size DS2 converges to at half (scale-down interval off) and one and a half
+    times the target."""
+    out = {
+        f"twin-{job}-load-{factor:g}x": twin_case(job, factor)
+        for job in ("q1", "q3", "q8", "q11") for factor in (0.5, 1.0, 2.0)
+    }
+    converged = {"q1": {"q1-map": 7}, "q3": {"q3-join": 12}, "q8": {"q8-join": 24},
+                 "q11": {"q11-session": 20}}
+    for job, tasks in converged.items():
+        for factor in (0.5, 1.5):
+            options = {"scale-down.interval": "0 s"} if factor < 1 else {}
+            out[f"twin-{job}-converged-load-{factor:g}x"] = twin_case(job, factor, tasks,
+                                                                      **options)
     return out
 
 
 def main() -> None:
-    cases = {**hand_made(), **twin_cases()}
+    """Record every case, or (with arguments) only the cases whose names contain one."""
+    wanted = sys.argv[1:]
+    cases = {n: c for n, c in {**hand_made(), **twin_cases()}.items()
+             if not wanted or any(w in n for w in wanted)}
     theirs = upstream(cases)
     problems = []
     CASES.mkdir(exist_ok=True)
