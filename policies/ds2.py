@@ -259,11 +259,13 @@ def propose(
         where = "outside" if outside else "within"
         text = f"utilization {u:.2f} {where} {band} ({numbers}): "
         if wanted == p:
-            text += f"sized to {p} for utilization {cpu.utilization_target:.2f}, keeps {p}"
+            text += f"sized to {p} for utilization {cpu.utilization_target:.2f}"
         else:
             text += f"DS2 sizes {p}→{wanted} for utilization {cpu.utilization_target:.2f}"
         if notes:
             text += f" ({notes})"
+        if wanted == p:
+            text += f", keeps {p}"
         delayed = False
         if wanted < p and cpu.scale_down_delay > 0:
             # Kept until a rescale happens (evaluate clears every wait then).
