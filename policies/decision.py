@@ -142,7 +142,7 @@ class VertexHistory(RecordModel):
     scaled_up: bool
     cache_hit_rate: float | None
     state_latency_ns: float | None
-    # DS2's scale-down delay: when this vertex first wanted fewer tasks, still pending.
+    # Unused since a rescale restarts every scale-down wait (kept for stored statuses).
     scale_down_wanted_since: EpochTime | None = None
 
 

@@ -1,19 +1,22 @@
-"""DS2 with the semantics of the Flink Kubernetes Operator autoscaler (`flink-autoscaler`).
+"""DS2 with the semantics of the Flink Kubernetes Operator autoscaler (`flink-autoscaler` 1.10).
 
 For every vertex: the *true processing rate* (TPR, records/s the whole vertex could
 handle if never idle), the *target rate* it must sustain (source rates propagated
-through the DAG by output ratios, so cascades are solved in one step) and the
-*utilization* it would run at (target ÷ TPR). When any vertex leaves
-[utilization_min, utilization_max], every vertex is resized to run at
-utilization_target, within the scale factors and parallelism bounds, aligned to
-key groups for hash inputs, and scale-downs wait out `scale_down_delay`.
+through the DAG by output ratios, so cascades are solved in one step), the lag
+catch-up rate on top of it, and the parallelism that runs it at utilization_target
+(within the scale factors and parallelism bounds, aligned to key groups for hash
+inputs). As upstream (`ScalingExecutor.computeScalingSummary`):
+- a vertex whose parallelism would not change (sized to its current value, pinned,
+  excluded) never triggers;
+- the job rescales only if a vertex whose parallelism changes is outside its
+  utilization band; then every changing vertex rescales, also those inside the band;
+- a scale-down waits `scale_down_delay` from when it was first wanted, but rides
+  along when another vertex triggers; any rescale restarts every wait;
+- while a source processes backlog (lag above `backlog_lag_threshold` seconds of its
+  input), the band is [0, 1]: nothing scales down, scale-ups wait for full load.
 
-Deliberate differences from flink-autoscaler, kept small and explicit:
-- the lag catch-up rate is part of a source's target rate (and so is divided by
-  the utilization target like the rest of it);
-- [min, max] parallelism are hard bounds (flink-autoscaler widens them to include
-  the current parallelism);
-- a vertex whose capacity is unknown (not busy at all) neither triggers nor moves.
+Deliberate differences from flink-autoscaler are data in `policies/upstream.py`
+(mirrored in docs/policies.md).
 """
 
 from __future__ import annotations
@@ -32,12 +35,14 @@ from policies.spec import CpuScaling
 class VertexProposal:
     vertex_id: str
     parallelism_before: int
-    parallelism: int  # DS2's proposal, after the scale-down delay
-    wanted: int  # what sizing asks for, before the scale-down delay
+    parallelism: int  # DS2's proposal: `wanted` if the job rescales, else parallelism_before
+    wanted: int  # what sizing asks for (after clamps and alignment)
     target_rate: float
     true_processing_rate: float  # inf when the vertex was not busy (capacity unknown)
     utilization: float | None  # target rate / TPR; None when the capacity is unknown
     reason: str
+    outside_band: bool = False  # TPR outside the band's processing-rate thresholds
+    delayed: bool = False  # a scale-down still inside scale_down_delay
 
 
 @dataclass(frozen=True)
@@ -64,49 +69,116 @@ def output_ratio(graph: JobGraph, observation: Observation, vertex_id: str) -> f
     return m.records_out_per_s / m.records_in_per_s if m.records_in_per_s > 1e-6 else 0.0
 
 
-def target_rates(graph: JobGraph, observation: Observation, cpu: CpuScaling) -> dict[str, float]:
-    """Records/s each vertex must sustain, propagated from the sources in topological order."""
+def _propagate(
+    graph: JobGraph, observation: Observation, at_source: Mapping[str, float]
+) -> dict[str, float]:
+    """A per-source rate carried downstream, scaled by each upstream's output ratio."""
     rates: dict[str, float] = {}
     for vid in graph.topological_order():
-        m = observation.vertices[vid]
         if graph.is_source(vid):
-            rate = m.records_out_per_s + (m.pending_records_growth_per_s or 0.0)
-            lag = m.pending_records or 0.0
-            if cpu.catch_up_duration > 0 and lag > 0:
-                rate += lag / cpu.catch_up_duration
+            rates[vid] = at_source[vid]
         else:
-            rate = sum(
+            rates[vid] = sum(
                 rates[e.source] * output_ratio(graph, observation, e.source)
                 for e in graph.inputs(vid)
             )
-        rates[vid] = max(rate, 0.0)
     return rates
+
+
+def target_rates(graph: JobGraph, observation: Observation) -> dict[str, float]:
+    """Records/s each vertex must sustain: sources' input rate plus lag growth, propagated."""
+    at_source = {}
+    for vid in graph.vertices:
+        if graph.is_source(vid.id):
+            m = observation.vertices[vid.id]
+            rate = _source_input_rate(m.records_in_per_s, m.records_out_per_s)
+            at_source[vid.id] = max(0.0, rate + (m.pending_records_growth_per_s or 0.0))
+    return _propagate(graph, observation, at_source)
+
+
+def catch_up_rates(graph: JobGraph, observation: Observation, cpu: CpuScaling) -> dict[str, float]:
+    """Extra records/s that drain the sources' lag within catch_up_duration, propagated."""
+    at_source = {}
+    for vid in graph.vertices:
+        if graph.is_source(vid.id):
+            lag = observation.vertices[vid.id].pending_records or 0.0
+            at_source[vid.id] = lag / cpu.catch_up_duration if cpu.catch_up_duration > 0 else 0.0
+    return _propagate(graph, observation, at_source)
+
+
+def _source_input_rate(records_in: float, records_out: float) -> float:
+    # A FLIP-27 source counts what it reads in numRecordsIn; older ones only emit.
+    return records_in if records_in > 0 else records_out
+
+
+def processing_backlog(graph: JobGraph, observation: Observation, cpu: CpuScaling) -> bool:
+    """Some source's lag is more than backlog_lag_threshold seconds of its input."""
+    for v in graph.vertices:
+        if not graph.is_source(v.id):
+            continue
+        m = observation.vertices[v.id]
+        lag = m.pending_records or 0.0
+        rate = _source_input_rate(m.records_in_per_s, m.records_out_per_s)
+        if lag > 0 and (rate <= 0 or lag / rate > cpu.backlog_lag_threshold):
+            return True
+    return False
+
+
+def capacity(
+    target: float, catch_up: float, utilization: float, cpu: CpuScaling, *, restart: bool
+) -> float:
+    """Records/s a vertex needs to run the target rate at `utilization`, drain the lag
+    within catch_up_duration and (with `restart`) make up for the restart it causes."""
+    utilization = min(max(utilization, 0.0), 1.0)
+    if utilization == 0:
+        return math.inf
+    restart_rate = (
+        target * cpu.restart_time / cpu.catch_up_duration
+        if restart and cpu.catch_up_duration > 0 else 0.0
+    )
+    # Java's Math.round, as upstream rounds it.
+    return float(math.floor(catch_up + restart_rate + target / utilization + 0.5))
 
 
 def _known(tpr: float) -> bool:
     return math.isfinite(tpr) and tpr > 0
 
 
-def _align(current: int, new: int, upper: int, max_parallelism: int) -> int:
-    """Smallest divisor of max parallelism in [new, upper], so key groups spread evenly.
+def align(current: int, new: int, upper: int, lower: int, max_parallelism: int) -> int:
+    """flink-autoscaler 1.10's key-group alignment for a vertex with a HASH input.
 
-    Keeps `new` when no divisor fits or when the divisor would undo a scale-down.
+    The smallest divisor of max parallelism from `new` up to `upper` (only up to half
+    the key groups while `new` is at most half); failing that, the smallest
+    parallelism whose busiest task gets no more key groups than at `new`. Unlike
+    1.10 (and like 1.11+), a result that would not move in `new`'s direction from
+    `current` keeps `current`.
     """
-    for candidate in range(new, upper + 1):
-        if max_parallelism % candidate == 0:
-            if new < current <= candidate:
-                return new
-            return candidate
-    return new
+    if new == current:
+        return current
+    groups = max_parallelism
+    limit = min(groups if new > groups // 2 else groups // 2, upper)
+    aligned = next((c for c in range(new, limit + 1) if groups % c == 0), None)
+    if aligned is None:
+        p = new
+        while p > 0:
+            if groups // p > groups // new:
+                if groups % p != 0:
+                    p += 1
+                break
+            p -= 1
+        aligned = max(p, lower)
+    if (new > current) != (aligned > current) or aligned == current:
+        return current
+    return aligned
 
 
 def size(
-    vertex: Vertex, cpu: CpuScaling, tpr: float, target: float, hash_input: bool
+    vertex: Vertex, cpu: CpuScaling, tpr: float, needed: float, hash_input: bool
 ) -> tuple[int, str]:
-    """New parallelism for a vertex at the utilization target, and how the clamps shaped it."""
+    """New parallelism for a vertex that needs `needed` records/s, and how the clamps shaped it."""
     p = vertex.parallelism
     notes: list[str] = []
-    factor = target / tpr / cpu.utilization_target  # tpr * target could underflow to 0
+    factor = needed / tpr  # tpr * target could underflow to 0
     low_factor, high_factor = 1 - cpu.max_scale_down_factor, 1 + cpu.max_scale_up_factor
     if factor < low_factor:
         factor = low_factor
@@ -122,14 +194,22 @@ def size(
     new = min(max(raw, low), upper)
     if new != raw:
         notes.append(f"bounded to [{low}, {upper}]")
-    if new != p and hash_input:
-        aligned = _align(p, new, upper, vertex.max_parallelism)
+    if hash_input:
+        aligned = align(p, new, upper, low, vertex.max_parallelism)
         if aligned != new:
             notes.append(
-                f"aligned {new}→{aligned}, a divisor of max parallelism {vertex.max_parallelism}"
+                f"aligned {new}→{aligned} to the {vertex.max_parallelism} key groups"
             )
             new = aligned
     return new, "; ".join(notes)
+
+
+@dataclass(frozen=True)
+class _Sized:
+    wanted: int
+    text: str
+    outside: bool
+    delayed: bool
 
 
 def propose(
@@ -147,64 +227,99 @@ def propose(
     """
     now = observation.time if now is None else now
     since_before = scale_down_wanted_since or {}
-    rates = target_rates(graph, observation, cpu)
+    rates = target_rates(graph, observation)
+    catch_up = catch_up_rates(graph, observation, cpu)
+    backlog = processing_backlog(graph, observation, cpu)
+    low_u, high_u = (0.0, 1.0) if backlog else (cpu.utilization_min, cpu.utilization_max)
+    band = f"[{low_u:.2f}, {high_u:.2f}]" + (" (sources processing backlog)" if backlog else "")
     tprs = {v.id: observation.vertices[v.id].true_processing_rate for v in graph.vertices}
-    utilization = {vid: rates[vid] / tpr if _known(tpr) else None for vid, tpr in tprs.items()}
-
-    outside = [
-        (v, u) for v in graph.vertices
-        if (u := utilization[v.id]) is not None
-        and not cpu.utilization_min <= u <= cpu.utilization_max
-    ]
-    bounds = f"[{cpu.utilization_min:.2f}, {cpu.utilization_max:.2f}]"
-    if outside:
-        reason = "DS2 triggered: " + ", ".join(
-            f"{v.name or v.id} utilization {u:.2f} outside {bounds}" for v, u in outside
-        )
-    else:
-        reason = f"every vertex within utilization {bounds}: DS2 not triggered"
 
     since: dict[str, float] = {}
-    vertices: dict[str, VertexProposal] = {}
+    sized: dict[str, _Sized] = {}
     for v in graph.vertices:
-        tpr, target, u = tprs[v.id], rates[v.id], utilization[v.id]
-        p = v.parallelism
-        numbers = (
-            f"target rate {explain.rate(target)}, true processing rate {explain.rate(tpr)}"
+        tpr, target, p = tprs[v.id], rates[v.id], v.parallelism
+        numbers = f"target rate {explain.rate(target)}, true processing rate {explain.rate(tpr)}"
+        if catch_up[v.id] > 0:
+            numbers += f", lag catch-up {explain.rate(catch_up[v.id])}"
+        if cpu.excludes(v.id, v.operator_uids):
+            sized[v.id] = _Sized(p, f"excluded from scaling ({numbers}): keeps {p}", False, False)
+            continue
+        if not _known(tpr):
+            sized[v.id] = _Sized(p, f"capacity unknown ({numbers}): keeps {p}", False, False)
+            continue
+        u = target / tpr
+        # Upstream's band test, on rates: TPR below what the upper utilization needs
+        # (no restart term) or above what the lower one needs (with it).
+        outside = (
+            tpr < capacity(target, catch_up[v.id], high_u, cpu, restart=False)
+            or tpr > capacity(target, catch_up[v.id], low_u, cpu, restart=True)
         )
-        if u is None:
-            wanted, text = p, f"capacity unknown ({numbers}): keeps {p}"
-        elif not outside:
-            wanted, text = p, f"utilization {u:.2f} ({numbers}): keeps {p}"
+        needed = capacity(target, catch_up[v.id], cpu.utilization_target, cpu, restart=True)
+        wanted, notes = size(v, cpu, tpr, needed, _has_hash_input(graph, v.id))
+        where = "outside" if outside else "within"
+        text = f"utilization {u:.2f} {where} {band} ({numbers}): "
+        if wanted == p:
+            text += f"sized to {p} for utilization {cpu.utilization_target:.2f}"
         else:
-            wanted, notes = size(v, cpu, tpr, target, _has_hash_input(graph, v.id))
-            text = (
-                f"utilization {u:.2f} ({numbers}): DS2 sizes {p}→{wanted} "
-                f"for utilization {cpu.utilization_target:.2f}"
-            ) + (f" ({notes})" if notes else "")
-        proposed = wanted
-        if wanted < p:
-            # Kept until the scale-down happens (evaluate clears it then).
+            text += f"DS2 sizes {p}→{wanted} for utilization {cpu.utilization_target:.2f}"
+        if notes:
+            text += f" ({notes})"
+        if wanted == p:
+            text += f", keeps {p}"
+        delayed = False
+        if wanted < p and cpu.scale_down_delay > 0:
+            # Kept until a rescale happens (evaluate clears every wait then).
             first = since[v.id] = since_before.get(v.id, now)
             waited = now - first
             if waited < cpu.scale_down_delay:
-                proposed = p
+                delayed = True
                 text += (
                     f"; scale-down delayed: wanted for {waited:.0f}s of "
-                    f"{cpu.scale_down_delay:.0f}s, keeps {p}"
+                    f"{cpu.scale_down_delay:.0f}s"
                 )
+        sized[v.id] = _Sized(wanted, text, outside, delayed)
+
+    triggers = [
+        v for v in graph.vertices
+        if (s := sized[v.id]).wanted != v.parallelism and s.outside and not s.delayed
+    ]
+    if triggers:
+        reason = "DS2 triggered: " + ", ".join(
+            f"{v.name or v.id} utilization {rates[v.id] / tprs[v.id]:.2f} outside {band}"
+            f" and sized {v.parallelism}→{sized[v.id].wanted}"
+            for v in triggers
+        )
+    else:
+        reason = (
+            f"no vertex whose parallelism would change is outside utilization {band}:"
+            " DS2 not triggered"
+        )
+
+    vertices: dict[str, VertexProposal] = {}
+    for v in graph.vertices:
+        s, p = sized[v.id], v.parallelism
+        proposed = s.wanted if triggers else p
+        text = s.text
+        if s.wanted != p:
+            if triggers and s.delayed:
+                text += ", rides along with the rescale"
+            elif not triggers:
+                text += f", keeps {p}"
+        tpr = tprs[v.id]
         vertices[v.id] = VertexProposal(
             vertex_id=v.id,
             parallelism_before=p,
             parallelism=proposed,
-            wanted=wanted,
-            target_rate=target,
+            wanted=s.wanted,
+            target_rate=rates[v.id],
             true_processing_rate=tpr,
-            utilization=u,
+            utilization=rates[v.id] / tpr if _known(tpr) else None,
             reason=text,
+            outside_band=s.outside,
+            delayed=s.delayed,
         )
     return Proposal(
-        triggered=bool(outside),
+        triggered=bool(triggers),
         reason=reason,
         vertices=MappingProxyType(vertices),
         scale_down_wanted_since=MappingProxyType(since),

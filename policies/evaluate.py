@@ -126,12 +126,7 @@ def _clipped(d: VertexDecision, after: VertexConfig, notes: Mapping[str, str]) -
 def _record(
     state: PolicyState, decision: Decision, observation: Observation, now: float
 ) -> PolicyState:
-    """Append what Justin's next step needs; forget delays of vertices that just scaled in."""
-    since = {
-        vid: t for vid, t in state.scale_down_wanted_since.items()
-        if not any(d.vertex_id == vid and d.parallelism_after < d.parallelism_before
-                   for d in decision.vertices)
-    }
+    """Append what Justin's next step needs; a rescale restarts every scale-down wait (upstream)."""
     record = HistoryRecord(
         time=now,
         step=decision.step,
@@ -143,7 +138,6 @@ def _record(
                 scaled_up=d.scaled_up,
                 cache_hit_rate=observation.vertices[d.vertex_id].cache_hit_rate,
                 state_latency_ns=observation.vertices[d.vertex_id].state_latency_ns,
-                scale_down_wanted_since=since.get(d.vertex_id),
             )
             for d in decision.vertices
         ),
@@ -151,7 +145,7 @@ def _record(
     return PolicyState(
         step=decision.step,
         history=(*state.history, record)[-HISTORY_LIMIT:],
-        scale_down_wanted_since=MappingProxyType(since),
+        scale_down_wanted_since=MappingProxyType({}),
         last_reconfiguration_time=now,
     )
 

@@ -216,6 +216,9 @@ class ParallelismOverride(SpecModel):
         None, ge=1, le=MAX_PARALLELISM, description="replaces cpu.minParallelism")
     max_parallelism: int | None = Field(
         None, ge=1, le=MAX_PARALLELISM, description="replaces cpu.maxParallelism")
+    exclude: bool = Field(
+        False, description="never rescale this vertex, and never let it trigger a rescale"
+    )
 
     @model_validator(mode="after")
     def _one_selector(self) -> ParallelismOverride:
@@ -255,6 +258,14 @@ class CpuScaling(SpecModel):
     catch_up_duration: Annotated[Duration, Within(high=DAY)] = Field(
         300.0, description="size sources to drain their lag within this time (0 disables)"
     )
+    restart_time: Annotated[Duration, Within(high=DAY)] = Field(
+        0.0, description="downtime of one rescale; sized to catch up within catchUpDuration"
+    )
+    backlog_lag_threshold: Annotated[Duration, Within(high=DAY)] = Field(
+        300.0,
+        description="a source lagging more than this much input is processing backlog: "
+        "no scale-down, scale-up only at full load",
+    )
 
     @model_validator(mode="after")
     def _ordered(self) -> CpuScaling:
@@ -273,6 +284,13 @@ class CpuScaling(SpecModel):
                 low = o.min_parallelism if o.min_parallelism is not None else low
                 high = o.max_parallelism if o.max_parallelism is not None else high
         return low, max(low, high)
+
+    def excludes(self, vertex_id: str, operator_uids: tuple[str, ...]) -> bool:
+        """True when an override excludes this vertex from scaling."""
+        return any(
+            o.exclude and (o.vertex_id == vertex_id or o.operator_uid in operator_uids)
+            for o in self.overrides
+        )
 
 
 class MemoryScaling(SpecModel):

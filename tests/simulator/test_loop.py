@@ -33,14 +33,17 @@ def test_ds2_only_scales_out(q11):
     assert ds2.steps[0].configuration != ds2.steps[-1].configuration
 
 
-def test_both_reach_the_target_and_justin_uses_less(q11):
+def test_both_reach_the_target_and_justin_uses_less_cpu(q11):
+    # Not less memory, nor fewer steps: Justin's two scale-ups come first, and its
+    # scale-out from one task (capped by the max scale-up factor) lands inside the
+    # band at 632 MB per task, so DS2 (which triggers as flink-autoscaler does) never
+    # trims it (docs/simulator.md, Results).
     model, justin, ds2 = q11
     for result in (justin, ds2):
         assert result.converged and result.capacity >= model.load.rate
         assert result.achieved_rate == model.load.rate
-    assert justin.cpu_cores < ds2.cpu_cores and justin.memory_mib < ds2.memory_mib
+    assert justin.cpu_cores < ds2.cpu_cores
     assert justin.steps_to_target is not None and ds2.steps_to_target is not None
-    assert justin.steps_to_target <= ds2.steps_to_target
 
 
 def test_the_trajectory_shows_the_downtime_and_the_target(q11):
