@@ -232,6 +232,8 @@ OUT_OF_RANGE = {
     ("spec.metrics.resolution", "must be at most 1h"): "1h1ms",
     ("spec.cpu.scaleDownDelay", "must be at most 24h"): "24h1s",
     ("spec.cpu.catchUpDuration", "must be at most 24h"): "99999999999h",
+    ("spec.cpu.restartTime", "must be at most 24h"): "99999999999h",
+    ("spec.cpu.backlogLagThreshold", "must be at most 24h"): "99999999999h",
     ("spec.memory.baseManagedMemory", "must be at least 1Mi"): "1048575",
     ("spec.memory.baseManagedMemory", "must be at most 64Gi"): "65537Mi",
     ("spec.memory.stateLatencyThreshold", "must be at most 10s"): "10001ms",
