@@ -44,7 +44,7 @@ def describe(model: JobModel, configuration: Any) -> str:
 
 def _print_run(result: RunResult) -> None:
     typer.echo(f"\n{result.policy}: {len(result.steps)} reconfiguration(s)")
-    target = result.model.load.rate
+    target = result.model.peak_target(result.samples[-1].time if result.samples else 0.0)
     for n, step in enumerate(result.steps, 1):
         typer.echo(
             f"  step {n} at {step.time:5.0f}s (down {step.downtime_s:.0f}s): "
@@ -87,7 +87,8 @@ def simulate(
     model = _model(job)
     names: list[PolicyName] = ["justin", "ds2"] if policy == "both" else [policy]  # type: ignore[list-item]
     runs = [run(model, name, seconds, seed=seed) for name in names]
-    best: OracleResult = oracle(model)
+    best: OracleResult = oracle(model, horizon_s=seconds, seed=seed)
+    peak = model.peak_target(seconds)
     if plot is not None:
         from simulator.plot import plot_runs
 
@@ -95,10 +96,9 @@ def simulate(
     entries = {r.policy: r.as_json() for r in runs}
     entries["oracle"] = best.as_json()
     if as_json:
-        typer.echo(json.dumps({"job": model.name, "target_rate": model.load.rate,
-                               "policies": entries}))
+        typer.echo(json.dumps({"job": model.name, "target_rate": peak, "policies": entries}))
         return
-    typer.echo(f"{model.name}: {model.description}; target {model.load.rate:,.0f} records/s")
+    typer.echo(f"{model.name}: {model.description}; peak target {peak:,.0f} records/s")
     for r in runs:
         _print_run(r)
     rows = [(r.policy, entries[r.policy], r.final) for r in runs]

@@ -130,6 +130,8 @@ def latency_quantiles(mean_ns: float) -> dict[float, float]:
 
 def add_job_metrics(scrape: Scrape, job: DeployedJob, twin: Twin, now_ms: int) -> None:
     """Every metric the scaler reads, for one job, in the reporter's names and labels."""
+    if twin.scrape_missing():
+        return  # a lost scrape (model.Noise.scrape_gaps): Prometheus sees a gap
     jm = [("job_id", job.job_id), ("host", "localhost"), ("job_name", sanitize(job.job_name))]
     running = twin.running
     uptime = float(max(0, now_ms - job.start_ms)) if running else 0.0
@@ -149,12 +151,14 @@ def add_job_metrics(scrape: Scrape, job: DeployedJob, twin: Twin, now_ms: int) -
         scrape.gauge("taskmanager_Status_Flink_Memory_Managed", "Used", tm, used * MIB_BYTES)
         host.update({slot: taskmanager_id(job, n) for slot in slots})
     for vid, op in ops.items():
+        if twin.series_stale(vid):
+            continue  # its reporter lags (model.Noise.stale_series): the series go stale
         sample = tick.vertices[vid]
         for i, sub in enumerate(sample.subtasks):
             task = _task_labels(job, vid, op.name, i, host[(vid, i)])
             operator = _operator_labels(task, vid, op.name)
             for metric, value in (
-                ("busyTimeMsPerSecond", twin.noisy(sub.busy)),
+                ("busyTimeMsPerSecond", twin.measured_busy(vid, sub.busy)),
                 ("backPressuredTimeMsPerSecond", sub.backpressured),
                 ("idleTimeMsPerSecond", sub.idle),
                 ("numRecordsInPerSecond", twin.noisy(sub.records_in)),
@@ -199,15 +203,19 @@ def _add_state_metrics(scrape: Scrape, twin: Twin, vid: str, subtask: int,
         scrape.gauge(cf_scope, metric, operator, value, help_name)
     latency_scope = f"{scope}_state_name"
     labels = [("state_name", state), *operator]
+    sampled = twin.sampled_latency_ns(cost)  # this histogram's window of sampled accesses
     for metric, mean_ns, count in (
         ("valueStateGetLatency", cost.get_latency_ns, counters.gets[subtask]),
         ("valueStateUpdateLatency", cost.put_latency_ns, counters.puts[subtask]),
     ):
         if mean_ns is None:
             continue
+        if sampled is not None and (metric == "valueStateGetLatency"
+                                    or cost.get_latency_ns is None):
+            mean_ns = sampled
         family = scrape.family(f"flink_{latency_scope}_{metric}", "summary", latency_scope, metric)
         family.add(labels, float(int(count / LATENCY_SAMPLE_INTERVAL)), suffix="_count")
-        for q, v in latency_quantiles(twin.noisy(mean_ns)).items():
+        for q, v in latency_quantiles(mean_ns).items():
             family.add([*labels, ("quantile", str(q))], v)
 
 

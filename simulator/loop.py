@@ -17,7 +17,7 @@ import policies
 from policies.model import Configuration, VertexConfig
 from policies.spec import CpuScaling, MemoryScaling, ParallelismOverride, TaskFootprint
 from simulator.model import JobModel, Operator
-from simulator.perf import vertex_limit
+from simulator.perf import channels, vertex_limit, vertex_shares
 from simulator.twin import (
     BASE_MANAGED_MIB,
     HEAP_MIB_PER_TASK,
@@ -58,18 +58,25 @@ def scaling_params(model: JobModel, policy: PolicyName) -> policies.ScalingParam
 
 
 def capacity(model: JobModel, configuration: Configuration,
-             base: float = BASE_MANAGED_MIB) -> float:
-    """Highest total source rate the configuration sustains (every task at most 100 % busy)."""
+             base: float = BASE_MANAGED_MIB, seed: int = 0) -> float:
+    """Highest total source rate the configuration sustains (every task at most 100 % busy),
+    with the twin's overheads of parallelism and its key-group imbalance for `seed`."""
     best = math.inf
     load = unit_loads(model)
+    parallelism = {vid: vc.parallelism for vid, vc in configuration.items()}
     for op in model.operators:
         if load[op.vertex_id] <= 0:
             continue
-        vc = configuration[op.vertex_id]
-        limit = vertex_limit(op, vc.parallelism, managed_mib(vc.memory_level, base),
-                             model.rocksdb)
-        best = min(best, limit / load[op.vertex_id])
+        best = min(best, _limit(model, op, configuration[op.vertex_id], parallelism, base, seed)
+                   / load[op.vertex_id])
     return best
+
+
+def _limit(model: JobModel, op: Operator, vc: VertexConfig, parallelism: dict[str, int],
+           base: float, seed: int) -> float:
+    return vertex_limit(op, vc.parallelism, managed_mib(vc.memory_level, base), model.rocksdb,
+                        model.scaling, *channels(model, parallelism, op.vertex_id),
+                        shares=vertex_shares(model, op, vc.parallelism, seed))
 
 
 def unit_loads(model: JobModel) -> dict[str, float]:
@@ -179,7 +186,8 @@ def run(model: JobModel, policy: PolicyName, duration_s: float = 1200.0, seed: i
             downtime = twin.apply(evaluation.configuration)
             cores, memory = paper_resources(model, twin.configuration)
             result.steps.append(Step(twin.time, downtime, twin.configuration, cores, memory,
-                                     rate_before, capacity(model, twin.configuration),
+                                     rate_before,
+                                     capacity(model, twin.configuration, seed=twin.seed),
                                      evaluation.decision.reason))
             next_decision = twin.time + downtime + stabilization_s + window_s
         else:
@@ -190,7 +198,7 @@ def run(model: JobModel, policy: PolicyName, duration_s: float = 1200.0, seed: i
 
 def _sample(twin: Twin) -> Sample:
     cores, memory = paper_resources(twin.model, twin.configuration)
-    return Sample(twin.time, twin.model.load.rate_at(twin.time), twin.achieved_rate(GRANULARITY_S),
+    return Sample(twin.time, twin.model.target_at(twin.time), twin.achieved_rate(GRANULARITY_S),
                   twin.lag(), cores, memory, twin.running)
 
 
@@ -205,13 +213,14 @@ def _finish(result: RunResult, twin: Twin) -> None:
     model = twin.model
     result.final = twin.configuration
     result.cpu_cores, result.memory_mib = paper_resources(model, twin.configuration)
-    result.capacity = capacity(model, twin.configuration)
-    result.achieved_rate = min(result.capacity, model.load.rate_at(twin.time))
+    result.capacity = capacity(model, twin.configuration, seed=twin.seed)
+    result.achieved_rate = min(result.capacity, model.target_at(twin.time))
     starts = [0.0] + [s.time + s.downtime_s for s in result.steps]
     configs = [model.job_graph().configuration()] + [s.configuration for s in result.steps]
     ends = [*starts[1:], math.inf]
     sustains = [
-        capacity(model, c) >= KEEP_UP * _highest_target(model, result.samples, start, end)
+        capacity(model, c, seed=twin.seed)
+        >= KEEP_UP * _highest_target(model, result.samples, start, end)
         for c, start, end in zip(configs, starts, ends, strict=True)
     ]
     result.converged, result.converged_at_s, result.steps_to_target = False, None, None
@@ -224,7 +233,7 @@ def _finish(result: RunResult, twin: Twin) -> None:
 def _highest_target(model: JobModel, samples: list[Sample], start: float, end: float) -> float:
     """The highest target rate from `start` until `end` (at the trajectory's sample times)."""
     during = [s.target_rate for s in samples if start <= s.time < end]
-    return max([model.load.rate_at(start), *during])
+    return max([model.target_at(start), *during])
 
 
 @dataclass(frozen=True)
@@ -235,12 +244,15 @@ class OracleResult:
     cpu_cores: float
     memory_mib: float
     model: JobModel
+    target_rate: float  # the peak it is sized for
+    utilization: float  # the busyness each task is sized to
 
     def as_json(self) -> dict[str, Any]:
         return {
             "steps": 0, "steps_to_target": 0, "converged": self.feasible,
             "converged_at_s": 0.0 if self.feasible else None,
-            "achieved_rate": round(min(self.capacity, self.model.load.rate), 1),
+            "utilization": self.utilization, "target_rate": round(self.target_rate, 1),
+            "achieved_rate": round(min(self.capacity, self.target_rate), 1),
             "cpu_cores": self.cpu_cores, "memory_mb": round(self.memory_mib, 1),
             "capacity": round(self.capacity, 1),
             "configuration": configuration_json(self.model, self.configuration),
@@ -248,25 +260,33 @@ class OracleResult:
         }
 
 
-def oracle(model: JobModel, target_rate: float | None = None) -> OracleResult:
+def oracle(model: JobModel, target_rate: float | None = None, *, utilization: float = 1.0,
+           horizon_s: float = 1200.0, seed: int = 0) -> OracleResult:
     """The cheapest per-operator (parallelism, memory level) sustaining the target in the twin.
 
-    Vertex loads follow from the target alone (no feedback), so each vertex is sized
-    on its own: fewest tasks at 100 % busyness first, then least memory, over the
-    levels the policy may reach (the spec's maxLevel). Stateless vertices get ⊥;
-    pinned vertices keep their parallelism.
+    The target is the load's peak over `horizon_s` unless given. Every task is sized
+    to `utilization` busyness: 1.0 is the physical limit; a policy's utilization
+    target gives the configuration that policy aims for. Vertex loads follow from the
+    target alone (no feedback), so each vertex is sized on its own, upstream first
+    (its network channels depend on its inputs' sizes): fewest tasks first, then least
+    memory, over the levels the policy may reach (the spec's maxLevel). Stateless
+    vertices get ⊥; pinned vertices keep their parallelism. Noise is not in it: the
+    oracle knows the true costs, including the overheads of parallelism and the seed's
+    key-group imbalance.
     """
     max_level = MemoryScaling().max_level
-    target = model.load.rate if target_rate is None else target_rate
+    target = model.peak_target(horizon_s) if target_rate is None else target_rate
     loads = unit_loads(model)
     config: dict[str, VertexConfig] = {}
+    parallelism = {o.vertex_id: o.initial_parallelism for o in model.operators}
     feasible = True
-    for op in model.operators:
-        need = loads[op.vertex_id] * target
+    for vid in model.job_graph().topological_order():
+        op = model.by_vertex()[vid]
+        need = loads[vid] * target / utilization
         levels: list[int | None] = [None] if op.state is None else list(range(max_level))
         best: tuple[int, float, VertexConfig] | None = None
         for level in levels:
-            p = _fewest_tasks(model, op, level, need)
+            p = _fewest_tasks(model, op, level, need, parallelism, seed)
             if p is None:
                 continue
             mem = p * (HEAP_MIB_PER_TASK + NETWORK_MIB_PER_TASK + managed_mib(level))
@@ -275,18 +295,22 @@ def oracle(model: JobModel, target_rate: float | None = None) -> OracleResult:
         if best is None:
             feasible = False
             best = (op.max_parallelism, 0.0, VertexConfig(op.max_parallelism, levels[-1]))
-        config[op.vertex_id] = best[2]
+        config[vid] = best[2]
+        parallelism[vid] = best[2].parallelism
     frozen = MappingProxyType(config)
     cores, memory = paper_resources(model, frozen)
-    return OracleResult(frozen, feasible, capacity(model, frozen), cores, memory, model)
+    return OracleResult(frozen, feasible, capacity(model, frozen, seed=seed), cores, memory,
+                        model, target, utilization)
 
 
-def _fewest_tasks(model: JobModel, op: Operator, level: int | None, need: float) -> int | None:
+def _fewest_tasks(model: JobModel, op: Operator, level: int | None, need: float,
+                  parallelism: dict[str, int], seed: int) -> int | None:
     if op.fixed_parallelism:
         candidates: range = range(op.initial_parallelism, op.initial_parallelism + 1)
     else:
         candidates = range(1, op.max_parallelism + 1)
     for p in candidates:
-        if vertex_limit(op, p, managed_mib(level), model.rocksdb) >= need:
+        trial = {**parallelism, op.vertex_id: p}
+        if _limit(model, op, VertexConfig(p, level), trial, BASE_MANAGED_MIB, seed) >= need:
             return p
     return None
