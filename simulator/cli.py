@@ -13,7 +13,7 @@ import typer
 
 from controller.cli import app
 from policies.spec import parse_duration
-from simulator.loop import OracleResult, PolicyName, RunResult, oracle, run
+from simulator.loop import OracleResult, PolicyName, RunResult, oracle, run, scaling_params
 from simulator.model import BUILTIN_JOBS, JobModel, ModelError, load_model
 from simulator.twin import managed_mib
 
@@ -55,12 +55,12 @@ def _print_run(result: RunResult) -> None:
 
 
 def _table(model: JobModel, rows: list[tuple[str, dict[str, Any], Any]]) -> None:
-    typer.echo(f"\n{'policy':8} {'steps':>5} {'to target':>9} {'converged at':>12} "
+    typer.echo(f"\n{'policy':11} {'steps':>5} {'to target':>9} {'converged at':>12} "
                f"{'rate/s':>12} {'cores':>6} {'memory MB':>10}  final configuration")
     for name, entry, config in rows:
         at, to_target = entry["converged_at_s"], entry["steps_to_target"]
         typer.echo(
-            f"{name:8} {entry['steps']:>5} {'-' if to_target is None else to_target:>9} "
+            f"{name:11} {entry['steps']:>5} {'-' if to_target is None else to_target:>9} "
             f"{'-' if at is None else f'{at:.0f}s':>12} {entry['achieved_rate']:>12,.0f} "
             f"{entry['cpu_cores']:>6.0f} {entry['memory_mb']:>10,.0f}  {describe(model, config)}"
         )
@@ -88,6 +88,9 @@ def simulate(
     names: list[PolicyName] = ["justin", "ds2"] if policy == "both" else [policy]  # type: ignore[list-item]
     runs = [run(model, name, seconds, seed=seed) for name in names]
     best: OracleResult = oracle(model, horizon_s=seconds, seed=seed)
+    # What the policies aim for: every task at their utilization target, not at 100 %.
+    target_util = scaling_params(model, "ds2").cpu.utilization_target
+    aimed = oracle(model, horizon_s=seconds, seed=seed, utilization=target_util)
     peak = model.peak_target(seconds)
     if plot is not None:
         from simulator.plot import plot_runs
@@ -95,6 +98,7 @@ def simulate(
         plot_runs(runs, plot, f"{model.name}: Justin (plain) vs DS2 (dotted)")
     entries = {r.policy: r.as_json() for r in runs}
     entries["oracle"] = best.as_json()
+    entries["oracle_at_target"] = aimed.as_json()
     if as_json:
         typer.echo(json.dumps({"job": model.name, "target_rate": peak, "policies": entries}))
         return
@@ -103,6 +107,7 @@ def simulate(
         _print_run(r)
     rows = [(r.policy, entries[r.policy], r.final) for r in runs]
     rows.append(("oracle", entries["oracle"], best.configuration))
+    rows.append((f"oracle@{target_util:.0%}", entries["oracle_at_target"], aimed.configuration))
     _table(model, rows)
     if not best.feasible:
         typer.echo("oracle: the target is out of reach within max parallelism", err=True)

@@ -192,7 +192,7 @@ def run(model: JobModel, policy: PolicyName, duration_s: float = 1200.0, seed: i
             next_decision = twin.time + downtime + stabilization_s + window_s
         else:
             next_decision = twin.time + window_s
-    _finish(result, twin)
+    _finish(result, twin, window_s)
     return result
 
 
@@ -202,8 +202,10 @@ def _sample(twin: Twin) -> Sample:
                   twin.lag(), cores, memory, twin.running)
 
 
-def _finish(result: RunResult, twin: Twin) -> None:
-    """Converged: from some step on, every configuration sustains the target while it runs.
+def _finish(result: RunResult, twin: Twin, window_s: float = WINDOW_S) -> None:
+    """Converged: from some step on, every configuration sustains the target while it runs,
+    and the last one ran through a full window (one applied in the last seconds has not
+    shown anything yet, so the run has not converged).
 
     `converged_at_s` is when the first of those configurations ran (its restart
     done); `steps_to_target` counts the reconfigurations up to it. Scale-ins
@@ -224,6 +226,8 @@ def _finish(result: RunResult, twin: Twin) -> None:
         for c, start, end in zip(configs, starts, ends, strict=True)
     ]
     result.converged, result.converged_at_s, result.steps_to_target = False, None, None
+    if twin.time - starts[-1] < window_s:
+        return
     for n, at in enumerate(starts):
         if all(sustains[n:]):
             result.converged, result.converged_at_s, result.steps_to_target = True, at, n

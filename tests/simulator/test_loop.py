@@ -36,8 +36,11 @@ def test_ds2_only_scales_out(q11):
 def test_both_reach_the_target_and_justin_uses_fewer_cores(q11):
     model, justin, ds2 = q11
     for result in (justin, ds2):
-        assert result.converged and result.capacity >= model.load.rate
+        assert result.capacity >= model.load.rate
         assert result.achieved_rate == model.load.rate
+    # DS2 oscillates on q11 (10-12 <-> 20-24 tasks); with seed 0 its last scale-out lands
+    # in the last two minutes, so it has not shown convergence.
+    assert justin.converged and not ds2.converged
     # Memory: Justin holds 632 MB per task, DS2 158 MB; which uses less depends on
     # where DS2's oscillation (10-12 <-> 20-24 tasks) stands when the run ends.
     assert justin.cpu_cores < ds2.cpu_cores
@@ -91,7 +94,10 @@ def test_simulate_json_has_the_documented_shape(tmp_path):
     doc = json.loads(out.stdout)
     assert set(doc) == {"job", "target_rate", "policies"}
     assert doc["job"] == "q3" and doc["target_rate"] == 1_000_000
-    assert set(doc["policies"]) == {"justin", "ds2", "oracle"}
+    assert set(doc["policies"]) == {"justin", "ds2", "oracle", "oracle_at_target"}
+    at_target, limit = doc["policies"]["oracle_at_target"], doc["policies"]["oracle"]
+    assert (at_target["utilization"], limit["utilization"]) == (0.5, 1.0)
+    assert at_target["cpu_cores"] > limit["cpu_cores"]
     for entry in doc["policies"].values():
         assert {"steps", "converged", "converged_at_s", "achieved_rate", "cpu_cores",
                 "memory_mb", "trajectory"} <= set(entry)
@@ -134,3 +140,23 @@ def test_a_load_step_the_policy_has_not_met_undoes_convergence():
     assert steady.converged and steady.steps == stepped.steps  # same path until 1150 s
     assert capacity(late_step, stepped.final) < late_step.load.rate_at(1200)
     assert not stepped.converged and stepped.steps_to_target is None
+
+
+def test_a_configuration_applied_in_the_last_window_is_not_converged():
+    model = load_model("q1")
+    finished = run(model, "justin", 1200)
+    assert finished.converged
+    first = finished.steps[0].time
+    cut = run(model, "justin", first + 60)  # the first step ran for less than a window
+    assert cut.steps and not cut.converged and cut.converged_at_s is None
+
+
+def test_the_oracle_sizes_for_the_peak():
+    model = load_model("q1")
+    peaked = model.model_copy(update={"load": model.load.model_validate(
+        {"pattern": "phases", "phases": [{"rate": 1_000_000, "duration_s": 600},
+                                         {"rate": 2_000_000, "duration_s": 60},
+                                         {"rate": 1_000_000, "duration_s": 600}]})})
+    best = oracle(peaked, horizon_s=1200)
+    assert best.target_rate == 2_000_000 and best.capacity >= 2_000_000
+    assert oracle(peaked, horizon_s=500).target_rate == 1_000_000
