@@ -286,7 +286,8 @@ def oracle(model: JobModel, target_rate: float | None = None, *, utilization: fl
     feasible = True
     for vid in model.job_graph().topological_order():
         op = model.by_vertex()[vid]
-        need = loads[vid] * target / utilization
+        # Pinned vertices cannot be resized to a utilization: they only have to keep up.
+        need = loads[vid] * target / (1.0 if op.fixed_parallelism else utilization)
         levels: list[int | None] = [None] if op.state is None else list(range(max_level))
         best: tuple[int, float, VertexConfig] | None = None
         for level in levels:
