@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
+import yaml
 
 from controller.cli import app
 from policies.spec import parse_duration
@@ -54,6 +55,16 @@ def _print_run(result: RunResult) -> None:
         )
 
 
+def _phases(result: RunResult) -> None:
+    for ph in result.phases:
+        reached = ("never" if ph.time_to_target_s is None
+                   else f"after {ph.time_to_target_s:.0f}s")
+        typer.echo(
+            f"  phase {ph.start_s:5.0f}-{ph.end_s:5.0f}s ({'steady' if ph.steady else 'moving'}, "
+            f"peak {ph.peak_target:,.0f}/s): keeps up {reached}; {ph.restarts} restart(s) "
+            f"({ph.restarts_per_hour:.1f}/h); peak backlog {ph.peak_lag:,.0f}")
+
+
 def _table(model: JobModel, rows: list[tuple[str, dict[str, Any], Any]]) -> None:
     typer.echo(f"\n{'policy':11} {'steps':>5} {'to target':>9} {'converged at':>12} "
                f"{'rate/s':>12} {'cores':>6} {'memory MB':>10}  final configuration")
@@ -66,12 +77,45 @@ def _table(model: JobModel, rows: list[tuple[str, dict[str, Any], Any]]) -> None
         )
 
 
+def suite_models(where: Path) -> list[JobModel]:
+    """The models of a suite: every `*.yaml` in a directory, or the `jobs:` list of a
+    suite file (built-in names or paths relative to it). Every bad model is reported."""
+    if where.is_dir():
+        entries = [str(p) for p in sorted(where.glob("*.yaml"))]
+        if not entries:
+            raise ModelError(f"{where}: no *.yaml job models in this directory")
+    else:
+        try:
+            doc = yaml.safe_load(where.read_text(encoding="utf-8"))
+        except (OSError, yaml.YAMLError) as exc:
+            raise ModelError(f"{where}: not a readable suite file: {exc}") from exc
+        jobs = doc.get("jobs") if isinstance(doc, dict) else None
+        if not isinstance(jobs, list) or not jobs or not all(isinstance(j, str) for j in jobs):
+            raise ModelError(f"{where}: a suite file is a mapping with `jobs:`, a list of "
+                             "built-in names or paths")
+        entries = [j if j in BUILTIN_JOBS else str(where.parent / j) for j in jobs]
+    models, errors = [], []
+    for entry in entries:
+        try:
+            models.append(load_model(entry))
+        except ModelError as exc:
+            errors.append(str(exc))
+    if errors:
+        raise ModelError("\n".join(errors))
+    return models
+
+
 @app.command()
 def simulate(
-    job: Annotated[str, typer.Option(help=f"built-in model ({', '.join(BUILTIN_JOBS)}) or YAML")],
+    job: Annotated[str | None, typer.Option(
+        help=f"built-in model ({', '.join(BUILTIN_JOBS)}) or YAML")] = None,
+    jobs: Annotated[Path | None, typer.Option(
+        help="a directory of job-model YAMLs, or a suite file (`jobs: [q11, ./my.yaml]`): "
+             "runs them all and prints one summary table")] = None,
     policy: Annotated[str, typer.Option(help="justin, ds2 or both")] = "both",
     duration: Annotated[str, typer.Option(help="virtual time, e.g. 20m")] = "20m",
     seed: Annotated[int, typer.Option(help="seed of the measurement noise")] = 0,
+    seeds: Annotated[int, typer.Option(help="with --jobs: seeds seed .. seed+N-1")] = 1,
     plot: Annotated[Path | None, typer.Option(help="write a Figure-5-like PNG here")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="print JSON only")] = False,
 ) -> None:
@@ -79,13 +123,23 @@ def simulate(
     if policy not in ("justin", "ds2", "both"):
         typer.echo("--policy must be justin, ds2 or both", err=True)
         raise typer.Exit(2)
+    if (job is None) == (jobs is None):
+        typer.echo("give either --job or --jobs", err=True)
+        raise typer.Exit(2)
+    if seeds < 1:
+        typer.echo("--seeds must be at least 1", err=True)
+        raise typer.Exit(2)
     try:
         seconds = parse_duration(duration)
     except ValueError as exc:
         typer.echo(str(exc), err=True)
         raise typer.Exit(2) from None
-    model = _model(job)
     names: list[PolicyName] = ["justin", "ds2"] if policy == "both" else [policy]  # type: ignore[list-item]
+    if jobs is not None:
+        _suite(jobs, names, range(seed, seed + seeds), seconds, as_json)
+        return
+    assert job is not None
+    model = _model(job)
     runs = [run(model, name, seconds, seed=seed) for name in names]
     best: OracleResult = oracle(model, horizon_s=seconds, seed=seed)
     # What the policies aim for: every task at their utilization target, not at 100 %.
@@ -105,6 +159,7 @@ def simulate(
     typer.echo(f"{model.name}: {model.description}; peak target {peak:,.0f} records/s")
     for r in runs:
         _print_run(r)
+        _phases(r)
     rows = [(r.policy, entries[r.policy], r.final) for r in runs]
     rows.append(("oracle", entries["oracle"], best.configuration))
     rows.append((f"oracle@{target_util:.0%}", entries["oracle_at_target"], aimed.configuration))
@@ -113,6 +168,25 @@ def simulate(
         typer.echo("oracle: the target is out of reach within max parallelism", err=True)
     if plot is not None:
         typer.echo(f"\nplot written to {plot}")
+
+
+def _suite(where: Path, names: list[PolicyName], seeds: range, seconds: float,
+           as_json: bool) -> None:
+    from simulator.suite import run_suite, summary_table
+
+    try:
+        models = suite_models(where)
+    except ModelError as exc:
+        typer.echo(str(exc), err=True)
+        raise typer.Exit(2) from None
+    rows = run_suite(models, names, seeds, seconds)
+    if as_json:
+        typer.echo(json.dumps({"seeds": list(seeds), "duration_s": seconds,
+                               "rows": [r.as_json() for r in rows]}))
+        return
+    typer.echo(f"{len(models)} model(s) × {len(names)} polic(ies) × {len(seeds)} seed(s), "
+               f"{seconds:.0f} s each; cells: min / median / max over the seeds\n")
+    typer.echo(summary_table(rows))
 
 
 @twin_app.command("serve")

@@ -125,6 +125,56 @@ class Step:
     reason: str
 
 
+@dataclass(frozen=True)
+class PhaseReport:
+    """One phase of the load (model.JobModel.boundaries): how the policy did in it."""
+
+    start_s: float
+    end_s: float
+    peak_target: float
+    steady: bool  # the target did not move during the phase
+    time_to_target_s: float | None  # from the phase's start until the sources keep up
+    restarts: int
+    peak_lag: float
+
+    @property
+    def restarts_per_hour(self) -> float:
+        return 3600.0 * self.restarts / max(1e-9, self.end_s - self.start_s)
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "start_s": self.start_s, "end_s": self.end_s,
+            "peak_target": round(self.peak_target, 1), "steady": self.steady,
+            "time_to_target_s": self.time_to_target_s, "restarts": self.restarts,
+            "restarts_per_hour": round(self.restarts_per_hour, 2),
+            "peak_lag": round(self.peak_lag),
+        }
+
+
+def phase_reports(model: JobModel, samples: list[Sample], steps: list[Step]
+                  ) -> list[PhaseReport]:
+    """Per load phase: time until the sources keep up (rate ≥ KEEP_UP × target with less
+    than one sample's worth of backlog), restarts, and the highest backlog."""
+    if not samples:
+        return []
+    end = samples[-1].time
+    starts = [t for t in model.boundaries(end) if t < end]
+    reports = []
+    for start, stop in zip(starts, [*starts[1:], end], strict=True):
+        inside = [s for s in samples if start < s.time <= stop]
+        if not inside:
+            continue
+        targets = [s.target_rate for s in inside]
+        reached = next((s.time - start for s in inside
+                        if s.running and s.rate >= KEEP_UP * s.target_rate
+                        and s.lag <= s.target_rate * GRANULARITY_S), None)
+        reports.append(PhaseReport(
+            start, stop, max(targets), max(targets) - min(targets) <= 1e-6 * max(targets),
+            reached, sum(start <= st.time < stop for st in steps),
+            max(s.lag for s in inside)))
+    return reports
+
+
 @dataclass
 class RunResult:
     policy: str
@@ -139,10 +189,19 @@ class RunResult:
     capacity: float = 0.0
     cpu_cores: float = 0.0
     memory_mib: float = 0.0
+    phases: list[PhaseReport] = field(default_factory=list)
+
+    def steady_restarts_per_hour(self) -> float | None:
+        """Restarts per hour over the phases whose target did not move (None: none)."""
+        steady = [p for p in self.phases if p.steady]
+        hours = sum(p.end_s - p.start_s for p in steady) / 3600.0
+        return sum(p.restarts for p in steady) / hours if hours > 0 else None
 
     def as_json(self) -> dict[str, Any]:
         return {
             "steps": len(self.steps),
+            "phases": [p.as_json() for p in self.phases],
+            "steady_restarts_per_hour": self.steady_restarts_per_hour(),
             "steps_to_target": self.steps_to_target,
             "converged": self.converged,
             "converged_at_s": self.converged_at_s,
@@ -213,6 +272,7 @@ def _finish(result: RunResult, twin: Twin, window_s: float = WINDOW_S) -> None:
     square load that rises past what a later configuration sustains does.
     """
     model = twin.model
+    result.phases = phase_reports(model, result.samples, result.steps)
     result.final = twin.configuration
     result.cpu_cores, result.memory_mib = paper_resources(model, twin.configuration)
     result.capacity = capacity(model, twin.configuration, seed=twin.seed)

@@ -160,3 +160,55 @@ def test_the_oracle_sizes_for_the_peak():
     best = oracle(peaked, horizon_s=1200)
     assert best.target_rate == 2_000_000 and best.capacity >= 2_000_000
     assert oracle(peaked, horizon_s=500).target_rate == 1_000_000
+
+
+def test_phases_report_time_to_target_restarts_and_backlog():
+    model = load_model("q1")
+    moving = model.model_copy(update={"load": model.load.model_validate(
+        {"pattern": "phases", "phases": [{"rate": 1_000_000, "duration_s": 600},
+                                         {"ramp_to": 3_000_000, "duration_s": 300},
+                                         {"rate": 3_000_000, "duration_s": 900}]})})
+    result = run(moving, "ds2", 1800)
+    phases = result.phases
+    assert [(p.start_s, p.end_s, p.steady) for p in phases] == [
+        (0, 600, True), (600, 900, False), (900, 1800, True)]
+    assert sum(p.restarts for p in phases) == len(result.steps)
+    first = phases[0]
+    assert first.time_to_target_s is not None and first.time_to_target_s > 120  # one window
+    assert first.peak_lag > 0 and first.peak_target == 1_000_000
+    assert phases[2].peak_target == 3_000_000
+    doc = result.as_json()
+    assert doc["phases"][0]["restarts_per_hour"] == pytest.approx(6 * first.restarts)
+    assert doc["steady_restarts_per_hour"] == pytest.approx(
+        3600 * (phases[0].restarts + phases[2].restarts) / 1500)
+
+
+def test_simulate_runs_a_suite_over_seeds(tmp_path):
+    (tmp_path / "suite.yaml").write_text("jobs: [q1, ./models/mine.yaml]\n")
+    (tmp_path / "models").mkdir()
+    (tmp_path / "models" / "mine.yaml").write_text(
+        "name: mine\nload: {rate: 100000}\noperators:\n"
+        "  - {uid: s, name: S, cpu_us: 0.2}\n"
+        "  - {uid: m, name: M, cpu_us: 40, inputs: [{from: s, ship: REBALANCE}]}\n")
+    out = CliRunner().invoke(app, ["simulate", "--jobs", str(tmp_path / "suite.yaml"),
+                                   "--seeds", "2", "--duration", "6m", "--policy", "ds2",
+                                   "--json"])
+    assert out.exit_code == 0, out.output
+    doc = json.loads(out.stdout)
+    assert doc["seeds"] == [0, 1] and [r["job"] for r in doc["rows"]] == ["q1", "mine"]
+    assert all(len(r["cpu_cores"]) == 2 for r in doc["rows"])
+    table = CliRunner().invoke(app, ["simulate", "--jobs", str(tmp_path / "models"),
+                                     "--duration", "4m",
+                                     "--policy", "justin"])
+    assert table.exit_code == 0, table.output
+    assert "| mine | justin |" in table.stdout and "| q1 |" not in table.stdout  # dir: *.yaml
+
+
+def test_a_suite_reports_every_bad_model(tmp_path):
+    (tmp_path / "a.yaml").write_text("name: a\nload: {rate: 1}\noperators: []\n")
+    (tmp_path / "b.yaml").write_text("name: b\nload: {pattern: step, rate: 1}\n"
+                                     "operators: [{uid: s, name: S, cpu_us: 1}]\n")
+    out = CliRunner().invoke(app, ["simulate", "--jobs", str(tmp_path)])
+    assert out.exit_code == 2
+    assert "a.yaml" in out.output and "b.yaml" in out.output and "step_rate" in out.output
+    assert CliRunner().invoke(app, ["simulate"]).exit_code == 2
