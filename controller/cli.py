@@ -187,5 +187,5 @@ def explain(
 
 
 # Commands from other packages register themselves on import (one line each):
-import controller.run  # noqa: E402, F401  (run: the operator)
+import controller.operator.run  # noqa: E402, F401  (run: the operator)
 import simulator.cli  # noqa: E402, F401  (simulate, twin serve)

@@ -23,6 +23,8 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 from controller import telemetry
+from controller.adapters.flink_rest import FlinkRestError, JobSummary
+from controller.adapters.prometheus import Collected, MetricsError, MetricsUnavailable
 from controller.api import (
     ConditionType,
     HybridScalingPolicy,
@@ -31,8 +33,6 @@ from controller.api import (
     Realization,
     Status,
 )
-from controller.collect import Collected, MetricsError, MetricsUnavailable
-from controller.flink_rest import FlinkRestError, JobSummary
 from controller.place import Placed, place
 from controller.realize import (
     OwnedFields,

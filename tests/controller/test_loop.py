@@ -15,9 +15,9 @@ from typing import Any
 
 import pytest
 
+from controller.adapters.flink_rest import JobSummary
+from controller.adapters.prometheus import Collected, MetricsUnavailable
 from controller.api import ConditionType, HybridScalingPolicy, Status, parse_policy
-from controller.collect import Collected, MetricsUnavailable
-from controller.flink_rest import JobSummary
 from controller.loop import RECONFIGURING, STABILIZING, Pass, Ports, reconcile
 from controller.place import slots
 from controller.realize import OVERRIDES_KEY, RESOURCES_KEY

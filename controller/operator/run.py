@@ -9,7 +9,7 @@ from typing import Annotated
 import typer
 
 from controller.cli import app
-from controller.settings import DEFAULT_FLINK_REST
+from controller.operator.settings import DEFAULT_FLINK_REST
 
 
 @app.command()
@@ -37,9 +37,9 @@ def run(
     import kopf
     from kubernetes import config
 
-    import controller.handlers  # noqa: F401  (registers the handlers)
+    import controller.operator.handlers  # noqa: F401  (registers the handlers)
     from controller import telemetry
-    from controller.settings import RUNTIME
+    from controller.operator.settings import RUNTIME
 
     logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")

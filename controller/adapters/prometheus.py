@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
-from controller.promql import JobQueries, job_queries
+from controller.adapters.promql import JobQueries, job_queries
 from policies.model import JobGraph, Observation, VertexMetrics, estimate_mean_from_quantiles
 
 Series = Mapping[str, Any]  # {"metric": {label: value}, "values": [[ts, "value"], ...]}

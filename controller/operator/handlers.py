@@ -24,11 +24,11 @@ from kubernetes import client
 from pydantic import ValidationError
 
 from controller import api, telemetry
-from controller.collect import Prometheus, PrometheusMetrics
-from controller.flink_rest import FlinkRest
-from controller.kube import KopfEvents, KubeDeployments, KubeStatusStore
+from controller.adapters.flink_rest import FlinkRest
+from controller.adapters.kube import KopfEvents, KubeDeployments, KubeStatusStore
+from controller.adapters.prometheus import Prometheus, PrometheusMetrics
 from controller.loop import Ports, reconcile
-from controller.settings import RUNTIME
+from controller.operator.settings import RUNTIME
 
 log = logging.getLogger(__name__)
 RUNNING: set[str] = set()  # namespace/name of policies with a live loop, for the probe
