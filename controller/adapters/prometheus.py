@@ -1,4 +1,4 @@
-"""Collect: turn Prometheus range queries over the metrics window into an `Observation`.
+"""The metrics port on Prometheus: range queries over the window into an `Observation`.
 
 All or nothing: when any signal the core needs is missing or stale for any vertex,
 the result is `MetricsUnavailable` with the reason, never a half observation, so the
@@ -9,18 +9,14 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
 from controller.adapters.promql import JobQueries, job_queries
+from controller.ports import Collected, MetricsError, MetricsUnavailable
 from policies.model import JobGraph, Observation, VertexMetrics, estimate_mean_from_quantiles
 
 Series = Mapping[str, Any]  # {"metric": {label: value}, "values": [[ts, "value"], ...]}
-
-
-class MetricsError(RuntimeError):
-    """Prometheus could not answer a query."""
 
 
 class MetricsSource(Protocol):
@@ -60,18 +56,6 @@ class Prometheus:
         except PrometheusApiClientException as e:
             raise MetricsError(f"Prometheus {self.url} rejected a query: {e}") from e
         return result
-
-
-@dataclass(frozen=True)
-class MetricsUnavailable:
-    reason: str
-
-
-@dataclass(frozen=True)
-class Collected:
-    observation: Observation
-    # Per vertex, the RocksDB block cache per task in bytes (max over column families).
-    cache_capacity_bytes: Mapping[str, float] = field(default_factory=dict)
 
 
 def _points(series: Series) -> list[tuple[float, float]]:

@@ -27,8 +27,9 @@ from controller import api, telemetry
 from controller.adapters.flink_rest import FlinkRest
 from controller.adapters.kube import KopfEvents, KubeDeployments, KubeStatusStore
 from controller.adapters.prometheus import Prometheus, PrometheusMetrics
-from controller.loop import Ports, reconcile
+from controller.loop import reconcile
 from controller.operator.settings import RUNTIME
+from controller.ports import Ports
 
 log = logging.getLogger(__name__)
 RUNNING: set[str] = set()  # namespace/name of policies with a live loop, for the probe
