@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import time
 
+from controller.simulate import run
 from simulator.model import load_model
 from simulator.suite import run_suite, summary_table
 
@@ -31,7 +32,7 @@ def main() -> None:
           "(one number: every seed agrees)\n")
     start = time.perf_counter()
     rows = run_suite([load_model(j) for j in args.jobs], ["ds2", "justin"],
-                     range(args.seeds), args.duration)
+                     range(args.seeds), args.duration, run)
     print(summary_table(rows))
     print(f"\n{time.perf_counter() - start:.0f} s wall-clock")
 

@@ -12,11 +12,13 @@ import re
 import time
 from pathlib import Path
 
+from controller.simulate import run
 from policies.model import VertexConfig
+from policies.spec import CpuScaling
 from simulator.cli import describe
-from simulator.loop import RunResult, oracle, run, scaling_params
 from simulator.model import load_model
 from simulator.plot import plot_runs
+from simulator.results import RunResult, oracle
 from simulator.twin import Twin
 
 JOBS = ("q1", "q2", "q3", "q5", "q8", "q11")
@@ -105,7 +107,7 @@ def results(plot: Path | None = None) -> tuple[str, list[tuple[str, str, float]]
             runs[policy] = run(model, policy, DURATION_S)
             timings.append((job, policy, time.perf_counter() - start))
         best = oracle(model, horizon_s=DURATION_S)
-        target_util = scaling_params(model, "ds2").cpu.utilization_target
+        target_util = CpuScaling().utilization_target
         aimed = oracle(model, horizon_s=DURATION_S, utilization=target_util)
         justin, ds2 = runs["justin"], runs["ds2"]
         compare = (f"CPU {saving(justin.cpu_cores, ds2.cpu_cores)}, memory "

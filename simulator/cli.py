@@ -1,4 +1,9 @@
-"""`hybrid-scaler simulate` and `hybrid-scaler twin serve`, registered on the controller's app."""
+"""`hybrid-scaler twin serve`, and how `hybrid-scaler simulate` reports its runs.
+
+controller/cli.py wires both into the one command line; nothing here imports the
+controller (the closed loop that produces the runs is the controller's pass,
+`controller/simulate.py`).
+"""
 
 from __future__ import annotations
 
@@ -12,18 +17,17 @@ from typing import Annotated, Any
 import typer
 import yaml
 
-from controller.cli import app
-from policies.spec import parse_duration
-from simulator.loop import OracleResult, PolicyName, RunResult, oracle, run, scaling_params
+from policies.spec import CpuScaling
 from simulator.model import BUILTIN_JOBS, JobModel, ModelError, load_model
+from simulator.results import OracleResult, PolicyName, RunResult, oracle
+from simulator.suite import Runner, run_suite, summary_table
 from simulator.twin import managed_mib
 
 twin_app = typer.Typer(help="The digital twin of Flink on RocksDB, served over HTTP.",
                        no_args_is_help=True)
-app.add_typer(twin_app, name="twin")
 
 
-def _model(job: str) -> JobModel:
+def model_or_exit(job: str) -> JobModel:
     try:
         return load_model(job)
     except ModelError as exc:
@@ -105,47 +109,14 @@ def suite_models(where: Path) -> list[JobModel]:
     return models
 
 
-@app.command()
-def simulate(
-    job: Annotated[str | None, typer.Option(
-        help=f"built-in model ({', '.join(BUILTIN_JOBS)}) or YAML")] = None,
-    jobs: Annotated[Path | None, typer.Option(
-        help="a directory of job-model YAMLs, or a suite file (`jobs: [q11, ./my.yaml]`): "
-             "runs them all and prints one summary table")] = None,
-    policy: Annotated[str, typer.Option(help="justin, ds2 or both")] = "both",
-    duration: Annotated[str, typer.Option(help="virtual time, e.g. 20m")] = "20m",
-    seed: Annotated[int, typer.Option(help="seed of the measurement noise")] = 0,
-    seeds: Annotated[int, typer.Option(help="with --jobs: seeds seed .. seed+N-1")] = 1,
-    plot: Annotated[Path | None, typer.Option(help="write a Figure-5-like PNG here")] = None,
-    as_json: Annotated[bool, typer.Option("--json", help="print JSON only")] = False,
-) -> None:
-    """Run DS2 and/or Justin in a closed loop against the twin, and the oracle."""
-    if policy not in ("justin", "ds2", "both"):
-        typer.echo("--policy must be justin, ds2 or both", err=True)
-        raise typer.Exit(2)
-    if (job is None) == (jobs is None):
-        typer.echo("give either --job or --jobs", err=True)
-        raise typer.Exit(2)
-    if seeds < 1:
-        typer.echo("--seeds must be at least 1", err=True)
-        raise typer.Exit(2)
-    try:
-        seconds = parse_duration(duration)
-    except ValueError as exc:
-        typer.echo(str(exc), err=True)
-        raise typer.Exit(2) from None
-    names: list[PolicyName] = ["justin", "ds2"] if policy == "both" else [policy]  # type: ignore[list-item]
-    if jobs is not None:
-        _suite(jobs, names, range(seed, seed + seeds), seconds, as_json)
-        return
-    assert job is not None
-    model = _model(job)
-    runs = [run(model, name, seconds, seed=seed) for name in names]
-    best: OracleResult = oracle(model, horizon_s=seconds, seed=seed)
+def report(model: JobModel, runs: list[RunResult], plot: Path | None, as_json: bool,
+           duration_s: float, seed: int = 0) -> None:
+    """Print the runs and both oracles (a table, or JSON), and plot them if asked."""
+    best: OracleResult = oracle(model, horizon_s=duration_s, seed=seed)
     # What the policies aim for: every task at their utilization target, not at 100 %.
-    target_util = scaling_params(model, "ds2").cpu.utilization_target
-    aimed = oracle(model, horizon_s=seconds, seed=seed, utilization=target_util)
-    peak = model.peak_target(seconds)
+    target_util = CpuScaling().utilization_target
+    aimed = oracle(model, horizon_s=duration_s, seed=seed, utilization=target_util)
+    peak = model.peak_target(duration_s)
     if plot is not None:
         from simulator.plot import plot_runs
 
@@ -170,16 +141,16 @@ def simulate(
         typer.echo(f"\nplot written to {plot}")
 
 
-def _suite(where: Path, names: list[PolicyName], seeds: range, seconds: float,
-           as_json: bool) -> None:
-    from simulator.suite import run_suite, summary_table
+def run_suite_or_exit(where: Path, names: list[PolicyName], seeds: range, seconds: float,
+                      as_json: bool, runner: Runner) -> None:
+    """`simulate --jobs`: every model of the suite × policy × seed, one table or JSON."""
 
     try:
         models = suite_models(where)
     except ModelError as exc:
         typer.echo(str(exc), err=True)
         raise typer.Exit(2) from None
-    rows = run_suite(models, names, seeds, seconds)
+    rows = run_suite(models, names, seeds, seconds, runner)
     if as_json:
         typer.echo(json.dumps({"seeds": list(seeds), "duration_s": seconds,
                                "rows": [r.as_json() for r in rows]}))

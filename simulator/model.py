@@ -29,7 +29,7 @@ def vertex_id_for(uid: str) -> str:
     """The JobVertexID Flink derives from a chain head's uid: murmur3-128, seed 0.
 
     The same hash as Flink's, so the controller maps uids to twin vertices exactly
-    as it does to real ones (controller/flink_rest.py).
+    as it does to real ones (controller/adapters/flink_rest.py).
     """
     return mmh3.hash_bytes(uid.encode("utf-8"), 0, True).hex()
 

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from simulator.loop import RunResult
+from simulator.results import RunResult
 from simulator.twin import managed_mib
 
 STYLE = {"justin": "-", "ds2": ":"}

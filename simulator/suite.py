@@ -7,11 +7,15 @@ spread over seeds shows where a policy sits near a decision boundary.
 from __future__ import annotations
 
 import statistics
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from simulator.loop import PolicyName, RunResult, run
 from simulator.model import JobModel
+from simulator.results import PolicyName, RunResult
+
+# The closed loop (controller/simulate.py's run; simulator/ does not import the controller).
+Runner = Callable[..., RunResult]
 
 
 @dataclass(frozen=True)
@@ -41,7 +45,8 @@ def _key(result: RunResult) -> tuple[tuple[str, int, int | None], ...]:
 
 
 def run_suite(models: list[JobModel], policies: list[PolicyName], seeds: range,
-              duration_s: float) -> list[SuiteRow]:
+              duration_s: float, run: Runner) -> list[SuiteRow]:
+    """`run(model, policy, duration_s, seed=...)` for every combination."""
     return [SuiteRow(model.name, policy,
                      tuple(run(model, policy, duration_s, seed=s) for s in seeds))
             for model in models for policy in policies]

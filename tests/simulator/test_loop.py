@@ -8,15 +8,18 @@ import pytest
 from typer.testing import CliRunner
 
 from controller.cli import app
+from controller.simulate import run
 from policies.model import VertexConfig
-from simulator.loop import capacity, oracle, run
 from simulator.model import load_model
+from simulator.results import capacity, oracle
 
 
 @pytest.fixture(scope="module")
 def q11():
     model = load_model("q11")
-    return model, run(model, "justin", 1200, seed=0), run(model, "ds2", 1200, seed=0)
+    # 35 minutes: the scale-ins after the scale-down delay (~1130 s, ~1700 s) need a full
+    # window after them before a run counts as converged.
+    return model, run(model, "justin", 2100, seed=0), run(model, "ds2", 2100, seed=0)
 
 
 def test_justin_scales_the_session_window_up_first_and_strips_stateless_memory(q11):
@@ -38,18 +41,16 @@ def test_both_reach_the_target_and_justin_uses_fewer_cores(q11):
     for result in (justin, ds2):
         assert result.capacity >= model.load.rate
         assert result.achieved_rate == model.load.rate
-    # DS2 oscillates on q11 (10-12 <-> 20-24 tasks); with seed 0 its last scale-out lands
-    # in the last two minutes, so it has not shown convergence.
-    assert justin.converged and not ds2.converged
+    assert justin.converged and ds2.converged
     # Memory: Justin holds 632 MB per task, DS2 158 MB; which uses less depends on
     # where DS2's oscillation (10-12 <-> 20-24 tasks) stands when the run ends.
     assert justin.cpu_cores < ds2.cpu_cores
-    assert justin.steps_to_target == 3 and ds2.steps_to_target is None
+    assert justin.steps_to_target == 3  # up, up, out; the scale-ins after it still sustain
 
 
 def test_the_trajectory_shows_the_downtime_and_the_target(q11):
     _, justin, _ = q11
-    assert len(justin.samples) == 1200 // 5
+    assert len(justin.samples) == 2100 // 5
     assert {s.target_rate for s in justin.samples} == {100_000}
     down = [s for s in justin.samples if not s.running]
     assert down and min(s.rate for s in down) == 0
