@@ -1,13 +1,13 @@
 """`hybrid-scaler`: the command line (Typer).
 
-Commands here need no cluster: `crd` prints the CRD, `validate` checks policy files
-with the same models the controller uses, `explain` runs one scaling step on a
-recorded observation and prints why each vertex changes.
-
-Another package adds a command in its own module, which does
-`from controller.cli import app` and decorates a function with `@app.command()`,
-plus one import line at the bottom of this file. Keep heavy imports (kopf,
-matplotlib) inside the command function so `hybrid-scaler crd` stays fast.
+The one place every command is wired. Commands here need no cluster: `crd` prints
+the CRD, `validate` checks policy files with the same models the controller uses,
+`explain` runs one scaling step on a recorded observation and prints why each
+vertex changes, `simulate` runs the controller's pass against the twin. `run` (the
+operator) lives in controller/operator/run.py, `twin serve` in simulator/cli.py;
+neither module imports this one. Heavy imports (kopf, OR-Tools, matplotlib) stay
+inside the command functions, so `--help`, `crd` and `validate` load none of them
+(`python -m bench.startup` prints the start-up times).
 """
 
 from __future__ import annotations
@@ -24,9 +24,14 @@ from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 import policies
 from controller import api
 from controller.crd import crd_yaml
+from controller.operator.run import run
+from controller.record import policy_state
 from policies.decision import Decision
+from policies.levels import format_level
 from policies.model import JobGraph, Observation
-from policies.spec import Duration
+from policies.spec import Duration, parse_duration
+from simulator.cli import model_or_exit, report, run_suite_or_exit, twin_app
+from simulator.model import BUILTIN_JOBS
 
 app = typer.Typer(
     name="hybrid-scaler",
@@ -34,6 +39,8 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
 )
+app.command()(run)
+app.add_typer(twin_app, name="twin")
 
 
 def _documents(path: Path) -> Iterator[Any]:
@@ -121,10 +128,6 @@ def load_recording(path: Path) -> Recording:
     return Recording.model_validate(data)
 
 
-def _level(m: int | None) -> str:
-    return "⊥" if m is None else str(m)
-
-
 def render_decision(decision: Decision, spec: api.HybridScalingPolicySpec) -> str:
     effect = {
         api.Mode.ACTIVE: "the controller would patch the FlinkDeployment",
@@ -141,7 +144,7 @@ def render_decision(decision: Decision, spec: api.HybridScalingPolicySpec) -> st
     if decision.clipped:
         lines.append(f"clipped: {decision.clip_reason}")
     for v in decision.vertices:
-        m_before, m_after = _level(v.memory_level_before), _level(v.memory_level_after)
+        m_before, m_after = format_level(v.memory_level_before), format_level(v.memory_level_after)
         lines += [
             "",
             f"{v.vertex_name or v.vertex_id}  [{v.vertex_id}]",
@@ -171,7 +174,7 @@ def explain(
         typer.echo(str(e), err=True)
         raise typer.Exit(1) from None
     result = policies.evaluate(
-        rec.graph, rec.observation, rec.status.to_policy_state(), spec.scaling_params(), rec.time
+        rec.graph, rec.observation, policy_state(rec.status), spec.scaling_params(), rec.time
     )
     if as_json:
         typer.echo(json.dumps(result.decision.model_dump(mode="json", by_alias=True), indent=2))
@@ -179,6 +182,50 @@ def explain(
         typer.echo(render_decision(result.decision, spec))
 
 
-# Commands from other packages register themselves on import (one line each):
-import controller.run  # noqa: E402, F401  (run: the operator)
-import simulator.cli  # noqa: E402, F401  (simulate, twin serve)
+
+@app.command()
+def simulate(
+    job: Annotated[str | None, typer.Option(
+        help=f"built-in model ({', '.join(BUILTIN_JOBS)}) or YAML")] = None,
+    jobs: Annotated[Path | None, typer.Option(
+        help="a directory of job-model YAMLs, or a suite file (`jobs: [q11, ./my.yaml]`): "
+             "runs them all and prints one summary table")] = None,
+    policy: Annotated[str, typer.Option(help="justin, ds2 or both")] = "both",
+    duration: Annotated[str, typer.Option(help="virtual time, e.g. 20m")] = "20m",
+    seed: Annotated[int, typer.Option(help="seed of the twin's noise")] = 0,
+    seeds: Annotated[int, typer.Option(help="with --jobs: seeds seed .. seed+N-1")] = 1,
+    plot: Annotated[Path | None, typer.Option(help="write a Figure-5-like PNG here")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="print JSON only")] = False,
+) -> None:
+    """Run DS2 and/or Justin in a closed loop against the twin, and the oracle.
+
+    The loop is the controller's own pass (gate, collect, decide, place, realize,
+    record) on in-memory ports backed by the twin, in virtual time.
+    """
+    if policy not in ("justin", "ds2", "both"):
+        typer.echo("--policy must be justin, ds2 or both", err=True)
+        raise typer.Exit(2)
+    if (job is None) == (jobs is None):
+        typer.echo("give either --job or --jobs", err=True)
+        raise typer.Exit(2)
+    if seeds < 1:
+        typer.echo("--seeds must be at least 1", err=True)
+        raise typer.Exit(2)
+    try:
+        seconds = parse_duration(duration)
+    except ValueError as exc:
+        typer.echo(str(exc), err=True)
+        raise typer.Exit(2) from None
+    from controller import simulate as closed_loop
+    from simulator.results import PolicyName
+
+    names: list[PolicyName] = (
+        ["justin", "ds2"] if policy == "both" else [policy])  # type: ignore[list-item]
+    if jobs is not None:
+        run_suite_or_exit(jobs, names, range(seed, seed + seeds), seconds, as_json,
+                          closed_loop.run)
+        return
+    assert job is not None
+    model = model_or_exit(job)
+    runs = [closed_loop.run(model, name, seconds, seed=seed) for name in names]
+    report(model, runs, plot, as_json, seconds, seed)

@@ -259,7 +259,8 @@ def test_docker_build_context_builds_the_controller_wheel(tmp_path: Path) -> Non
         names = set(z.namelist())
         entry_points = next(z.read(n).decode() for n in names if n.endswith("entry_points.txt"))
     assert "hybrid-scaler = controller.cli:app" in entry_points
-    assert {"controller/run.py", "controller/handlers.py", "simulator/jobs/q11.yaml"} <= names
+    assert {"controller/operator/run.py", "controller/operator/handlers.py",
+            "simulator/jobs/q11.yaml"} <= names
 
 
 DASHBOARD = CHART / "dashboards" / "hybrid-scaler.json"

@@ -28,6 +28,7 @@ from pydantic.alias_generators import to_camel
 from pydantic.json_schema import JsonSchemaValue
 from pydantic_core import core_schema
 
+from policies import levels
 from policies.quantity import MIB, QUANTITY_PATTERN, parse_quantity_bytes
 
 _DURATION = re.compile(r"^(?:(\d+(?:\.\d+)?)(ms|s|m|h))+$")
@@ -315,7 +316,7 @@ class MemoryScaling(SpecModel):
     )
 
     def managed_mib(self, level: int | None) -> float:
-        return 0.0 if level is None else self.base_managed_memory * (2**level)
+        return levels.managed_mib(level, self.base_managed_memory)
 
 
 class Limits(SpecModel):

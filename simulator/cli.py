@@ -1,4 +1,9 @@
-"""`hybrid-scaler simulate` and `hybrid-scaler twin serve`, registered on the controller's app."""
+"""`hybrid-scaler twin serve`, and how `hybrid-scaler simulate` reports its runs.
+
+controller/cli.py wires both into the one command line; nothing here imports the
+controller (the closed loop that produces the runs is the controller's pass,
+`controller/simulate.py`).
+"""
 
 from __future__ import annotations
 
@@ -10,19 +15,19 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
+import yaml
 
-from controller.cli import app
-from policies.spec import parse_duration
-from simulator.loop import OracleResult, PolicyName, RunResult, oracle, run
+from policies.spec import CpuScaling
 from simulator.model import BUILTIN_JOBS, JobModel, ModelError, load_model
+from simulator.results import OracleResult, PolicyName, RunResult, oracle
+from simulator.suite import Runner, run_suite, summary_table
 from simulator.twin import managed_mib
 
 twin_app = typer.Typer(help="The digital twin of Flink on RocksDB, served over HTTP.",
                        no_args_is_help=True)
-app.add_typer(twin_app, name="twin")
 
 
-def _model(job: str) -> JobModel:
+def model_or_exit(job: str) -> JobModel:
     try:
         return load_model(job)
     except ModelError as exc:
@@ -44,7 +49,7 @@ def describe(model: JobModel, configuration: Any) -> str:
 
 def _print_run(result: RunResult) -> None:
     typer.echo(f"\n{result.policy}: {len(result.steps)} reconfiguration(s)")
-    target = result.model.load.rate
+    target = result.model.peak_target(result.samples[-1].time if result.samples else 0.0)
     for n, step in enumerate(result.steps, 1):
         typer.echo(
             f"  step {n} at {step.time:5.0f}s (down {step.downtime_s:.0f}s): "
@@ -54,60 +59,105 @@ def _print_run(result: RunResult) -> None:
         )
 
 
+def _phases(result: RunResult) -> None:
+    for ph in result.phases:
+        reached = ("never" if ph.time_to_target_s is None
+                   else f"after {ph.time_to_target_s:.0f}s")
+        typer.echo(
+            f"  phase {ph.start_s:5.0f}-{ph.end_s:5.0f}s ({'steady' if ph.steady else 'moving'}, "
+            f"peak {ph.peak_target:,.0f}/s): keeps up {reached}; {ph.restarts} restart(s) "
+            f"({ph.restarts_per_hour:.1f}/h); peak backlog {ph.peak_lag:,.0f}")
+
+
 def _table(model: JobModel, rows: list[tuple[str, dict[str, Any], Any]]) -> None:
-    typer.echo(f"\n{'policy':8} {'steps':>5} {'to target':>9} {'converged at':>12} "
+    typer.echo(f"\n{'policy':11} {'steps':>5} {'to target':>9} {'converged at':>12} "
                f"{'rate/s':>12} {'cores':>6} {'memory MB':>10}  final configuration")
     for name, entry, config in rows:
         at, to_target = entry["converged_at_s"], entry["steps_to_target"]
         typer.echo(
-            f"{name:8} {entry['steps']:>5} {'-' if to_target is None else to_target:>9} "
+            f"{name:11} {entry['steps']:>5} {'-' if to_target is None else to_target:>9} "
             f"{'-' if at is None else f'{at:.0f}s':>12} {entry['achieved_rate']:>12,.0f} "
             f"{entry['cpu_cores']:>6.0f} {entry['memory_mb']:>10,.0f}  {describe(model, config)}"
         )
 
 
-@app.command()
-def simulate(
-    job: Annotated[str, typer.Option(help=f"built-in model ({', '.join(BUILTIN_JOBS)}) or YAML")],
-    policy: Annotated[str, typer.Option(help="justin, ds2 or both")] = "both",
-    duration: Annotated[str, typer.Option(help="virtual time, e.g. 20m")] = "20m",
-    seed: Annotated[int, typer.Option(help="seed of the measurement noise")] = 0,
-    plot: Annotated[Path | None, typer.Option(help="write a Figure-5-like PNG here")] = None,
-    as_json: Annotated[bool, typer.Option("--json", help="print JSON only")] = False,
-) -> None:
-    """Run DS2 and/or Justin in a closed loop against the twin, and the oracle."""
-    if policy not in ("justin", "ds2", "both"):
-        typer.echo("--policy must be justin, ds2 or both", err=True)
-        raise typer.Exit(2)
-    try:
-        seconds = parse_duration(duration)
-    except ValueError as exc:
-        typer.echo(str(exc), err=True)
-        raise typer.Exit(2) from None
-    model = _model(job)
-    names: list[PolicyName] = ["justin", "ds2"] if policy == "both" else [policy]  # type: ignore[list-item]
-    runs = [run(model, name, seconds, seed=seed) for name in names]
-    best: OracleResult = oracle(model)
+def suite_models(where: Path) -> list[JobModel]:
+    """The models of a suite: every `*.yaml` in a directory, or the `jobs:` list of a
+    suite file (built-in names or paths relative to it). Every bad model is reported."""
+    if where.is_dir():
+        entries = [str(p) for p in sorted(where.glob("*.yaml"))]
+        if not entries:
+            raise ModelError(f"{where}: no *.yaml job models in this directory")
+    else:
+        try:
+            doc = yaml.safe_load(where.read_text(encoding="utf-8"))
+        except (OSError, yaml.YAMLError) as exc:
+            raise ModelError(f"{where}: not a readable suite file: {exc}") from exc
+        jobs = doc.get("jobs") if isinstance(doc, dict) else None
+        if not isinstance(jobs, list) or not jobs or not all(isinstance(j, str) for j in jobs):
+            raise ModelError(f"{where}: a suite file is a mapping with `jobs:`, a list of "
+                             "built-in names or paths")
+        entries = [j if j in BUILTIN_JOBS else str(where.parent / j) for j in jobs]
+    models, errors = [], []
+    for entry in entries:
+        try:
+            models.append(load_model(entry))
+        except ModelError as exc:
+            errors.append(str(exc))
+    if errors:
+        raise ModelError("\n".join(errors))
+    return models
+
+
+def report(model: JobModel, runs: list[RunResult], plot: Path | None, as_json: bool,
+           duration_s: float, seed: int = 0) -> None:
+    """Print the runs and both oracles (a table, or JSON), and plot them if asked."""
+    best: OracleResult = oracle(model, horizon_s=duration_s, seed=seed)
+    # What the policies aim for: every task at their utilization target, not at 100 %.
+    target_util = CpuScaling().utilization_target
+    aimed = oracle(model, horizon_s=duration_s, seed=seed, utilization=target_util)
+    peak = model.peak_target(duration_s)
     if plot is not None:
         from simulator.plot import plot_runs
 
         plot_runs(runs, plot, f"{model.name}: Justin (plain) vs DS2 (dotted)")
     entries = {r.policy: r.as_json() for r in runs}
     entries["oracle"] = best.as_json()
+    entries["oracle_at_target"] = aimed.as_json()
     if as_json:
-        typer.echo(json.dumps({"job": model.name, "target_rate": model.load.rate,
-                               "policies": entries}))
+        typer.echo(json.dumps({"job": model.name, "target_rate": peak, "policies": entries}))
         return
-    typer.echo(f"{model.name}: {model.description}; target {model.load.rate:,.0f} records/s")
+    typer.echo(f"{model.name}: {model.description}; peak target {peak:,.0f} records/s")
     for r in runs:
         _print_run(r)
+        _phases(r)
     rows = [(r.policy, entries[r.policy], r.final) for r in runs]
     rows.append(("oracle", entries["oracle"], best.configuration))
+    rows.append((f"oracle@{target_util:.0%}", entries["oracle_at_target"], aimed.configuration))
     _table(model, rows)
     if not best.feasible:
         typer.echo("oracle: the target is out of reach within max parallelism", err=True)
     if plot is not None:
         typer.echo(f"\nplot written to {plot}")
+
+
+def run_suite_or_exit(where: Path, names: list[PolicyName], seeds: range, seconds: float,
+                      as_json: bool, runner: Runner) -> None:
+    """`simulate --jobs`: every model of the suite × policy × seed, one table or JSON."""
+
+    try:
+        models = suite_models(where)
+    except ModelError as exc:
+        typer.echo(str(exc), err=True)
+        raise typer.Exit(2) from None
+    rows = run_suite(models, names, seeds, seconds, runner)
+    if as_json:
+        typer.echo(json.dumps({"seeds": list(seeds), "duration_s": seconds,
+                               "rows": [r.as_json() for r in rows]}))
+        return
+    typer.echo(f"{len(models)} model(s) × {len(names)} polic(ies) × {len(seeds)} seed(s), "
+               f"{seconds:.0f} s each; cells: min / median / max over the seeds\n")
+    typer.echo(summary_table(rows))
 
 
 @twin_app.command("serve")

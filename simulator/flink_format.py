@@ -136,6 +136,8 @@ def latency_quantiles(mean_ns: float) -> dict[float, float]:
 
 def add_job_metrics(scrape: Scrape, job: DeployedJob, twin: Twin, now_ms: int) -> None:
     """Every metric the scaler reads, for one job, in the reporter's names and labels."""
+    if twin.scrape_missing():
+        return  # a lost scrape (model.Noise.scrape_gaps): Prometheus sees a gap
     jm = [("job_id", job.job_id), ("host", "localhost"), ("job_name", sanitize(job.job_name))]
     running = twin.running
     uptime = float(max(0, now_ms - job.start_ms)) if running else 0.0
@@ -158,6 +160,8 @@ def add_job_metrics(scrape: Scrape, job: DeployedJob, twin: Twin, now_ms: int) -
             scrape.gauge(scope, metric, tm, value)
         host.update({slot: taskmanager_id(job, n) for slot in slots})
     for vid, op in ops.items():
+        if twin.series_stale(vid):
+            continue  # its reporter lags (model.Noise.stale_series): the series go stale
         for i, (task_values, operator_values) in enumerate(subtask_metrics(twin, vid, tick)):
             task = _task_labels(job, vid, op.name, i, host[(vid, i)])
             operator = _operator_labels(task, vid, op.name)
@@ -183,7 +187,7 @@ def subtask_metrics(twin: Twin, vid: str, tick: Tick
         # FLIP-27 source operator counts the records it reads in numRecordsIn.
         read_rate = 0.0 if op.is_source else twin.noisy(sub.records_in)
         task = {
-            "busyTimeMsPerSecond": min(twin.noisy(sub.busy), 1000.0),
+            "busyTimeMsPerSecond": min(twin.measured_busy(vid, sub.busy), 1000.0),
             "backPressuredTimeMsPerSecond": min(sub.backpressured, 1000.0),
             "idleTimeMsPerSecond": min(sub.idle, 1000.0),
             "numRecordsInPerSecond": read_rate,
@@ -232,15 +236,19 @@ def _add_state_metrics(scrape: Scrape, twin: Twin, vid: str, subtask: int,
         scrape.gauge(cf_scope, metric, operator, value, help_name)
     latency_scope = f"{scope}_state_name"
     labels = [("state_name", state), *operator]
+    sampled = twin.sampled_latency_ns(cost)  # this histogram's window of sampled accesses
     for metric, mean_ns, count in (
         ("valueStateGetLatency", cost.get_latency_ns, counters.gets[subtask]),
         ("valueStateUpdateLatency", cost.put_latency_ns, counters.puts[subtask]),
     ):
         if mean_ns is None:
             continue
+        if sampled is not None and (metric == "valueStateGetLatency"
+                                    or cost.get_latency_ns is None):
+            mean_ns = sampled
         family = scrape.family(f"flink_{latency_scope}_{metric}", "summary", latency_scope, metric)
         family.add(labels, float(int(count / LATENCY_SAMPLE_INTERVAL)), suffix="_count")
-        for q, v in latency_quantiles(twin.noisy(mean_ns)).items():
+        for q, v in latency_quantiles(mean_ns).items():
             family.add([*labels, ("quantile", str(q))], v)
 
 

@@ -16,10 +16,13 @@ Two effects give the curve its shape:
 
 from __future__ import annotations
 
+import functools
 import math
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
 
-from simulator.model import Operator, RocksDB, State, Uniform
+from policies.model import ShipStrategy
+from simulator.model import JobModel, Operator, RocksDB, Scaling, State, Uniform
 
 MIB = 1024 * 1024
 FULL_MEMTABLE_MB = 64.0
@@ -83,11 +86,14 @@ class TaskCost:
     get_latency_ns: float | None  # mean valueStateGetLatency
     put_latency_ns: float | None
     cache_bytes: float
+    # Share of each second spent on per-second overheads (network buffers), not records.
+    overhead: float = 0.0
+    get_sd_ns: float = 0.0  # sd of one get's latency (hits and misses mixed)
 
     @property
     def capacity(self) -> float:
         """Records/s one task processes when never idle (its true processing rate)."""
-        return 1e6 / self.us_per_record
+        return (1.0 - self.overhead) * 1e6 / self.us_per_record
 
 
 def task_cost(
@@ -118,6 +124,10 @@ def task_cost(
 
     gets = state.access.gets_per_record
     puts = state.access.puts_per_record
+    # One get is a mix of hits and misses: its latency's variance, for sampled histograms.
+    get_var = (data_hit * (1 - data_hit) * (rocksdb.miss_us - rocksdb.hit_us) ** 2
+               + n_index * index_hit * (1 - index_hit)
+               * (rocksdb.index_miss_us - rocksdb.hit_us) ** 2)
     # A write-only operator still reads a few blocks (flushes, compactions), all
     # misses: real RocksDB reports θ ≈ 0 for it (bench/results/rocksdb-fig4.json).
     hits = gets * (n_index * index_hit + data_hit)
@@ -131,7 +141,38 @@ def task_cost(
         get_latency_ns=get_us * 1000.0 if gets > 0 else None,
         put_latency_ns=put_us * 1000.0 if puts > 0 else None,
         cache_bytes=cache,
+        get_sd_ns=math.sqrt(get_var) * 1000.0 if gets > 0 else 0.0,
     )
+
+
+# Edges whose every upstream task talks to every downstream task.
+ALL_TO_ALL = frozenset({ShipStrategy.HASH, ShipStrategy.REBALANCE, ShipStrategy.BROADCAST})
+
+
+def channels(model: JobModel, parallelism: Mapping[str, int], vertex_id: str) -> tuple[int, int]:
+    """(input, output) network channels of one task of the vertex on all-to-all edges."""
+    op = model.by_vertex()[vertex_id]
+    into = sum(parallelism[model.operator(i.from_).vertex_id]
+               for i in op.inputs if i.ship in ALL_TO_ALL)
+    out = sum(parallelism[o.vertex_id] for o in model.operators
+              for i in o.inputs if i.from_ == op.uid and i.ship in ALL_TO_ALL)
+    return into, out
+
+
+def scaled(cost: TaskCost, parallelism: int, scaling: Scaling, channels_in: int,
+           channels_out: int) -> TaskCost:
+    """The cost with the overheads that grow with parallelism (docs/simulator.md).
+
+    Contention: every record costs (1 + σ(p − 1)) times more (coordination, tasks of
+    a TaskManager sharing caches, memory bandwidth and the network stack).
+    Buffers: each upstream task flushes each channel at least every buffer timeout,
+    so a task handles ≥ flushes_per_s buffers per second per channel, in and out, at
+    buffer_us each, whatever the record rate.
+    """
+    factor = 1.0 + scaling.contention * (parallelism - 1)
+    buffers = scaling.flushes_per_s * (channels_in + channels_out)
+    overhead = min(0.9, buffers * scaling.buffer_us / 1e6)
+    return replace(cost, us_per_record=cost.us_per_record * factor, overhead=overhead)
 
 
 def subtask_shares(parallelism: int, skew: float) -> tuple[float, ...]:
@@ -141,9 +182,75 @@ def subtask_shares(parallelism: int, skew: float) -> tuple[float, ...]:
     return tuple(w / total for w in weights)
 
 
+@functools.lru_cache(maxsize=256)
+def key_group_weights(state: State | None, max_parallelism: int, seed: str) -> tuple[float, ...]:
+    """Load per key group, as Flink hashes keys into `max_parallelism` key groups.
+
+    The hottest keys (up to 2,000) land in random key groups (murmur spreads them as
+    a seeded draw would); the other keys' load is spread evenly with the variance of
+    that many keys. Without a key distribution (a stateless keyed operator) every key
+    group gets the same load.
+    """
+    import random
+
+    n = max_parallelism
+    if state is None:
+        return (1.0 / n,) * n
+    rng = random.Random(seed)
+    keys = state.keys
+    top = min(keys, 2000)
+    if isinstance(state.distribution, Uniform):
+        hot = [1.0 / keys] * top
+        tail_sq = (keys - top) / keys**2
+    else:
+        s_ = state.distribution.s
+        norm = harmonic(keys, s_)
+        hot = [k ** -s_ / norm for k in range(1, top + 1)]
+        tail_sq = max(0.0, harmonic(keys, 2 * s_) - harmonic(top, 2 * s_)) / norm**2
+    tail = max(0.0, 1.0 - sum(hot))
+    weights = [0.0] * n
+    for p in hot:
+        weights[rng.randrange(n)] += p
+    sd = math.sqrt(tail_sq / n)
+    for g in range(n):
+        weights[g] += max(0.0, tail / n + rng.gauss(0.0, sd))
+    total = sum(weights)
+    return tuple(w / total for w in weights)
+
+
+def key_group_shares(weights: tuple[float, ...], parallelism: int) -> tuple[float, ...]:
+    """Each subtask's share: the key groups Flink's KeyGroupRangeAssignment gives it."""
+    n = len(weights)
+    shares = []
+    for i in range(parallelism):
+        start = (i * n + parallelism - 1) // parallelism
+        end = ((i + 1) * n - 1) // parallelism
+        shares.append(sum(weights[start:end + 1]))
+    total = sum(shares)
+    return tuple(x / total for x in shares)
+
+
+def vertex_shares(model: JobModel, op: Operator, parallelism: int, seed: int
+                  ) -> tuple[float, ...]:
+    """Share of the vertex's records per subtask: its key groups when its input is
+    hashed (Noise.key_groups), times the model's subtask_skew."""
+    shares = subtask_shares(parallelism, op.subtask_skew)
+    hashed = any(i.ship == ShipStrategy.HASH for i in op.inputs)
+    if not (model.noise.key_groups and hashed):
+        return shares
+    weights = key_group_weights(op.state, op.max_parallelism, f"{seed}/keys/{op.uid}")
+    mixed = [a * b for a, b in zip(shares, key_group_shares(weights, parallelism), strict=True)]
+    return tuple(x / sum(mixed) for x in mixed)
+
+
 def vertex_limit(op: Operator, parallelism: int, managed_mib: float | None,
-                 rocksdb: RocksDB) -> float:
+                 rocksdb: RocksDB, scaling: Scaling | None = None, channels_in: int = 0,
+                 channels_out: int = 0, shares: tuple[float, ...] | None = None) -> float:
     """Most records/s a vertex of `parallelism` tasks absorbs: its hottest subtask
     saturates first."""
-    capacity = task_cost(op, parallelism, managed_mib, rocksdb).capacity
-    return capacity / max(subtask_shares(parallelism, op.subtask_skew))
+    cost = task_cost(op, parallelism, managed_mib, rocksdb)
+    if scaling is not None:
+        cost = scaled(cost, parallelism, scaling, channels_in, channels_out)
+    if shares is None:
+        shares = subtask_shares(parallelism, op.subtask_skew)
+    return cost.capacity / max(shares)

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
+import re
 import threading
 import time
 from dataclasses import dataclass, field, replace
@@ -32,6 +32,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, TypeGuard
 from urllib.parse import parse_qs, urlsplit
 
+from policies.levels import level_of
 from policies.model import VertexConfig
 from policies.quantity import MIB, parse_flink_memory_bytes
 from simulator import flink_format as ff
@@ -84,7 +85,7 @@ def configuration_from_flink(
         entry = resources.get(op.uid)
         if entry is not None:
             managed = float(entry["managedMemoryMb"])
-            level = None if managed <= 0 else max(0, round(math.log2(managed / base_managed_mib)))
+            level = level_of(managed, base_managed_mib)
         tasks = overrides.get(op.vertex_id, op.initial_parallelism)
         if not 1 <= tasks <= op.max_parallelism:
             raise ConfigError(f"{op.uid}: parallelism {tasks} outside 1..{op.max_parallelism}")

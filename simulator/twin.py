@@ -11,12 +11,14 @@ the state size; lag builds meanwhile and drains afterwards.
 
 from __future__ import annotations
 
+import math
 import random
 from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
+from policies import levels
 from policies.model import (
     Configuration,
     JobGraph,
@@ -24,8 +26,14 @@ from policies.model import (
     VertexConfig,
     VertexMetrics,
 )
-from simulator.model import JobModel, Operator, vertex_id_for
-from simulator.perf import TaskCost, subtask_shares, task_cost
+from simulator.model import Episodes, JobModel, Operator, vertex_id_for
+from simulator.perf import (
+    TaskCost,
+    channels,
+    scaled,
+    task_cost,
+    vertex_shares,
+)
 
 # The paper's TaskManager (§5): 4 cores, 2 GB, 4 slots. Flink 1.20's memory model
 # of a 2048 MiB process gives each slot 134 MiB task heap and 40 MiB network
@@ -36,10 +44,16 @@ BASE_MANAGED_MIB = 158.0
 MIB_BYTES = 1024 * 1024
 # One bottleneck analysis per virtual second; metrics are means over ticks.
 TICK_S = 1.0
+# Prometheus scrapes the reporter every 5 s; observe() averages those samples.
+SCRAPE_S = 5.0
+# As the controller (controller/collect.py): a series whose last sample is older than
+# two scrapes plus slack is stale, and one covering less than half the window is missing.
+STALE_AFTER_S = 2 * SCRAPE_S + 5.0
 
 
 def managed_mib(level: int | None, base: float = BASE_MANAGED_MIB) -> float:
-    return 0.0 if level is None else base * 2**level
+    """`policies.levels.managed_mib` at the paper's base unless told otherwise."""
+    return levels.managed_mib(level, base)
 
 
 def paper_resources(
@@ -92,6 +106,8 @@ class Tick:
     running: bool
     target_rate: float
     vertices: Mapping[str, VertexSample] = field(default_factory=dict)
+    # Each vertex's busy-time measurement error at this tick (model.Noise.busy_bias_sd).
+    bias: Mapping[str, float] = field(default_factory=dict)
 
     @property
     def source_rate(self) -> float:
@@ -130,6 +146,37 @@ def mean(values: list[float]) -> float:
     return sum(values) / len(values)
 
 
+class Schedule:
+    """Seeded episodes in virtual time (Poisson starts, exponential lengths), drawn lazily."""
+
+    def __init__(self, episodes: Episodes, rng: random.Random) -> None:
+        self._episodes, self._rng = episodes, rng
+        self._spans: list[tuple[float, float]] = []
+        self._drawn_until = 0.0
+
+    def _draw(self, until: float) -> None:
+        rate = self._episodes.per_hour / 3600.0
+        if rate <= 0:
+            return
+        while self._drawn_until <= until:
+            start = self._drawn_until + self._rng.expovariate(rate)
+            length = self._rng.expovariate(1.0 / self._episodes.mean_s)
+            self._spans.append((start, start + length))
+            self._drawn_until = start + length
+        # Spans that ended long ago can go: nobody looks back further than an hour.
+        while self._spans and self._spans[0][1] < until - 3600.0:
+            self._spans.pop(0)
+
+    def overlap(self, start: float, end: float) -> float:
+        """Seconds of [start, end) inside an episode."""
+        self._draw(end)
+        return sum(max(0.0, min(end, b) - max(start, a)) for a, b in self._spans)
+
+    def active(self, t: float) -> bool:
+        self._draw(t)
+        return any(a <= t < b for a, b in self._spans)
+
+
 class Twin:
     """A job model running under a configuration, in virtual time (seconds)."""
 
@@ -149,18 +196,38 @@ class Twin:
         self.time = 0.0
         self.restarts = 0
         self.down_until = 0.0
-        self._rng = random.Random(seed)
         self._ops = model.by_vertex()
         self._graph = model.job_graph()
         self._order = self._graph.topological_order()
         self._config: dict[str, VertexConfig] = dict(self._graph.configuration())
         self._costs: dict[str, TaskCost] = {}
         self._share_cache: dict[str, tuple[float, ...]] = {}
+        self._init_noise(seed)
         if configuration is not None:
             self._set(configuration)
-        self._lag = {o.vertex_id: 0.0 for o in model.sources()}
+        self._sources = model.sources()
+        self._lag = {o.vertex_id: 0.0 for o in self._sources}
         self._history: deque[Tick] = deque(maxlen=max(1, int(history_s / TICK_S)))
         self._reset_counters()
+
+    def _init_noise(self, seed: int) -> None:
+        """One random stream per part of the noise (model.Noise), so that switching a
+        part off leaves the others' draws as they were."""
+        noise = self.model.noise
+
+        def rng(part: str) -> random.Random:
+            return random.Random(f"{seed}/{part}")
+
+        self._rng = rng("samples")
+        self._latency_rng = rng("latency")
+        self._bias_rng = rng("bias")
+        self._bias = {vid: self._bias_rng.gauss(0.0, noise.busy_bias_sd) for vid in self._ops}
+        self._pauses = {vid: Schedule(noise.pauses, rng(f"pause/{op.uid}"))
+                        for vid, op in self._ops.items()}
+        self._stale = {vid: Schedule(noise.stale_series, rng(f"stale/{op.uid}"))
+                       for vid, op in self._ops.items()}
+        self._gaps = Schedule(noise.scrape_gaps, rng("gaps"))
+        self.seed = seed
 
     # ---- configuration -------------------------------------------------
 
@@ -230,14 +297,18 @@ class Twin:
         return vertex_id_for(f"ssg/{key}")
 
     def cost(self, vertex_id: str) -> TaskCost:
+        """Per-record cost of one task, with the overheads of its parallelism."""
         if vertex_id not in self._costs:
             vc = self._config[vertex_id]
-            self._costs[vertex_id] = task_cost(
+            base = task_cost(
                 self._ops[vertex_id],
                 vc.parallelism,
                 managed_mib(vc.memory_level, self.base_managed_mib),
                 self.model.rocksdb,
             )
+            parallelism = {vid: c.parallelism for vid, c in self._config.items()}
+            self._costs[vertex_id] = scaled(base, vc.parallelism, self.model.scaling,
+                                            *channels(self.model, parallelism, vertex_id))
         return self._costs[vertex_id]
 
     # ---- time ----------------------------------------------------------
@@ -250,33 +321,54 @@ class Twin:
             self._tick(dt)
 
     def _tick(self, dt: float) -> None:
-        target = self.model.load.rate_at(self.time)
+        self._drift_bias(dt)
+        due = {op.vertex_id: self.model.source_rate(op, self.time) for op in self._sources}
+        target = sum(due.values())
         if not self.running:
-            for op in self.model.sources():
-                self._lag[op.vertex_id] += target * self.model.source_share(op) * dt
+            for vid, rate in due.items():
+                self._lag[vid] += rate * dt
             self.time += dt
             self._history.append(Tick(self.time, False, target))
             return
-        flows = self._flows(target, dt)
+        flows = self._flows(due, dt)
         self.time += dt
-        self._history.append(Tick(self.time, True, target, MappingProxyType(flows)))
+        self._history.append(Tick(self.time, True, target, MappingProxyType(flows),
+                                  MappingProxyType(dict(self._bias))))
+
+    def _drift_bias(self, dt: float) -> None:
+        """AR(1) step of each vertex's busy-time error: it persists for busy_bias_time_s,
+        so averaging a window does not remove it."""
+        noise = self.model.noise
+        if noise.busy_bias_sd <= 0:
+            return
+        rho = math.exp(-dt / noise.busy_bias_time_s)
+        spread = noise.busy_bias_sd * math.sqrt(1.0 - rho * rho)
+        for vid in self._bias:
+            self._bias[vid] = rho * self._bias[vid] + self._bias_rng.gauss(0.0, spread)
 
     def _shares(self, vid: str) -> tuple[float, ...]:
+        """Share of the vertex's records per subtask: its key groups (hashed inputs),
+        times the model's subtask_skew."""
         if vid not in self._share_cache:
-            op = self._ops[vid]
-            self._share_cache[vid] = subtask_shares(self._config[vid].parallelism, op.subtask_skew)
+            self._share_cache[vid] = vertex_shares(
+                self.model, self._ops[vid], self._config[vid].parallelism, self.seed)
         return self._share_cache[vid]
 
-    def _vertex_limit(self, op: Operator) -> float:
-        """Most records/s the vertex absorbs: its hottest subtask saturates first."""
-        return self.cost(op.vertex_id).capacity / max(self._shares(op.vertex_id))
+    def _available(self, vid: str, dt: float) -> float:
+        """Share of this tick the vertex could work (not stalled by a GC or checkpoint pause)."""
+        return 1.0 - min(dt, self._pauses[vid].overlap(self.time, self.time + dt)) / dt
 
-    def _flows(self, target: float, dt: float) -> dict[str, VertexSample]:
-        model = self.model
+    def _vertex_limit(self, op: Operator, available: float = 1.0) -> float:
+        """Most records/s the vertex absorbs: its hottest subtask saturates first."""
+        return available * self.cost(op.vertex_id).capacity / max(self._shares(op.vertex_id))
+
+    def _flows(self, due: dict[str, float], dt: float) -> dict[str, VertexSample]:
+        """One tick of the bottleneck analysis; `due`: records/s each source should produce."""
+        available = {vid: self._available(vid, dt) for vid in self._order}
         offered: dict[str, float] = {}
-        for op in model.sources():
-            want = target * model.source_share(op) + self._lag[op.vertex_id] / dt
-            offered[op.vertex_id] = min(want, self._vertex_limit(op))
+        for op in self._sources:
+            want = due[op.vertex_id] + self._lag[op.vertex_id] / dt
+            offered[op.vertex_id] = min(want, self._vertex_limit(op, available[op.vertex_id]))
         # Load on each vertex if the sources produced what they offer.
         load: dict[str, float] = {}
         for vid in self._order:
@@ -291,7 +383,7 @@ class Twin:
         alpha, bottleneck = 1.0, None
         for vid in self._order:
             if load[vid] > 0 and not self._ops[vid].is_source:
-                ratio = self._vertex_limit(self._ops[vid]) / load[vid]
+                ratio = self._vertex_limit(self._ops[vid], available[vid]) / load[vid]
                 if ratio < alpha:
                     alpha, bottleneck = ratio, vid
         blocked = self._ancestors(bottleneck) if bottleneck else set()
@@ -304,7 +396,8 @@ class Twin:
             subtasks: list[SubtaskSample] = []
             for i, share in enumerate(self._shares(vid)):
                 if i == 0 or share != subtasks[-1].share:
-                    busy = min(1.0, rate * share / cost.capacity)
+                    # A stalled task counts the stall as busy time, as a GC pause does.
+                    busy = min(1.0, rate * share / cost.capacity + 1.0 - available[vid])
                     free = 1.0 - busy
                     bp = free if vid in blocked else 0.0
                     records = rate * share
@@ -322,8 +415,7 @@ class Twin:
             pending = None
             if op.is_source:
                 produced = rate * dt
-                due = target * model.source_share(op) * dt
-                self._lag[vid] = max(0.0, self._lag[vid] + due - produced)
+                self._lag[vid] = max(0.0, self._lag[vid] + due[vid] * dt - produced)
                 pending = self._lag[vid]
             samples[vid] = VertexSample(tuple(subtasks), cost, pending)
         return samples
@@ -368,58 +460,108 @@ class Twin:
         return self._history[-1] if self._history else None
 
     def noisy(self, value: float) -> float:
-        """A measurement of `value` with the model's seeded relative noise."""
-        if self.model.noise <= 0 or value == 0:
+        """One sample of `value` with the model's seeded white noise (Noise.sample_sd)."""
+        sd = self.model.noise.sample_sd
+        if sd <= 0 or value == 0:
             return value
-        return max(0.0, value * (1.0 + self._rng.gauss(0.0, self.model.noise)))
+        return max(0.0, value * (1.0 + self._rng.gauss(0.0, sd)))
+
+    # Serve mode asks these at each scrape (simulator/flink_format.py).
+
+    def scrape_missing(self) -> bool:
+        """Whether a scrape now returns nothing for this job (Noise.scrape_gaps)."""
+        return self._gaps.active(self.time)
+
+    def series_stale(self, vertex_id: str) -> bool:
+        """Whether the vertex's series are not updating now (Noise.stale_series)."""
+        return self._stale[vertex_id].active(self.time)
+
+    def measured_busy(self, vertex_id: str, busy_ms: float, bias: float | None = None) -> float:
+        """busyTimeMsPerSecond as measured: the vertex's drifting error, then white noise."""
+        factor = 1.0 + (self._bias[vertex_id] if bias is None else bias)
+        return min(1000.0, self.noisy(busy_ms * factor))
+
+    def sampled_latency_ns(self, cost: TaskCost) -> float | None:
+        """Mean state-access latency of one histogram: the last `latency_history` sampled
+        accesses, a mix of hits and misses, so it varies from scrape to scrape."""
+        history = self.model.noise.latency_history
+        if cost.get_latency_ns is not None:
+            if history <= 0:
+                return cost.get_latency_ns
+            spread = self._latency_rng.gauss(0.0, cost.get_sd_ns / math.sqrt(history))
+            return max(0.1 * cost.get_latency_ns, cost.get_latency_ns + spread)
+        if cost.put_latency_ns is not None:
+            return self.noisy(cost.put_latency_ns) if history > 0 else cost.put_latency_ns
+        return None
+
+    def scrapes(self, window_s: float) -> list[Tick]:
+        """The running ticks a 5-s scrape saw in the last `window_s` (the last tick before
+        each scrape), minus scrapes lost to a gap."""
+        last: dict[int, Tick] = {}
+        for tick in self.ticks(window_s):
+            if tick.running:
+                last[math.ceil(tick.time / SCRAPE_S - 1e-9)] = tick
+        return [t for k, t in sorted(last.items()) if not self._gaps.active(k * SCRAPE_S)]
 
     def observe(self, window_s: float) -> Observation:
-        """The policies' view of the last `window_s` seconds (running ticks only).
+        """The policies' view of the last `window_s` seconds, as Prometheus would give it.
 
-        Mean over ticks of each signal; measurement noise is applied per tick, as a
-        5-second Prometheus sample would carry it. A window without a running tick
-        (the job is restarting) has no vertices.
+        Mean over the window's 5-s scrapes of each signal, each sample carrying the
+        model's noise (model.Noise): white noise, the vertex's drifting busy-time error,
+        a latency histogram's sampling error. Scrapes lost to gaps are missing; a
+        vertex whose series went stale, or whose samples cover less than half the
+        window, is left out, as the controller leaves it out (MetricsUnavailable),
+        and the policies then do not decide. A window without a running tick (the job
+        is restarting) has no vertices.
         """
-        ticks = [t for t in self.ticks(window_s) if t.running]
+        scrapes = self.scrapes(window_s)
         vertices: dict[str, VertexMetrics] = {}
-        if not ticks:
-            return Observation(self.time, window_s, MappingProxyType(vertices))
-        n = len(ticks)
+        start = max(0.0, self.time - window_s)
         for vid, op in self._ops.items():
-            samples = [t.vertices[vid] for t in ticks]
-            busy = mean([self.noisy(mean([s.busy for s in v.subtasks])) for v in samples])
-            busy_max = mean([self.noisy(max(s.busy for s in v.subtasks)) for v in samples])
-            bp = mean([mean([s.backpressured for s in v.subtasks]) for v in samples])
-            r_in = mean([self.noisy(v.records_in) for v in samples])
-            r_out = mean([self.noisy(v.records_out) for v in samples])
-            pending = growth = None
-            if op.is_source:
-                first, last = samples[0].pending or 0.0, samples[-1].pending or 0.0
-                pending = last
-                span = ticks[-1].time - ticks[0].time
-                growth = (last - first) / span if n > 1 and span > 0 else 0.0
-            hits = misses = latency = None
-            if op.state is not None:
-                hits = mean([self.noisy(v.records_in * v.cost.hits_per_record) for v in samples])
-                misses = mean(
-                    [self.noisy(v.records_in * v.cost.misses_per_record) for v in samples]
-                )
-                lat = samples[-1].cost.get_latency_ns or samples[-1].cost.put_latency_ns
-                latency = self.noisy(lat) if lat is not None else None
-            vertices[vid] = VertexMetrics(
-                busy_ms_per_s=min(1000.0, busy),
-                busy_ms_per_s_max=min(1000.0, max(busy, busy_max)),
-                backpressured_ms_per_s=bp,
-                records_in_per_s=r_in,
-                records_out_per_s=r_out,
-                pending_records=pending,
-                pending_records_growth_per_s=growth,
-                cache_hits_per_s=hits,
-                cache_misses_per_s=misses,
-                state_latency_ns=latency,
-                has_state_backend_metrics=op.state is not None,
-            )
+            ticks = [t for t in scrapes if not self._stale[vid].active(t.time)]
+            if (not ticks or self.time - ticks[-1].time > STALE_AFTER_S
+                    or ticks[0].time - start > (self.time - start) / 2 + SCRAPE_S):
+                continue
+            vertices[vid] = self._measure(op, ticks)
         return Observation(self.time, window_s, MappingProxyType(vertices))
+
+    def _measure(self, op: Operator, ticks: list[Tick]) -> VertexMetrics:
+        vid = op.vertex_id
+        samples = [t.vertices[vid] for t in ticks]
+        bias = [t.bias.get(vid, 0.0) for t in ticks]
+        busy = mean([self.measured_busy(vid, mean([s.busy for s in v.subtasks]), b)
+                     for v, b in zip(samples, bias, strict=True)])
+        busy_max = mean([self.measured_busy(vid, max(s.busy for s in v.subtasks), b)
+                         for v, b in zip(samples, bias, strict=True)])
+        bp = mean([mean([s.backpressured for s in v.subtasks]) for v in samples])
+        r_in = mean([self.noisy(v.records_in) for v in samples])
+        r_out = mean([self.noisy(v.records_out) for v in samples])
+        pending = growth = None
+        if op.is_source:
+            first, last = samples[0].pending or 0.0, samples[-1].pending or 0.0
+            pending = last
+            span = ticks[-1].time - ticks[0].time
+            growth = (last - first) / span if len(ticks) > 1 and span > 0 else 0.0
+        hits = misses = latency = None
+        if op.state is not None:
+            hits = mean([self.noisy(v.records_in * v.cost.hits_per_record) for v in samples])
+            misses = mean([self.noisy(v.records_in * v.cost.misses_per_record) for v in samples])
+            sampled = [self.sampled_latency_ns(v.cost) for v in samples]
+            known = [x for x in sampled if x is not None]
+            latency = mean(known) if known else None
+        return VertexMetrics(
+            busy_ms_per_s=min(1000.0, busy),
+            busy_ms_per_s_max=min(1000.0, max(busy, busy_max)),
+            backpressured_ms_per_s=bp,
+            records_in_per_s=r_in,
+            records_out_per_s=r_out,
+            pending_records=pending,
+            pending_records_growth_per_s=growth,
+            cache_hits_per_s=hits,
+            cache_misses_per_s=misses,
+            state_latency_ns=latency,
+            has_state_backend_metrics=op.state is not None,
+        )
 
     def achieved_rate(self, window_s: float) -> float:
         """Mean records/s the sources produced over the window (0 while down)."""

@@ -30,9 +30,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from bench.peer import build, peer_command
-from policies.spec import parse_duration
-from simulator.cli import describe
 from simulator.loop import (
     GRANULARITY_S,
     RunResult,
@@ -43,6 +40,10 @@ from simulator.loop import (
     oracle,
     run,
 )
+
+from bench.peer import build, peer_command
+from policies.spec import parse_duration
+from simulator.cli import describe
 from simulator.model import JobModel, load_model
 from simulator.serve import JOB_MODEL_KEY, SCHEDULER_KEY, SLOTS_KEY, TwinServer
 from simulator.twin import Twin, paper_resources

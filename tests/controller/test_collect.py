@@ -9,7 +9,13 @@ from collections import defaultdict
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from controller.collect import Collected, MetricsUnavailable, Prometheus, collect, operator_ids
+from controller.adapters.prometheus import (
+    Collected,
+    MetricsUnavailable,
+    Prometheus,
+    collect,
+    operator_ids,
+)
 from policies.model import Edge, JobGraph, ShipStrategy, Vertex, estimate_mean_from_quantiles
 
 from .conftest import (

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from controller.flink_rest import (
+from controller.adapters.flink_rest import (
     FlinkRest,
     FlinkRestError,
     operator_id,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from kubernetes.client.exceptions import ApiException
 
-from controller.kube import RETRIED, retrying
+from controller.adapters.kube import RETRIED, retrying
 
 
 class Flaky:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import requests
 
-from controller.promql import BUSY, job_queries, quote, selector
+from controller.adapters.promql import BUSY, job_queries, quote, selector
 
 from .conftest import Exporter, wait_for
 from .promproc import PrometheusProcess

@@ -11,7 +11,7 @@ from pydantic import BaseModel
 
 from bench.simulate_all import DOC as DOC_PATH
 from bench.simulate_all import FIG4_BEGIN, FIG4_END, README, documented, fig4_grid, results
-from simulator.model import JobModel, load_model
+from simulator.model import JobModel, Load, load_model
 
 DOC = DOC_PATH.read_text()
 
@@ -28,6 +28,14 @@ def reference() -> dict[str, Any]:
     assert block, "docs/simulator.md lost its job-model reference"
     doc: dict[str, Any] = yaml.safe_load(block.group(1))
     return doc
+
+
+def load_examples() -> list[dict[str, Any]]:
+    """The load patterns listed under "Loads" (one reference holds only one pattern)."""
+    blocks = re.findall(r"```yaml\n(.*?)```", section("Job models"), re.S)
+    assert len(blocks) >= 2, "docs/simulator.md lost its load examples"
+    examples: list[dict[str, Any]] = yaml.safe_load(blocks[1])
+    return examples
 
 
 def undocumented(schema: type[BaseModel], documented: list[dict[str, Any]], where: str
@@ -65,17 +73,26 @@ def _is(schema: type[BaseModel], value: dict[str, Any]) -> bool:
 
 def test_the_reference_example_is_a_valid_model():
     JobModel.model_validate(reference())
+    for example in load_examples():
+        Load.model_validate(example)
 
 
 def test_every_model_field_is_in_the_reference():
-    assert undocumented(JobModel, [reference()], "") == []
+    assert undocumented(JobModel, with_loads(reference()), "") == []
+
+
+def with_loads(reference: dict[str, Any]) -> list[dict[str, Any]]:
+    """The reference plus the load examples, as the job's and as a source's load."""
+    examples = load_examples()
+    return [reference, *({"load": e} for e in examples),
+            {"operators": [{"load": e} for e in examples]}]
 
 
 def test_the_reference_check_notices_a_missing_field():
     doc = reference()
     del doc["rocksdb"]["misses_per_put"]
     del doc["operators"][1]["state"]["distribution"]
-    assert undocumented(JobModel, [doc], "") == [
+    assert undocumented(JobModel, with_loads(doc), "") == [
         ".operators.state.distribution", ".rocksdb.misses_per_put"]
 
 

@@ -54,3 +54,30 @@ def test_taskmanager_memory_model_gives_the_papers_158_mb_slots():
     parts = ("frameworkHeap", "taskHeap", "frameworkOffHeap", "taskOffHeap", "networkMemory",
              "managedMemory")
     assert sum(memory[p] for p in parts) == pytest.approx(memory["totalFlinkMemory"], abs=2)
+
+
+def test_gaps_and_stale_series_drop_out_of_the_scrape():
+    from simulator.flink_format import DeployedJob, Scrape, add_job_metrics
+    from simulator.model import Episodes, Noise, load_model
+    from simulator.twin import Twin
+
+    model = load_model("q3")
+    noise = Noise.off().model_copy(update={
+        "scrape_gaps": Episodes(per_hour=40, mean_s=30),
+        "stale_series": Episodes(per_hour=40, mean_s=30)})
+    twin = Twin(model.model_copy(update={"noise": noise}), seed=2)
+    job = DeployedJob("ns", "q3", "j" * 32, "q3", 0, 4, 1, 4.0, 2048.0, 0)
+    seen = {"whole job missing": 0, "a vertex missing": 0, "complete": 0}
+    for _ in range(120):
+        twin.advance(10)
+        scrape = Scrape()
+        add_job_metrics(scrape, job, twin, 0)
+        text = scrape.render()
+        tasks = {vid for vid in twin.configuration if f'task_id="{vid}"' in text}
+        if not text:
+            seen["whole job missing"] += 1
+        elif len(tasks) < len(twin.configuration):
+            seen["a vertex missing"] += 1
+        else:
+            seen["complete"] += 1
+    assert all(seen.values()), seen

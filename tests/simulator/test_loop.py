@@ -8,15 +8,18 @@ import pytest
 from typer.testing import CliRunner
 
 from controller.cli import app
+from controller.simulate import run
 from policies.model import VertexConfig
-from simulator.loop import capacity, oracle, run
 from simulator.model import load_model
+from simulator.results import capacity, oracle
 
 
 @pytest.fixture(scope="module")
 def q11():
     model = load_model("q11")
-    return model, run(model, "justin", 1200, seed=0), run(model, "ds2", 1200, seed=0)
+    # 35 minutes: the scale-ins after the scale-down delay (~1130 s, ~1700 s) need a full
+    # window after them before a run counts as converged.
+    return model, run(model, "justin", 2100, seed=0), run(model, "ds2", 2100, seed=0)
 
 
 def test_justin_scales_the_session_window_up_first_and_strips_stateless_memory(q11):
@@ -40,15 +43,16 @@ def test_both_reach_the_target_and_justin_uses_less_cpu(q11):
     # trims it (docs/simulator.md, Results).
     model, justin, ds2 = q11
     for result in (justin, ds2):
-        assert result.converged and result.capacity >= model.load.rate
+        assert result.capacity >= model.load.rate
         assert result.achieved_rate == model.load.rate
+    assert justin.converged and ds2.converged
     assert justin.cpu_cores < ds2.cpu_cores
     assert justin.steps_to_target is not None and ds2.steps_to_target is not None
 
 
 def test_the_trajectory_shows_the_downtime_and_the_target(q11):
     _, justin, _ = q11
-    assert len(justin.samples) == 1200 // 5
+    assert len(justin.samples) == 2100 // 5
     assert {s.target_rate for s in justin.samples} == {100_000}
     down = [s for s in justin.samples if not s.running]
     assert down and min(s.rate for s in down) == 0
@@ -92,7 +96,10 @@ def test_simulate_json_has_the_documented_shape(tmp_path):
     doc = json.loads(out.stdout)
     assert set(doc) == {"job", "target_rate", "policies"}
     assert doc["job"] == "q3" and doc["target_rate"] == 1_000_000
-    assert set(doc["policies"]) == {"justin", "ds2", "oracle"}
+    assert set(doc["policies"]) == {"justin", "ds2", "oracle", "oracle_at_target"}
+    at_target, limit = doc["policies"]["oracle_at_target"], doc["policies"]["oracle"]
+    assert (at_target["utilization"], limit["utilization"]) == (0.5, 1.0)
+    assert at_target["cpu_cores"] > limit["cpu_cores"]
     for entry in doc["policies"].values():
         assert {"steps", "converged", "converged_at_s", "achieved_rate", "cpu_cores",
                 "memory_mb", "trajectory"} <= set(entry)
@@ -135,3 +142,75 @@ def test_a_load_step_the_policy_has_not_met_undoes_convergence():
     assert steady.converged and steady.steps == stepped.steps  # same path until 1150 s
     assert capacity(late_step, stepped.final) < late_step.load.rate_at(1200)
     assert not stepped.converged and stepped.steps_to_target is None
+
+
+def test_a_configuration_applied_in_the_last_window_is_not_converged():
+    model = load_model("q1")
+    finished = run(model, "justin", 1200)
+    assert finished.converged
+    first = finished.steps[0].time
+    cut = run(model, "justin", first + 60)  # the first step ran for less than a window
+    assert cut.steps and not cut.converged and cut.converged_at_s is None
+
+
+def test_the_oracle_sizes_for_the_peak():
+    model = load_model("q1")
+    peaked = model.model_copy(update={"load": model.load.model_validate(
+        {"pattern": "phases", "phases": [{"rate": 1_000_000, "duration_s": 600},
+                                         {"rate": 2_000_000, "duration_s": 60},
+                                         {"rate": 1_000_000, "duration_s": 600}]})})
+    best = oracle(peaked, horizon_s=1200)
+    assert best.target_rate == 2_000_000 and best.capacity >= 2_000_000
+    assert oracle(peaked, horizon_s=500).target_rate == 1_000_000
+
+
+def test_phases_report_time_to_target_restarts_and_backlog():
+    model = load_model("q1")
+    moving = model.model_copy(update={"load": model.load.model_validate(
+        {"pattern": "phases", "phases": [{"rate": 1_000_000, "duration_s": 600},
+                                         {"ramp_to": 3_000_000, "duration_s": 300},
+                                         {"rate": 3_000_000, "duration_s": 900}]})})
+    result = run(moving, "ds2", 1800)
+    phases = result.phases
+    assert [(p.start_s, p.end_s, p.steady) for p in phases] == [
+        (0, 600, True), (600, 900, False), (900, 1800, True)]
+    assert sum(p.restarts for p in phases) == len(result.steps)
+    first = phases[0]
+    assert first.time_to_target_s is not None and first.time_to_target_s > 120  # one window
+    assert first.peak_lag > 0 and first.peak_target == 1_000_000
+    assert phases[2].peak_target == 3_000_000
+    doc = result.as_json()
+    assert doc["phases"][0]["restarts_per_hour"] == pytest.approx(6 * first.restarts)
+    assert doc["steady_restarts_per_hour"] == pytest.approx(
+        3600 * (phases[0].restarts + phases[2].restarts) / 1500)
+
+
+def test_simulate_runs_a_suite_over_seeds(tmp_path):
+    (tmp_path / "suite.yaml").write_text("jobs: [q1, ./models/mine.yaml]\n")
+    (tmp_path / "models").mkdir()
+    (tmp_path / "models" / "mine.yaml").write_text(
+        "name: mine\nload: {rate: 100000}\noperators:\n"
+        "  - {uid: s, name: S, cpu_us: 0.2}\n"
+        "  - {uid: m, name: M, cpu_us: 40, inputs: [{from: s, ship: REBALANCE}]}\n")
+    out = CliRunner().invoke(app, ["simulate", "--jobs", str(tmp_path / "suite.yaml"),
+                                   "--seeds", "2", "--duration", "6m", "--policy", "ds2",
+                                   "--json"])
+    assert out.exit_code == 0, out.output
+    doc = json.loads(out.stdout)
+    assert doc["seeds"] == [0, 1] and [r["job"] for r in doc["rows"]] == ["q1", "mine"]
+    assert all(len(r["cpu_cores"]) == 2 for r in doc["rows"])
+    table = CliRunner().invoke(app, ["simulate", "--jobs", str(tmp_path / "models"),
+                                     "--duration", "4m",
+                                     "--policy", "justin"])
+    assert table.exit_code == 0, table.output
+    assert "| mine | justin |" in table.stdout and "| q1 |" not in table.stdout  # dir: *.yaml
+
+
+def test_a_suite_reports_every_bad_model(tmp_path):
+    (tmp_path / "a.yaml").write_text("name: a\nload: {rate: 1}\noperators: []\n")
+    (tmp_path / "b.yaml").write_text("name: b\nload: {pattern: step, rate: 1}\n"
+                                     "operators: [{uid: s, name: S, cpu_us: 1}]\n")
+    out = CliRunner().invoke(app, ["simulate", "--jobs", str(tmp_path)])
+    assert out.exit_code == 2
+    assert "a.yaml" in out.output and "b.yaml" in out.output and "step_rate" in out.output
+    assert CliRunner().invoke(app, ["simulate"]).exit_code == 2

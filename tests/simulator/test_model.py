@@ -58,12 +58,19 @@ def test_any_file_is_a_model(tmp_path: Path):
 @pytest.mark.parametrize(
     ("change", "message"),
     [
-        (("cpu_us: 10", "cpu_us: -1"), "operators.1.cpu_us: Input should be greater than 0"),
+        (("cpu_us: 10", "cpu_us: -1"),
+         "operators.1 (uid agg).cpu_us: Input should be greater than 0"),
         (("read: 0.5, update: 0.5", "read: 0.5"), "read+write+update must be 1"),
         (("from: src", "from: nowhere"), "reads from unknown uid 'nowhere'"),
-        (("uid: agg", "uid: src"), "duplicate operator uids"),
+        (("uid: agg", "uid: src"), "operators.1 (uid src).uid: duplicate operator uid 'src'"),
         (("name: tiny", "name: tiny\ncolour: blue"), "colour: Extra inputs are not permitted"),
-        (("ship: HASH", "ship: HASH}, {from: agg"), "cycle"),
+        (("ship: HASH", "ship: HASH}, {from: agg"), "cycle: agg → agg"),
+        (("{rate: 1000}", "{pattern: step, rate: 1000}"), "load: Value error, pattern step needs "
+                                                          "step_rate"),
+        (("{rate: 1000}", "{pattern: diurnal, peak_rate: 9}"), "needs trough_rate"),
+        (("{rate: 1000}", "{rate: 1000, step_rate: 5}"), "pattern constant does not use step_rate"),
+        (("{rate: 1000}", "{pattern: phases, phases: [{duration_s: 5}]}"),
+         "exactly one of rate or ramp_to"),
     ],
 )
 def test_invalid_models_say_which_field(tmp_path: Path, change, message):
@@ -77,3 +84,57 @@ def test_invalid_models_say_which_field(tmp_path: Path, change, message):
 def test_unknown_names_list_the_builtins():
     with pytest.raises(ModelError, match="q11"):
         load_model("q99")
+
+
+def test_every_error_at_once_with_uids_and_named_cycles(tmp_path: Path):
+    bad = """
+name: broken
+load: {pattern: step, rate: 10}
+operators:
+  - {uid: src, name: Source, cpu_us: 1}
+  - {uid: a, name: A, cpu_us: -1, inputs: [{from: src}, {from: c}]}
+  - {uid: b, name: B, cpu_us: 1, inputs: [{from: a}, {from: ghost}]}
+  - {uid: c, name: C, cpu_us: 1, inputs: [{from: b}], initial_parallelism: 9,
+     max_parallelism: 4}
+"""
+    path = tmp_path / "broken.yaml"
+    path.write_text(bad)
+    with pytest.raises(ModelError) as err:
+        load_model(path)
+    lines = str(err.value).splitlines()[1:]
+    assert lines == [
+        "  load: Value error, pattern step needs step_rate",
+        "  operators.1 (uid a).cpu_us: Input should be greater than 0",
+        "  operators.2 (uid b).inputs.1.from: reads from unknown uid 'ghost'",
+        "  operators.3 (uid c).initial_parallelism: 9 is above max_parallelism 4",
+        "  operators: cycle: a → b → c → a",
+    ]
+
+
+def test_loads_that_move():
+    from simulator.model import Load
+
+    phases = Load.model_validate({"pattern": "phases", "rate": 100, "phases": [
+        {"ramp_to": 300, "duration_s": 100}, {"rate": 50, "duration_s": 50}]})
+    assert [phases.rate_at(t) for t in (0, 50, 99.999, 120, 1000)] == pytest.approx(
+        [100, 200, 300, 50, 50], abs=0.01)
+    assert phases.boundaries(1000) == [0, 100, 150]
+    again = phases.model_copy(update={"repeat": True})
+    assert again.rate_at(160) == pytest.approx(phases.rate_at(10))
+    diurnal = Load.model_validate({"pattern": "diurnal", "peak_rate": 300, "trough_rate": 100,
+                                   "period_s": 400, "peak_at_s": 100})
+    assert diurnal.rate_at(100) == pytest.approx(300) and diurnal.rate_at(300) == pytest.approx(100)
+    assert diurnal.boundaries(800) == [0, 100, 300, 500, 700]
+
+
+def test_sources_with_their_own_shapes(tmp_path: Path):
+    path = tmp_path / "two.yaml"
+    path.write_text(MINIMAL.replace(
+        "  - {uid: src, name: Source, cpu_us: 1}",
+        "  - {uid: src, name: Source, cpu_us: 1}\n"
+        "  - {uid: src2, name: Other, cpu_us: 1, load: {pattern: step, rate: 10, step_rate: 20,"
+        " step_at_s: 5}}").replace("inputs: [{from: src, ship: HASH}]",
+                                    "inputs: [{from: src, ship: HASH}, {from: src2}]"))
+    model = load_model(path)
+    assert model.target_at(0) == 1010 and model.target_at(6) == 1020
+    assert model.peak_target(10) == 1020 and model.boundaries(10) == [0, 5]

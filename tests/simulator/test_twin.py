@@ -7,7 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from policies.model import VertexConfig
-from simulator.model import JobModel, load_model
+from simulator.model import Episodes, JobModel, Noise, load_model
 from simulator.twin import Twin, paper_resources
 
 
@@ -37,7 +37,7 @@ def test_an_undersized_operator_backpressures_the_source_and_lag_grows():
 
 
 def test_true_processing_rate_is_the_capacity_when_not_backpressured():
-    model = load_model("q11")
+    model = load_model("q11").model_copy(update={"noise": Noise.off()})
     session = vid(model, "q11-session")
     twin = Twin(model, seed=2, configuration={session: VertexConfig(24, 0)})
     twin.advance(60)
@@ -147,7 +147,8 @@ def test_an_invalid_configuration_changes_nothing():
 )
 def test_every_subtask_second_is_busy_backpressured_or_idle(job, parallelism, level, skew,
                                                             seconds):
-    model = load_model(job)
+    # Conservation of records, so without pauses (their stalls make the rate vary).
+    model = load_model(job).model_copy(update={"noise": Noise.off()})
     op = next(o for o in model.operators if not o.is_source and not o.fixed_parallelism)
     model = model.model_copy(update={"operators": tuple(
         o.model_copy(update={"subtask_skew": skew}) if o.uid == op.uid else o
@@ -169,3 +170,78 @@ def test_every_subtask_second_is_busy_backpressured_or_idle(job, parallelism, le
         assert 0 <= metrics.busyness <= 1
         assert metrics.busy_ms_per_s_max >= metrics.busy_ms_per_s - 1e-9
         assert metrics.has_state_backend_metrics == (model.by_vertex()[vid].state is not None)
+
+
+def only(**parts) -> Noise:
+    return Noise.off().model_copy(update=parts)
+
+
+def session_tpr(model: JobModel, seed: int, windows: int) -> list[float]:
+    session = vid(model, "q11-session")
+    twin = Twin(model, seed=seed, configuration={session: VertexConfig(24, 0)})
+    out = []
+    for _ in range(windows):
+        twin.advance(120)
+        out.append(twin.observe(120).vertices[session].true_processing_rate)
+    return out
+
+
+def test_the_busy_time_error_does_not_average_away():
+    model = load_model("q11")
+    exact = session_tpr(model.model_copy(update={"noise": Noise.off()}), 0, 1)[0]
+    white = model.model_copy(update={"noise": only(sample_sd=0.02)})
+    biased = model.model_copy(update={"noise": only(busy_bias_sd=0.05)})
+    assert max(abs(x / exact - 1) for x in session_tpr(white, 1, 3)) < 0.01
+    errors = [[x / exact - 1 for x in session_tpr(biased, seed, 3)] for seed in range(6)]
+    assert max(abs(e[0]) for e in errors) > 0.03  # a whole window off by several percent
+    for e in errors:  # and the next windows are off the same way (it drifts slowly)
+        assert abs(e[1] - e[0]) < 0.5 * max(abs(e[0]), 0.01) + 0.02
+
+
+def test_pauses_stall_a_vertex_and_build_lag():
+    model = load_model("q1")
+    map_ = vid(model, "q1-map")
+    stalls = model.model_copy(update={"noise": only(pauses=Episodes(per_hour=360, mean_s=2))})
+    calm = model.model_copy(update={"noise": Noise.off()})
+    twins = [Twin(m, seed=1, configuration={map_: VertexConfig(8, None)}) for m in (calm, stalls)]
+    for twin in twins:
+        twin.advance(600)
+    assert twins[0].lag() == 0
+    observed = [t.observe(600).vertices[map_].busy_ms_per_s for t in twins]
+    assert observed[1] > observed[0] + 50  # stalls count as busy time
+
+
+def test_gaps_and_stale_series_leave_metrics_out():
+    model = load_model("q3")
+    gappy = model.model_copy(update={"noise": only(scrape_gaps=Episodes(per_hour=60, mean_s=60))})
+    stale = model.model_copy(update={"noise": only(stale_series=Episodes(per_hour=60, mean_s=60))})
+    seen = {"gaps": set(), "stale": set()}
+    for name, m in (("gaps", gappy), ("stale", stale)):
+        twin = Twin(m, seed=5)
+        for _ in range(40):
+            twin.advance(30)
+            seen[name].add(len(twin.observe(30).vertices))
+    assert 0 in seen["gaps"] and 5 in seen["gaps"]  # whole job missing, or all there
+    assert any(0 < n < 5 for n in seen["stale"])  # single vertices missing
+
+
+def test_hot_keys_stay_on_one_subtask():
+    model = load_model("q5")
+    window = vid(model, "q5-window")
+    on = Twin(model, seed=0, configuration={window: VertexConfig(20, 0)})
+    off = Twin(model.model_copy(update={"noise": Noise.off()}), seed=0,
+               configuration={window: VertexConfig(20, 0)})
+    assert max(off._shares(window)) == pytest.approx(1 / 20)
+    assert max(on._shares(window)) > 1.5 / 20  # Zipf 0.8 over 10k auctions: a hot auction
+
+
+def test_overheads_grow_with_parallelism():
+    model = load_model("q1")  # stateless: no cache effect in the way
+    map_ = vid(model, "q1-map")
+    per_task = [Twin(model, configuration={map_: VertexConfig(p, None)}).cost(map_).capacity
+                for p in (1, 8, 24)]
+    assert per_task[0] > per_task[1] > per_task[2]
+    linear = model.model_copy(update={"scaling": model.scaling.model_copy(
+        update={"contention": 0.0, "buffer_us": 0.0})})
+    assert Twin(linear, configuration={map_: VertexConfig(24, None)}).cost(map_).capacity \
+        > per_task[2] * 1.1

@@ -24,11 +24,13 @@ from kubernetes import client
 from pydantic import ValidationError
 
 from controller import api, telemetry
-from controller.collect import Prometheus, PrometheusMetrics
-from controller.flink_rest import FlinkRest
-from controller.kube import KopfEvents, KubeDeployments, KubeStatusStore
-from controller.loop import Ports, reconcile
-from controller.settings import RUNTIME
+from controller.adapters.flink_rest import FlinkRest
+from controller.adapters.kube import KopfEvents, KubeDeployments, KubeStatusStore
+from controller.adapters.prometheus import Prometheus, PrometheusMetrics
+from controller.loop import reconcile
+from controller.operator.settings import RUNTIME, configure
+from controller.ports import Ports
+from controller.record import Reason, with_condition
 
 log = logging.getLogger(__name__)
 RUNNING: set[str] = set()  # namespace/name of policies with a live loop, for the probe
@@ -77,6 +79,9 @@ def _status(body: Mapping[str, Any]) -> api.Status:
         return api.Status.model_validate(keep)
 
 
+kopf.on.startup()(configure)
+
+
 @kopf.daemon(api.GROUP, api.VERSION, api.PLURAL, cancellation_timeout=10.0)
 async def policy_loop(body: kopf.Body, meta: kopf.Meta, namespace: str | None, name: str | None,
                       stopped: kopf.DaemonStopped, **_: Any) -> None:
@@ -103,8 +108,8 @@ async def policy_loop(body: kopf.Body, meta: kopf.Meta, namespace: str | None, n
                 # The CRD's schema and CEL rules should have refused it; say so anyway.
                 telemetry.count(telemetry.ERRORS, namespace or "default", name or "", "spec")
                 log.error("%s: invalid spec: %s", key, e)
-                invalid = status.with_condition(
-                    api.ConditionType.READY, False, "InvalidSpec", str(e)[:1000],
+                invalid = with_condition(
+                    status, api.ConditionType.READY, False, Reason.INVALID_SPEC, str(e)[:1000],
                     time.time(), meta.get("generation"))
                 if invalid != status:
                     try:

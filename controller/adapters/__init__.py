@@ -1,0 +1,2 @@
+"""The real adapters: the ports (controller/ports.py) on a real API server,
+Prometheus and Flink REST."""

@@ -1,0 +1,185 @@
+"""The metrics port on Prometheus: range queries over the window into an `Observation`.
+
+All or nothing: when any signal the core needs is missing or stale for any vertex,
+the result is `MetricsUnavailable` with the reason, never a half observation, so the
+core never decides on a partial picture.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime
+from typing import Any, Protocol
+
+from controller.adapters.promql import JobQueries, job_queries
+from controller.ports import Collected, MetricsError, MetricsUnavailable
+from policies.model import JobGraph, Observation, VertexMetrics, estimate_mean_from_quantiles
+
+Series = Mapping[str, Any]  # {"metric": {label: value}, "values": [[ts, "value"], ...]}
+
+
+class MetricsSource(Protocol):
+    def query_range(self, query: str, start: float, end: float, step: float) -> Sequence[Series]:
+        ...
+
+    def query(self, query: str, time: float) -> Sequence[Series]:
+        ...
+
+
+class Prometheus:
+    """`MetricsSource` over prometheus-api-client; every failure becomes `MetricsError`."""
+
+    def __init__(self, url: str, timeout_s: float = 10.0) -> None:
+        from prometheus_api_client import PrometheusConnect
+
+        self.url = url
+        self._client = PrometheusConnect(url=url, disable_ssl=True, timeout=timeout_s)
+
+    def query_range(self, query: str, start: float, end: float, step: float) -> Sequence[Series]:
+        return self._call(
+            self._client.custom_query_range, query,
+            datetime.fromtimestamp(start, UTC), datetime.fromtimestamp(end, UTC), str(step),
+        )
+
+    def query(self, query: str, time: float) -> Sequence[Series]:
+        return self._call(self._client.custom_query, query, params={"time": time})
+
+    def _call(self, method: Any, *args: Any, **kwargs: Any) -> Sequence[Series]:
+        import requests
+        from prometheus_api_client.exceptions import PrometheusApiClientException
+
+        try:
+            result: Sequence[Series] = method(*args, **kwargs)
+        except requests.RequestException as e:
+            raise MetricsError(f"Prometheus {self.url} unreachable: {type(e).__name__}") from e
+        except PrometheusApiClientException as e:
+            raise MetricsError(f"Prometheus {self.url} rejected a query: {e}") from e
+        return result
+
+
+def _points(series: Series) -> list[tuple[float, float]]:
+    return [
+        (float(t), float(v)) for t, v in series.get("values", []) if math.isfinite(float(v))
+    ]
+
+
+def _by_task(result: Sequence[Series]) -> dict[str, list[tuple[float, float]]]:
+    return {
+        str(s["metric"].get("task_id", "")): pts
+        for s in result
+        if (pts := _points(s))
+    }
+
+
+def _mean(points: Sequence[tuple[float, float]]) -> float:
+    return sum(v for _, v in points) / len(points)
+
+
+def _freshness_problem(
+    sample_times: Sequence[tuple[float, float]], start: float, end: float, stale_after: float
+) -> str | None:
+    """Why a vertex's busyness series cannot be trusted over [start, end], or None."""
+    if not sample_times:
+        return "no busyTimeMsPerSecond series"
+    fresh = [t for t, sampled in sample_times if t - sampled <= stale_after]
+    last_eval = sample_times[-1][0]
+    if end - last_eval > stale_after or last_eval - sample_times[-1][1] > stale_after:
+        age = end - sample_times[-1][1]
+        return f"busyTimeMsPerSecond is stale (last sample {age:.0f}s old)"
+    if not fresh or fresh[0] - start > (end - start) / 2:
+        return "busyTimeMsPerSecond covers less than half of the window"
+    return None
+
+
+def collect(
+    source: MetricsSource,
+    graph: JobGraph,
+    job_id: str,
+    now: float,
+    window_s: float,
+    resolution_s: float,
+) -> Collected | MetricsUnavailable:
+    """Query every signal over [now - window, now] and build one observation, or say why not."""
+    q: JobQueries = job_queries(job_id, resolution_s)
+    start, step = now - window_s, resolution_s
+    try:
+        rows = {
+            name: _by_task(source.query_range(getattr(q, name), start, now, step))
+            for name in (
+                "busy_avg", "busy_max", "busy_sample_time", "backpressure", "records_in",
+                "records_out", "pending", "cache_hits", "cache_misses", "cache_capacity",
+            )
+        }
+        latency_rows = source.query_range(q.state_latency, start, now, step)
+    except MetricsError as e:
+        return MetricsUnavailable(str(e))
+    # Two scrapes plus slack: one lost scrape is tolerated, a stopped exporter is not.
+    stale_after = 2 * resolution_s + 5.0
+    latency: dict[str, dict[float, float]] = {}
+    for s in latency_rows:
+        pts = _points(s)
+        quantile = s["metric"].get("quantile")
+        if pts and quantile is not None:
+            task = str(s["metric"].get("task_id", ""))
+            latency.setdefault(task, {})[float(quantile)] = _mean(pts)
+
+    problems: list[str] = []
+    vertices: dict[str, VertexMetrics] = {}
+    for v in graph.vertices:
+        why = _freshness_problem(rows["busy_sample_time"].get(v.id, []), start, now, stale_after)
+        needed = ("busy_avg", "busy_max", "backpressure", "records_in", "records_out")
+        absent = [name for name in needed if v.id not in rows[name]]
+        if why or absent:
+            problems.append(f"vertex {v.name!r} ({v.id}): {why or 'no ' + ', '.join(absent)}")
+            continue
+        pending = rows["pending"].get(v.id)
+        hits, misses = rows["cache_hits"].get(v.id), rows["cache_misses"].get(v.id)
+        vertices[v.id] = VertexMetrics(
+            busy_ms_per_s=_mean(rows["busy_avg"][v.id]),
+            busy_ms_per_s_max=_mean(rows["busy_max"][v.id]),
+            backpressured_ms_per_s=_mean(rows["backpressure"][v.id]),
+            records_in_per_s=_mean(rows["records_in"][v.id]),
+            records_out_per_s=_mean(rows["records_out"][v.id]),
+            pending_records=pending[-1][1] if pending else None,
+            pending_records_growth_per_s=_growth(pending) if pending else None,
+            cache_hits_per_s=_mean(hits) if hits else None,
+            cache_misses_per_s=_mean(misses) if misses else None,
+            state_latency_ns=estimate_mean_from_quantiles(latency.get(v.id, {})),
+            has_state_backend_metrics=any(
+                v.id in rows[name] for name in ("cache_hits", "cache_misses", "cache_capacity")
+            ) or v.id in latency,
+        )
+    if problems:
+        return MetricsUnavailable("metrics unavailable: " + "; ".join(problems))
+    capacity = {vid: _mean(pts) for vid, pts in rows["cache_capacity"].items() if vid in vertices}
+    return Collected(Observation(time=now, window_s=window_s, vertices=vertices), capacity)
+
+
+def _growth(points: Sequence[tuple[float, float]]) -> float:
+    (t0, v0), (t1, v1) = points[0], points[-1]
+    return 0.0 if t1 <= t0 else (v1 - v0) / (t1 - t0)
+
+
+def operator_ids(source: MetricsSource, job_id: str, now: float) -> dict[str, tuple[str, ...]]:
+    """Per vertex, the operator ids of its chain (to map operator uids; see flink_rest)."""
+    result = source.query(job_queries(job_id, 5.0).operator_ids, now)
+    chains: dict[str, set[str]] = {}
+    for s in result:
+        labels = s["metric"]
+        chains.setdefault(str(labels.get("task_id", "")), set()).add(str(labels.get("operator_id")))
+    return {vid: tuple(sorted(ids)) for vid, ids in chains.items()}
+
+
+class PrometheusMetrics:
+    """The loop's view of one Prometheus: observations and chain operator ids."""
+
+    def __init__(self, source: MetricsSource) -> None:
+        self.source = source
+
+    def observe(self, graph: JobGraph, job_id: str, now: float, window_s: float,
+                resolution_s: float) -> Collected | MetricsUnavailable:
+        return collect(self.source, graph, job_id, now, window_s, resolution_s)
+
+    def operator_ids(self, job_id: str, now: float) -> dict[str, tuple[str, ...]]:
+        return operator_ids(self.source, job_id, now)

@@ -1,0 +1,1 @@
+"""The kopf operator: handlers, settings and the `run` command."""
