@@ -57,7 +57,8 @@ def closed_loop_policy(model: JobModel, policy: PolicyName, window_s: float = WI
         # The paper's sources are generators capped at the target: they never catch up
         # on lag, so DS2 sizes for the target rate (seen through lag growth) only.
         cpu=CpuScaling(overrides=pinned, catch_up_duration=0),
-        memory=MemoryScaling(enabled=policy == "justin", base_managed_memory=f"{BASE_MANAGED_MIB:g}Mi"),
+        memory=MemoryScaling(enabled=policy == "justin",
+                             base_managed_memory=f"{BASE_MANAGED_MIB:g}Mi"),
     )
     return HybridScalingPolicy(metadata=ObjectMeta(name=NAME, namespace=NAMESPACE), spec=spec)
 
