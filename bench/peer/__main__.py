@@ -10,9 +10,10 @@ REST API, collects metrics with its RestApiMetricsCollector and rescales in plac
 `PUT /jobs/<jid>/resource-requirements`. The cluster is `TwinServer`: one Flink 1.20 REST
 endpoint per job, the adaptive scheduler, the twin's clock `--time-scale` times faster than
 the wall clock, and upstream's clock follows it. Our side runs `simulate`'s closed loop
-(`simulator.loop.run`) on the same job models for the same virtual time: DS2, and Justin
+(`controller.simulate.run`, the controller's pass) on the same job models for the same
+virtual time: DS2, and Justin
 (DS2 + memory scaling, the best policy we have); the oracle is the physical limit, not a
-policy. Every row is measured the same way (`simulator.loop`'s definitions): reconfigurations,
+policy. Every row is measured the same way (`simulator.results`' definitions): reconfigurations,
 time to target, final configuration, cores and memory as the paper counts them, peak lag.
 Writes bench/results/peer.json; `--update-doc` rewrites the table in docs/simulator.md.
 """
@@ -30,21 +31,20 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from simulator.loop import (
+from bench.peer import build, peer_command
+from controller.simulate import run
+from policies.spec import parse_duration
+from simulator.cli import describe
+from simulator.model import JobModel, load_model
+from simulator.results import (
     GRANULARITY_S,
     RunResult,
     Sample,
     Step,
-    _finish,
     capacity,
+    finish,
     oracle,
-    run,
 )
-
-from bench.peer import build, peer_command
-from policies.spec import parse_duration
-from simulator.cli import describe
-from simulator.model import JobModel, load_model
 from simulator.serve import JOB_MODEL_KEY, SCHEDULER_KEY, SLOTS_KEY, TwinServer
 from simulator.twin import Twin, paper_resources
 
@@ -164,7 +164,7 @@ def run_upstream(jobs: list[str], *, time_scale: float | None, duration_s: float
             raise RuntimeError(f"upstream peer exited {java.returncode}")
         with server._lock:
             for w in watches.values():
-                _finish(w.result, w.twin)
+                finish(w.result, w.twin)
     return {name: w.result for name, w in watches.items()}, events
 
 
@@ -320,7 +320,7 @@ def main(argv: list[str] | None = None) -> int:
         "clock": "lockstep" if args.time_scale is None else f"wall x {args.time_scale:g}",
         "duration_s": duration_s, "seed": args.seed,
         "ours": "simulate: 2 min window, 1 min stabilization, target 0.5 in [0.2, 0.8], sinks "
-                "pinned (simulator.loop)",
+                "pinned (controller.simulate)",
     }
     print("upstream: " + "; ".join(f"{k}={v}" for k, v in settings.items()), flush=True)
     started = time.monotonic()

@@ -7,10 +7,10 @@ shortened windows (3 min, 1 min stabilization) so it takes tens of seconds, not 
 from __future__ import annotations
 
 import pytest
-from simulator.loop import capacity
 
 from bench.peer.__main__ import run_upstream
 from simulator.model import load_model
+from simulator.results import capacity
 
 pytestmark = pytest.mark.slow
 
