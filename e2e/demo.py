@@ -42,7 +42,8 @@ class ControllerProcess:
     """`hybrid-scaler run` as a user starts it, with the controller's own kubeconfig."""
 
     def __init__(self, kubeconfig: str, prometheus_url: str, rest_template: str, log: Path,
-                 namespaces: tuple[str, ...] = ()) -> None:
+                 namespaces: tuple[str, ...] = (),
+                 allow_prometheus: tuple[str, ...] = ("127.0.0.1/32",)) -> None:
         self.kubeconfig, self.log = kubeconfig, log
         self.metrics_port, self.liveness_port = free_port(), free_port()
         self.argv = [
@@ -50,6 +51,8 @@ class ControllerProcess:
             "--flink-rest-url", rest_template, "--metrics-port", str(self.metrics_port),
             "--liveness-port", str(self.liveness_port),
             *(arg for ns in namespaces for arg in ("--namespace", ns)),
+            # Tests and demos give policies Prometheus instances of their own, on loopback.
+            *(arg for a in allow_prometheus for arg in ("--allow-prometheus", a)),
         ]
         self.process: subprocess.Popen[bytes] | None = None
 
