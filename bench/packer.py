@@ -29,6 +29,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from packer import Placement, TaskManagerShape, TaskSlot, check, pack
+from policies.levels import managed_mib
 
 SHAPE = TaskManagerShape("4cpu-8g", cpu_cores=4, process_mib=8192)
 BASE_MANAGED = 158.0  # the Justin paper's level-0 managed memory per task
@@ -51,7 +52,7 @@ def random_job(slots: int, dims: int, rng: random.Random) -> list[TaskSlot]:
     for v, n in enumerate(_split(slots, [1.0] * vertices, rng)):
         cpu = rng.choice([0.25, 0.5, 1.0, 2.0])
         level = rng.choice([None, 0, 1, 2])
-        managed = 0.0 if level is None else BASE_MANAGED * 2**level
+        managed = managed_mib(level, BASE_MANAGED)
         heap = rng.choice([64.0, 128.0, 256.0, 512.0]) if dims == 3 else 0.0
         result.extend(TaskSlot(f"v{v}", i, cpu, managed, heap) for i in range(n))
     return result
@@ -66,7 +67,7 @@ def nexmark_job(slots: int, dims: int, rng: random.Random) -> list[TaskSlot]:
     for name, n in zip(names, _split(slots, weights, rng), strict=True):
         is_stateful = name.startswith("stateful")
         cpu = 1.0 if name != "sink" else 0.5
-        managed = BASE_MANAGED * 2 ** rng.randint(0, 2) if is_stateful else 0.0
+        managed = managed_mib(rng.randint(0, 2), BASE_MANAGED) if is_stateful else 0.0
         heap = (256.0 if is_stateful else 128.0) if dims == 3 else 0.0
         result.extend(TaskSlot(name, i, cpu, managed, heap) for i in range(n))
     return result

@@ -40,6 +40,7 @@ from policies.decision import (
     VertexDecision,
     epoch_seconds,
 )
+from policies.levels import format_level
 from policies.params import HISTORY_LIMIT, PolicyState, ScalingParams
 from policies.spec import (
     CpuScaling,
@@ -367,6 +368,21 @@ class PlacementStatus(StatusModel):
     moved_tasks: int = Field(0, ge=0, description="tasks that change TaskManager")
 
 
+class Target(StatusModel):
+    """The owned FlinkDeployment fields of the last committed step (docs/flink-contract.md);
+    every Active pass applies them where the deployment differs."""
+
+    step: int = Field(ge=0, description="the step of status.history these fields realize")
+    flink_configuration: dict[str, str] = Field(
+        description="pipeline.jobvertex-parallelism-overrides and, in fineGrained mode, "
+                    "hybridscaler.operator-resources")
+    task_manager_cpu: float | None = Field(None, description="spec.taskManager.resource.cpu")
+    task_manager_memory: str | None = Field(
+        None, description="spec.taskManager.resource.memory")
+    task_manager_replicas: int | None = Field(
+        None, description="spec.taskManager.replicas; unset: left as it is")
+
+
 class Summary(StatusModel):
     """Flat values for `kubectl get hsp` columns."""
 
@@ -437,6 +453,7 @@ class Status(StatusModel):
     )
     last_reconfiguration_time: EpochTime | None = None
     placement: PlacementStatus | None = None
+    target: Target | None = None
     summary: Summary = Summary()
 
     @model_validator(mode="before")
@@ -583,12 +600,9 @@ def _describe(changed: list[VertexDecision]) -> str:
     if d.parallelism_before != d.parallelism_after:
         text = f"{d.action} {name} p{d.parallelism_before}→{d.parallelism_after}"
     else:
-        text = f"{d.action} {name} m{_level(d.memory_level_before)}→{_level(d.memory_level_after)}"
+        text = (f"{d.action} {name} "
+                f"m{format_level(d.memory_level_before)}→{format_level(d.memory_level_after)}")
     return text if len(changed) == 1 else f"{text} (+{len(changed) - 1} more)"
-
-
-def _level(m: int | None) -> str:
-    return "⊥" if m is None else str(m)
 
 
 HybridScalingPolicy.model_rebuild()

@@ -25,6 +25,7 @@ import policies
 from controller import api
 from controller.crd import crd_yaml
 from policies.decision import Decision
+from policies.levels import format_level
 from policies.model import JobGraph, Observation
 from policies.spec import Duration
 
@@ -128,10 +129,6 @@ def load_recording(path: Path) -> Recording:
     return Recording.model_validate(data)
 
 
-def _level(m: int | None) -> str:
-    return "⊥" if m is None else str(m)
-
-
 def render_decision(decision: Decision, spec: api.HybridScalingPolicySpec) -> str:
     effect = {
         api.Mode.ACTIVE: "the controller would patch the FlinkDeployment",
@@ -148,7 +145,7 @@ def render_decision(decision: Decision, spec: api.HybridScalingPolicySpec) -> st
     if decision.clipped:
         lines.append(f"clipped: {decision.clip_reason}")
     for v in decision.vertices:
-        m_before, m_after = _level(v.memory_level_before), _level(v.memory_level_after)
+        m_before, m_after = format_level(v.memory_level_before), format_level(v.memory_level_after)
         lines += [
             "",
             f"{v.vertex_name or v.vertex_id}  [{v.vertex_id}]",

@@ -7,6 +7,9 @@ as the per-operator resources written to Flink say; managed memory is the task's
 memory level (base × 2^m, 0 at ⊥). In adaptive mode every slot
 is the same size, so each gets the largest managed memory any task needs.
 
+In Recommend mode the pass ends here, with the advice (and the TaskManagers it
+needs) recorded; Justin's history keeps what really runs.
+
 The replica count is what Flink's own first-fit allocator needs for the chosen
 shape, which may exceed the optimum the packer proves: asking for fewer would
 leave slots unfulfilled and the job unscheduled.
@@ -14,11 +17,15 @@ leave slots unfulfilled and the job unscheduled.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import time
+from dataclasses import dataclass, replace
 
 import packer
-from controller.api import PlacementStatus, Realization, TaskManagerSpec
+from controller import telemetry
+from controller.api import ConditionType, Mode, PlacementStatus, Realization, TaskManagerSpec
 from controller.api import TaskManagerShape as SpecShape
+from controller.record import Reason, Run, Stop
+from policies import Evaluation
 from policies.model import Configuration, JobGraph
 from policies.spec import MemoryScaling, TaskFootprint
 
@@ -66,7 +73,7 @@ def slots(
     ]
 
 
-def place(
+def pack(
     graph: JobGraph, configuration: Configuration, memory: MemoryScaling,
     task: TaskFootprint, task_managers: TaskManagerSpec, time_limit_s: float,
 ) -> Placed | Unplaceable:
@@ -82,3 +89,31 @@ def place(
         return Unplaceable(result.reason or "no TaskManager shape fits the tasks")
     replicas = max(result.count, result.flink_count or 0)
     return Placed(by_name[result.shape], replicas, result)
+
+
+def place(run: Run, graph: JobGraph, evaluation: Evaluation) -> Placed:
+    """The decided configuration on TaskManagers; Recommend mode advises and stops here."""
+    spec = run.spec
+    params = spec.scaling_params()
+    placed = pack(graph, evaluation.configuration, params.memory, params.footprint,
+                  spec.task_manager, spec.placement.solver_time_limit)
+    telemetry.DECIDE_SECONDS.observe(time.perf_counter() - run.decide_started)
+    if isinstance(placed, Placed):
+        telemetry.SOLVER_SECONDS.observe(placed.placement.solve_seconds)
+    decision = evaluation.decision
+    if spec.mode == Mode.RECOMMEND:
+        # Recorded as advice only: Justin's history keeps what really runs, and a
+        # recommendation is no target a later switch to Active would apply.
+        state = run.status.to_policy_state()
+        run.status = run.status.with_policy_state(replace(
+            state, scale_down_wanted_since=evaluation.state.scale_down_wanted_since))
+        where = (f" on {placed.replicas} TaskManagers" if isinstance(placed, Placed)
+                 else f" (unplaceable: {placed.reason})")
+        run.event("Normal", Reason.RECOMMENDED, decision.reason + where)
+        run.count(decision, "Recommend")
+        run.condition(ConditionType.SCALING, False, Reason.RECOMMENDED,
+                      "mode is Recommend: the decision is recorded, nothing is patched")
+        raise Stop("recommended")
+    if not isinstance(placed, Placed):
+        raise run.refuse(Reason.UNPLACEABLE, placed.reason)
+    return placed

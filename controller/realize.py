@@ -8,8 +8,10 @@ with field manager `hybrid-scaler`, so GitOps tools can ignore exactly them:
 * `spec.taskManager.resource.cpu` / `.memory` and `spec.taskManager.replicas`
 
 Rendering is deterministic, so "is the decision already on the deployment?" is a
-field-by-field comparison: a restarted controller re-applies an interrupted step
-instead of deciding it again, and applying twice changes nothing.
+field-by-field comparison. The stage, `realize`, applies `status.target` (the
+fields `decide` committed) on every Active pass where the deployment differs: a
+restarted controller finishes an interrupted step instead of deciding it again,
+a hand edit of an owned field is undone, and applying twice changes nothing.
 """
 
 from __future__ import annotations
@@ -20,6 +22,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from controller.api import Mode, Target
+from controller.record import Realized, Reason, Run
+from policies.levels import level_of, managed_mib
 from policies.model import Configuration, JobGraph
 
 FIELD_MANAGER = "hybrid-scaler"
@@ -138,12 +143,7 @@ def memory_levels(
     levels: dict[str, int | None] = {}
     for v in graph.vertices:
         entry = next((resources[u] for u in v.operator_uids if u in resources), None)
-        if entry is None:
-            levels[v.id] = 0
-        elif entry.managed_memory_mb <= 0:
-            levels[v.id] = None
-        else:
-            levels[v.id] = max(0, round(math.log2(entry.managed_memory_mb / base_mib)))
+        levels[v.id] = 0 if entry is None else level_of(entry.managed_memory_mb, base_mib)
     return levels
 
 
@@ -163,7 +163,7 @@ def desired_fields(
     resources: dict[str, OperatorResources] = {}
     for v in graph.vertices:
         level = configuration[v.id].memory_level
-        managed = 0 if level is None else round(base_managed_mib * 2**level)
+        managed = round(managed_mib(level, base_managed_mib))
         # Flink rejects a slot-sharing group with zero task heap (flink-plugin docs).
         heap = max(1, int(heap_per_task_mib))
         for uid in v.operator_uids:
@@ -271,3 +271,43 @@ def refusal(deployment: Mapping[str, Any]) -> str | None:
     if state != "RUNNING" or lifecycle != "STABLE":
         return f"the job is {state} (lifecycle {lifecycle}), not RUNNING/STABLE"
     return None
+
+
+def as_target(step: int, desired: OwnedFields) -> Target:
+    """The desired fields as status records them: rendered exactly as they are applied."""
+    spec = apply_body("", "", desired)["spec"]
+    tm = spec.get("taskManager", {})
+    resource = tm.get("resource", {})
+    return Target(step=step, flink_configuration=spec["flinkConfiguration"],
+                  task_manager_cpu=resource.get("cpu"), task_manager_memory=resource.get("memory"),
+                  task_manager_replicas=tm.get("replicas"))
+
+
+def target_fields(target: Target) -> OwnedFields:
+    """The owned fields a recorded target asks for (None: leave alone)."""
+    resource = {k: v for k, v in (("cpu", target.task_manager_cpu),
+                                  ("memory", target.task_manager_memory)) if v is not None}
+    return current_fields({"spec": {
+        "flinkConfiguration": dict(target.flink_configuration),
+        "taskManager": {"resource": resource, "replicas": target.task_manager_replicas},
+    }})
+
+
+def realize(run: Run) -> Realized | None:
+    """Active: apply `status.target` where the deployment differs. Other modes patch
+    nothing and drop the target, so switching back to Active starts from what runs."""
+    if run.spec.mode != Mode.ACTIVE:
+        if run.status.target is not None:
+            run.status = run.status.model_copy(update={"target": None})
+        return None
+    target, deployment = run.status.target, run.deployment
+    if target is None or deployment is None:
+        return None
+    desired = target_fields(target)
+    differences = desired.differences(current_fields(deployment))
+    if differences:
+        note = run.ports.deployments.apply(run.namespace, run.target,
+                                           apply_body(run.target, run.namespace, desired))
+        if note:
+            run.event("Normal", Reason.FIELDS_TAKEN_OVER, note)
+    return Realized(differences, in_place(deployment, differences))

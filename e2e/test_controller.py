@@ -16,7 +16,7 @@ import pytest
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
-from controller.loop import EVENT_REASONS
+from controller.record import EVENT_REASONS
 from e2e.conftest import Cluster, Twin, wait_until
 from e2e.demo import ControllerProcess, flink_deployment, policy
 from e2e.stack import StackInfo

@@ -23,6 +23,8 @@ from pydantic import (
 )
 from pydantic.alias_generators import to_camel
 
+from policies import levels
+
 _DURATION = re.compile(r"^(?:(\d+(?:\.\d+)?)(ms|s|m|h))+$")
 _DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h)")
 _DURATION_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
@@ -189,7 +191,7 @@ class MemoryScaling(SpecModel):
     )
 
     def managed_mib(self, level: int | None) -> float:
-        return 0.0 if level is None else self.base_managed_memory * (2**level)
+        return levels.managed_mib(level, self.base_managed_memory)
 
 
 class Limits(SpecModel):

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
 import re
 import threading
 import time
@@ -30,6 +29,7 @@ from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, TypeGuard
 
+from policies.levels import level_of
 from policies.model import VertexConfig
 from simulator import flink_format as ff
 from simulator.model import JobModel, load_model
@@ -88,7 +88,7 @@ def configuration_from_flink(
         entry = resources.get(op.uid)
         if entry is not None:
             managed = float(entry["managedMemoryMb"])
-            level = None if managed <= 0 else max(0, round(math.log2(managed / base_managed_mib)))
+            level = level_of(managed, base_managed_mib)
         tasks = overrides.get(op.vertex_id, op.initial_parallelism)
         if not 1 <= tasks <= op.max_parallelism:
             raise ConfigError(f"{op.uid}: parallelism {tasks} outside 1..{op.max_parallelism}")

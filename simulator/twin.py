@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
+from policies import levels
 from policies.model import (
     Configuration,
     JobGraph,
@@ -39,7 +40,8 @@ TICK_S = 1.0
 
 
 def managed_mib(level: int | None, base: float = BASE_MANAGED_MIB) -> float:
-    return 0.0 if level is None else base * 2**level
+    """`policies.levels.managed_mib` at the paper's base unless told otherwise."""
+    return levels.managed_mib(level, base)
 
 
 def paper_resources(

@@ -16,13 +16,13 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
 from typing import Any
 
 import mmh3
 import requests
 
 from controller.adapters import outbound
+from controller.ports import FlinkRestError, JobSummary
 from policies.model import Edge, JobGraph, ShipStrategy, Vertex
 
 log = logging.getLogger(__name__)
@@ -30,19 +30,6 @@ log = logging.getLogger(__name__)
 OPERATOR_UIDS_KEY = "hybridscaler.operator-uids"
 # Job states in which a job can be measured and reconfigured.
 RUNNING = "RUNNING"
-
-
-class FlinkRestError(RuntimeError):
-    """The JobManager could not be reached or answered with something we cannot use."""
-
-
-@dataclass(frozen=True)
-class JobSummary:
-    jid: str
-    name: str
-    state: str
-    start_time_ms: int
-    last_modification_ms: int
 
 
 def operator_id(uid: str) -> str:

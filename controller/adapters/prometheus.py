@@ -1,4 +1,4 @@
-"""Collect: turn Prometheus range queries over the metrics window into an `Observation`.
+"""The metrics port on Prometheus: range queries over the window into an `Observation`.
 
 All or nothing: when any signal the core needs is missing or stale for any vertex,
 the result is `MetricsUnavailable` with the reason, never a half observation, so the
@@ -11,20 +11,16 @@ import logging
 import math
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
 from controller.adapters import outbound
 from controller.adapters.promql import JobQueries, job_queries
+from controller.ports import Collected, MetricsError, MetricsUnavailable
 from policies.model import JobGraph, Observation, VertexMetrics, estimate_mean_from_quantiles
 
 log = logging.getLogger(__name__)
 Series = Mapping[str, Any]  # {"metric": {label: value}, "values": [[ts, "value"], ...]}
-
-
-class MetricsError(RuntimeError):
-    """Prometheus could not answer a query."""
 
 
 class MetricsSource(Protocol):
@@ -119,18 +115,6 @@ class Prometheus:
             raise MetricsError(f"Prometheus {self.url} answered something that is not a "
                                f"Prometheus API response")
         return result
-
-
-@dataclass(frozen=True)
-class MetricsUnavailable:
-    reason: str
-
-
-@dataclass(frozen=True)
-class Collected:
-    observation: Observation
-    # Per vertex, the RocksDB block cache per task in bytes (max over column families).
-    cache_capacity_bytes: Mapping[str, float] = field(default_factory=dict)
 
 
 def _points(series: Series) -> list[tuple[float, float]]:

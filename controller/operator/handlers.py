@@ -26,9 +26,10 @@ from controller.adapters.flink_rest import FlinkRest
 from controller.adapters.kube import KopfEvents, KubeDeployments, KubeStatusStore
 from controller.adapters.outbound import AllowList
 from controller.adapters.prometheus import Prometheus, PrometheusMetrics, RefusedMetrics
-from controller.loop import Ports, reconcile
+from controller.loop import reconcile
 from controller.operator.fairness import FairPool, pass_budget
 from controller.operator.settings import PROMETHEUS_CLIENTS, RUNTIME
+from controller.ports import Ports
 
 log = logging.getLogger(__name__)
 RUNNING: set[str] = set()  # namespace/name of policies with a live loop, for the probe

@@ -15,12 +15,12 @@ from typing import Any
 
 import pytest
 
-from controller.adapters.flink_rest import JobSummary
-from controller.adapters.prometheus import Collected, MetricsUnavailable
 from controller.api import ConditionType, HybridScalingPolicy, Status, parse_policy
-from controller.loop import RECONFIGURING, STABILIZING, Pass, Ports, reconcile
+from controller.loop import reconcile
 from controller.place import slots
+from controller.ports import Collected, JobSummary, MetricsUnavailable, Ports
 from controller.realize import OVERRIDES_KEY, RESOURCES_KEY
+from controller.record import Pass, Reason
 from policies.model import (
     Edge,
     JobGraph,
@@ -200,9 +200,9 @@ def test_active_scale_up_commits_before_it_applies() -> None:
     assert result.outcome == "reconfigured"
     # The first save is the commit: decision and history recorded, not yet applied.
     commit = world.store.saved[0]
-    assert scaling_reason(commit) == RECONFIGURING and commit.step == 1
+    assert scaling_reason(commit) == Reason.RECONFIGURING and commit.step == 1
     assert len(commit.history) == 1 and commit.placement is not None
-    assert scaling_reason(world.store.last) == STABILIZING
+    assert scaling_reason(world.store.last) == Reason.STABILIZING
     [body] = world.deployments.applied
     assert set(body["spec"]) == {"flinkConfiguration", "taskManager"}
     conf = body["spec"]["flinkConfiguration"]
@@ -245,7 +245,7 @@ def test_kill_between_commit_and_apply_resumes_without_deciding_again() -> None:
     with pytest.raises(Killed):
         world.run()
     committed = world.store.last
-    assert scaling_reason(committed) == RECONFIGURING and world.deployments.applied == []
+    assert scaling_reason(committed) == Reason.RECONFIGURING and world.deployments.applied == []
 
     world.deployments.kill_on_apply = False
     world.now += 3
@@ -268,9 +268,63 @@ def test_kill_after_apply_resumes_without_patching_again() -> None:
     assert len(world.deployments.applied) == 1
     world.store.kill_on_save = None
     result = world.run()
-    assert result.outcome == "resumed" and result.applied == []
+    assert result.outcome == "stabilizing" and result.applied == []
     assert len(world.deployments.applied) == 1
-    assert scaling_reason(world.store.last) == STABILIZING
+    assert scaling_reason(world.store.last) == Reason.STABILIZING
+
+
+def test_the_committed_target_is_the_applied_step() -> None:
+    world = World()
+    world.deployments.kill_on_apply = True
+    with pytest.raises(Killed):
+        world.run()
+    target = world.store.last.target
+    assert target is not None and target.step == world.store.last.step == 1
+    world.deployments.kill_on_apply = False
+    reads = world.flink.graph_reads
+    world.now += 3
+    world.run()
+    [body] = world.deployments.applied
+    assert body["spec"]["flinkConfiguration"] == target.flink_configuration
+    assert body["spec"]["taskManager"]["replicas"] == target.task_manager_replicas
+    assert world.flink.graph_reads == reads  # applying a target needs no job graph
+
+
+def test_every_active_pass_reapplies_the_target_where_the_deployment_drifted() -> None:
+    world = World()
+    world.run()
+    assert world.deployments.deployment is not None
+    conf = world.deployments.deployment["spec"]["flinkConfiguration"]
+    wanted = conf[OVERRIDES_KEY]
+    conf[OVERRIDES_KEY] = f"{SOURCE}:1,{COUNTER}:1"  # a hand edit of an owned field
+    world.now += 4  # still stabilizing: no evaluation, but the target holds
+    result = world.run()
+    assert result.outcome == "reapplied" and result.applied == [OVERRIDES_KEY]
+    assert conf[OVERRIDES_KEY] == wanted and len(world.deployments.applied) == 2
+    assert world.events.reasons()[-1] == "Reapplied"
+    assert world.store.last.step == 1  # nothing decided again
+    world.now += 1
+    assert world.run().applied == []  # no difference, no patch
+    assert len(world.deployments.applied) == 2
+
+
+def test_recommend_writes_no_target_and_drops_an_active_one() -> None:
+    world = World()
+    world.run(policy("Recommend"))
+    assert world.store.last.target is None
+    world = World()
+    world.run()
+    assert world.store.last.target is not None
+    assert world.deployments.deployment is not None
+    conf = world.deployments.deployment["spec"]["flinkConfiguration"]
+    conf[OVERRIDES_KEY] = f"{SOURCE}:1,{COUNTER}:1"
+    world.now += 4
+    world.run(policy("Recommend"))
+    # Handed back to the user: no patch, and a later switch to Active starts from what runs.
+    assert world.store.last.target is None and len(world.deployments.applied) == 1
+    world.now += 1
+    assert world.run().applied == []
+    assert conf[OVERRIDES_KEY] == f"{SOURCE}:1,{COUNTER}:1"
 
 
 def test_stabilization_then_a_full_window_before_the_next_step() -> None:

@@ -12,10 +12,11 @@ from collections.abc import Iterator
 import pytest
 
 from controller.adapters import outbound
-from controller.adapters.flink_rest import FlinkRest, FlinkRestError
+from controller.adapters.flink_rest import FlinkRest
 from controller.adapters.outbound import AllowList, Breakers, deadline
-from controller.adapters.prometheus import MetricsError, Prometheus
+from controller.adapters.prometheus import Prometheus
 from controller.operator.fairness import FairPool, pass_budget
+from controller.ports import FlinkRestError, MetricsError
 
 from .netfaults import Answering, Blackhole
 

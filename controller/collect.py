@@ -1,0 +1,53 @@
+"""Collect: the job graph as it runs, and one window of metrics for every vertex.
+
+The graph gets its operator uids (from the FlinkDeployment's operator resources,
+the policy's overrides, and the chains' operator ids) and the memory levels the
+deployment holds. The metrics are all or nothing: a vertex without fresh signals
+means `MetricsAvailable=False` and no decision this pass.
+"""
+
+from __future__ import annotations
+
+from controller.api import ConditionType
+from controller.gate import Seen, job_unavailable, watching
+from controller.ports import Collected, FlinkRestError, Metrics, MetricsError
+from controller.realize import current_fields, memory_levels
+from controller.record import Reason, Run, Stop
+from policies.model import JobGraph, VertexConfig
+
+
+def collect(run: Run, seen: Seen) -> tuple[JobGraph, Collected]:
+    metrics = run.ports.metrics(
+        run.spec.metrics.prometheus_url or run.ports.default_prometheus_url)
+    try:
+        graph = job_graph(run, seen, metrics)
+    except FlinkRestError as e:
+        raise job_unavailable(run, e) from None
+    run.condition(ConditionType.READY, True, Reason.EVALUATING, watching(run, seen.job))
+    window = run.spec.metrics.window
+    collected = metrics.observe(graph, seen.job.jid, run.now, window,
+                                run.spec.metrics.resolution)
+    if not isinstance(collected, Collected):
+        run.count_error("metrics")
+        run.condition(ConditionType.METRICS_AVAILABLE, False, Reason.METRICS_UNAVAILABLE,
+                      collected.reason)
+        raise Stop("metrics-unavailable")
+    run.condition(ConditionType.METRICS_AVAILABLE, True, Reason.METRICS_FRESH,
+                  f"all {len(graph.vertices)} vertices reported over the last {window:g}s")
+    return graph, collected
+
+
+def job_graph(run: Run, seen: Seen, metrics: Metrics) -> JobGraph:
+    """The job graph with uids attached and memory levels as the deployment has them."""
+    deployment = run.deployment or {}
+    candidates = [*(current_fields(deployment).operator_resources or {}),
+                  *(o.operator_uid for o in run.spec.cpu.overrides if o.operator_uid)]
+    try:
+        chains = metrics.operator_ids(seen.job.jid, run.now)
+    except MetricsError:  # only uids of chained operators need it; heads still match
+        chains = {}
+    graph = seen.reader.job_graph(seen.job.jid, candidates, chains)
+    levels = memory_levels(deployment, graph, run.spec.memory.base_managed_memory)
+    return graph.with_configuration(
+        {v.id: VertexConfig(v.parallelism, levels[v.id]) for v in graph.vertices}
+    )

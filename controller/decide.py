@@ -1,0 +1,138 @@
+"""Decide: DS2 then Justin on the collected window, and the step as `status.target`.
+
+`decide` runs the core (`policies.evaluate`) with the history from status and
+records the decision in every mode. `commit` turns an Active step that the
+deployment can take into the desired owned fields, `status.target`, and saves the
+status (decision, history, placement, target, `Scaling=Reconfiguring`) before
+anything is patched: from then on every Active pass applies the target where the
+deployment differs, so a step is never decided twice and never forgotten.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from controller import telemetry
+from controller.api import ConditionType, OperatorStatus, Realization
+from controller.place import Placed
+from controller.ports import Collected
+from controller.realize import (
+    OwnedFields,
+    as_target,
+    current_fields,
+    desired_fields,
+    keeps_task_managers,
+    refusal,
+    unhonoured_memory,
+)
+from controller.record import Reason, Run, Stop
+from policies import Evaluation, evaluate
+from policies.decision import Decision
+from policies.model import JobGraph
+
+
+def decide(run: Run, graph: JobGraph, collected: Collected) -> Evaluation:
+    """The core's evaluation, recorded; a decision that changes nothing ends the pass."""
+    started = time.perf_counter()
+    evaluation = evaluate(graph, collected.observation, run.status.to_policy_state(),
+                          run.spec.scaling_params(), run.now)
+    decision = evaluation.decision
+    telemetry.count(telemetry.EVALUATIONS, run.namespace, run.name,
+                    "reconfigure" if decision.reconfigures else "unchanged")
+    run.status = run.status.with_decision(decision).with_operators(
+        operators(run, decision, graph))
+    run.condition(ConditionType.LIMIT_REACHED, decision.clipped,
+                  Reason.CLIPPED if decision.clipped else Reason.WITHIN_LIMITS,
+                  decision.clip_reason or "the decision is within spec.limits")
+    if not decision.reconfigures:
+        telemetry.DECIDE_SECONDS.observe(time.perf_counter() - started)
+        run.status = run.status.with_policy_state(evaluation.state)
+        run.condition(ConditionType.SCALING, False, Reason.STEADY, decision.reason)
+        raise Stop("unchanged")
+    run.decide_started = started
+    return evaluation
+
+
+def commit(run: Run, graph: JobGraph, collected: Collected, evaluation: Evaluation,
+           placed: Placed) -> None:
+    """The step as `status.target`, saved before any patch; or `Stop` with a refusal."""
+    deployment = run.deployment or {}
+    decision = evaluation.decision
+    why = refusal(deployment) or unrealizable(run, graph, decision)
+    if why is not None:
+        raise run.refuse(Reason.REFUSED, why)
+    why = memory_not_honoured(run, deployment, graph, decision, collected)
+    if why is not None:
+        raise run.refuse(Reason.MEMORY_NOT_HONOURED, why)
+    fields = desired(run, deployment, graph, evaluation, placed)
+    run.status = run.status.with_policy_state(evaluation.state).model_copy(
+        update={"placement": placed.status(), "target": as_target(decision.step, fields)})
+    run.condition(ConditionType.SCALING, True, Reason.RECONFIGURING,
+                  f"step {decision.step}: applying to FlinkDeployment {run.target}")
+    run.save()
+    run.decision = decision
+
+
+def desired(run: Run, deployment: Mapping[str, Any], graph: JobGraph,
+            evaluation: Evaluation, placed: Placed) -> OwnedFields:
+    """The owned fields that realize the evaluated configuration on the placement."""
+    task = run.spec.scaling_params().footprint
+    adaptive = run.spec.task_manager.realization == Realization.ADAPTIVE
+    cpu, memory_mib = placed.shape.cpu, round(placed.shape.memory)
+    replicas: int | None = placed.replicas
+    current = current_fields(deployment)
+    if adaptive and keeps_task_managers(deployment, current, cpu, memory_mib):
+        # Natively, Flink's adaptive scheduler asks for TaskManagers itself, and the
+        # operator upgrades (restarts) on a replicas change: leave it as it is, so a
+        # parallelism-only step stays in place.
+        replicas = current.replicas
+    return desired_fields(
+        graph, evaluation.configuration, cpu_per_task=task.cpu_cores,
+        heap_per_task_mib=task.heap_mib, base_managed_mib=run.spec.memory.base_managed_memory,
+        tm_cpu=cpu, tm_memory_mib=memory_mib, replicas=replicas, per_operator=not adaptive,
+    )
+
+
+def unrealizable(run: Run, graph: JobGraph, decision: Decision) -> str | None:
+    """A memory change for a vertex whose operator uids are unknown cannot be written."""
+    if run.spec.task_manager.realization != Realization.FINE_GRAINED:
+        return None
+    blind = [v.vertex_name or v.vertex_id for v in decision.vertices
+             if v.memory_level_after != v.memory_level_before
+             and not graph.vertex(v.vertex_id).operator_uids]
+    if blind:
+        return (f"no operator uid is known for {', '.join(blind)}: their managed memory "
+                f"cannot be set (flink-plugin publishes uids in the job config)")
+    return None
+
+
+def memory_not_honoured(run: Run, deployment: Mapping[str, Any], graph: JobGraph,
+                        decision: Decision, collected: Collected) -> str | None:
+    """A memory change is pointless (and costs a restart) while Flink ignores the
+    per-operator memory already written; scale-outs alone do not depend on it."""
+    if run.spec.task_manager.realization != Realization.FINE_GRAINED or not any(
+        v.memory_level_after != v.memory_level_before for v in decision.vertices
+    ):
+        return None
+    found = unhonoured_memory(deployment, graph, collected.cache_capacity_bytes)
+    if not found:
+        return None
+    return (f"Flink does not run the managed memory written for {'; '.join(found)}. "
+            f"Does the job call HybridResources.apply(env) before execute() "
+            f"(docs/flink-plugin.md)? Steps that change memory are held back until it does")
+
+
+def operators(run: Run, decision: Decision, graph: JobGraph) -> list[OperatorStatus]:
+    memory = run.spec.memory
+    return [
+        OperatorStatus(
+            vertex_id=v.vertex_id, name=v.vertex_name or graph.vertex(v.vertex_id).name,
+            parallelism=v.parallelism_after, memory_level=v.memory_level_after,
+            managed_mib=memory.managed_mib(v.memory_level_after), busyness=v.busyness,
+            true_processing_rate=v.true_processing_rate, cache_hit_rate=v.cache_hit_rate,
+            state_latency_ns=v.state_latency_ns,
+        )
+        for v in decision.vertices
+    ]

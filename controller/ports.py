@@ -1,0 +1,116 @@
+"""The ports: everything a pass needs from outside the process, as Protocols and values.
+
+The pass (controller/loop.py) talks only to these. The real adapters live in
+`controller/adapters/` (kube, prometheus, flink_rest); in-memory ones backed by the
+twin, which `hybrid-scaler simulate` drives, in `controller/adapters/twin.py`; the
+unit tests use hand-written fakes. The split follows the Flink operator's
+flink-autoscaler module (ScalingRealizer, MetricsCollector, EventHandler).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from controller.api import Status
+from policies.model import JobGraph, Observation
+
+# --- the Kubernetes side: the FlinkDeployment, the policy's status, Events --------------
+
+
+class Deployments(Protocol):
+    """FlinkDeployments, read whole and written by server-side apply of our fields."""
+
+    def get(self, namespace: str, name: str) -> Mapping[str, Any] | None: ...
+
+    def apply(self, namespace: str, name: str, body: Mapping[str, Any]) -> str:
+        """Server-side apply of `body`; returns a note for humans (e.g. fields taken over)."""
+        ...
+
+
+class StatusStore(Protocol):
+    """The policy's status subresource; a save replaces the whole status."""
+
+    def save(self, status: Status) -> None: ...
+
+
+class Events(Protocol):
+    """Kubernetes Events on the policy (`kubectl describe hsp` reads them as a log)."""
+
+    def emit(self, type_: str, reason: str, message: str) -> None: ...
+
+
+# --- the Flink REST side ------------------------------------------------------------------
+
+
+class FlinkRestError(RuntimeError):
+    """The JobManager could not be reached or answered with something we cannot use."""
+
+
+@dataclass(frozen=True)
+class JobSummary:
+    jid: str
+    name: str
+    state: str
+    start_time_ms: int
+    last_modification_ms: int
+
+
+class JobReader(Protocol):
+    """One FlinkDeployment's JobManager; failures raise `FlinkRestError`."""
+
+    def job(self) -> JobSummary | None: ...
+
+    def job_graph(
+        self, jid: str, uid_candidates: Iterable[str] = (),
+        operator_ids: Mapping[str, Iterable[str]] | None = None,
+    ) -> JobGraph: ...
+
+
+# --- metrics --------------------------------------------------------------------------------
+
+
+class MetricsError(RuntimeError):
+    """The metrics source could not answer a query."""
+
+
+@dataclass(frozen=True)
+class MetricsUnavailable:
+    reason: str
+
+
+@dataclass(frozen=True)
+class Collected:
+    observation: Observation
+    # Per vertex, the RocksDB block cache per task in bytes (max over column families).
+    cache_capacity_bytes: Mapping[str, float] = field(default_factory=dict)
+
+
+class Metrics(Protocol):
+    """One window of every signal for a job, all or nothing, and its chains' operator ids."""
+
+    def observe(self, graph: JobGraph, job_id: str, now: float, window_s: float,
+                resolution_s: float) -> Collected | MetricsUnavailable: ...
+
+    def operator_ids(self, job_id: str, now: float) -> Mapping[str, Iterable[str]]:
+        """Per vertex, the operator ids of its chain; may raise `MetricsError`."""
+        ...
+
+
+# --- all of them, for one pass ------------------------------------------------------------
+
+
+Clock = Callable[[], float]  # seconds since the epoch
+
+
+@dataclass
+class Ports:
+    deployments: Deployments
+    store: StatusStore
+    events: Events
+    flink: Callable[[str, str], JobReader]  # (namespace, deployment name) -> REST client
+    metrics: Callable[[str], Metrics]  # Prometheus URL -> metrics reader
+    clock: Clock = time.time
+    default_prometheus_url: str = "http://prometheus:9090"
