@@ -107,8 +107,11 @@ class Breakers:
             until, _ = self._open.get(endpoint, (0.0, 0))
         wait = until - time.monotonic()
         if wait > 0:
-            raise CircuitOpen(f"{endpoint} timed out recently; not dialled for another "
-                              f"{wait:.0f}s")
+            # Wall-clock and rounded, so the message (and a status holding it) stays put
+            # from pass to pass during one cool-down.
+            again = time.strftime("%H:%M:%SZ", time.gmtime(round(time.time() + wait, -1)))
+            raise CircuitOpen(f"{endpoint} timed out recently; not dialled again before "
+                              f"{again}")
 
     def failed(self, endpoint: str) -> None:
         with self._lock:
