@@ -8,8 +8,10 @@ so a test can tell whether the controller dialled at all.
 from __future__ import annotations
 
 import socket
+import ssl
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 
 
 class Blackhole:
@@ -47,13 +49,17 @@ class Blackhole:
 class Answering:
     """An HTTP server answering every GET with `status` and `body`."""
 
-    def __init__(self, status: int, body: bytes, host: str = "127.0.0.1") -> None:
+    def __init__(self, status: int, body: bytes, host: str = "127.0.0.1",
+                 tls: tuple[Path, Path] | None = None) -> None:
+        """`tls`: (certificate, key) to serve HTTPS with."""
         outer = self
         self.requests = 0
+        self.authorization: str | None = None
 
         class Handler(BaseHTTPRequestHandler):
             def do_GET(self) -> None:
                 outer.requests += 1
+                outer.authorization = self.headers.get("Authorization")
                 self.send_response(status)
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(body)))
@@ -66,7 +72,13 @@ class Answering:
                 pass
 
         self._server = ThreadingHTTPServer((host, 0), Handler)
-        self.url = f"http://{host}:{self._server.server_address[1]}"
+        scheme = "http"
+        if tls is not None:
+            context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+            context.load_cert_chain(*tls)
+            self._server.socket = context.wrap_socket(self._server.socket, server_side=True)
+            scheme = "https"
+        self.url = f"{scheme}://{host}:{self._server.server_address[1]}"
         threading.Thread(target=self._server.serve_forever, daemon=True).start()
 
     def close(self) -> None:

@@ -8,6 +8,7 @@ import asyncio
 import time
 from collections import deque
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -17,6 +18,7 @@ from controller.adapters.outbound import AllowList, Breakers, deadline
 from controller.adapters.prometheus import Prometheus
 from controller.operator.fairness import FairPool, pass_budget
 from controller.ports import FlinkRestError, MetricsError
+from e2e.pki import make_pki
 
 from .netfaults import Answering, Blackhole
 
@@ -100,6 +102,26 @@ def test_answer_bodies_never_reach_the_messages(caplog: pytest.LogCaptureFixture
         with pytest.raises(FlinkRestError) as rest_error:
             FlinkRest(server.url, breakers=Breakers()).job()
         assert "403" in str(rest_error.value) and "SECRET" not in str(rest_error.value)
+    finally:
+        server.close()
+
+
+def test_tls_is_verified_and_the_token_file_is_sent(tmp_path: Path) -> None:
+    make_pki(tmp_path)
+    empty = b'{"status":"success","data":{"resultType":"vector","result":[]}}'
+    server = Answering(200, empty, tls=(tmp_path / "apiserver.crt", tmp_path / "apiserver.key"))
+    try:
+        with pytest.raises(MetricsError, match="unreachable: SSLError"):
+            Prometheus(server.url, breakers=Breakers()).query("up", 0)
+        assert server.authorization is None
+        (tmp_path / "token").write_text("s3cret\n")
+        prom = Prometheus(server.url, ca_file=str(tmp_path / "ca.crt"),
+                          token_file=str(tmp_path / "token"), breakers=Breakers())
+        assert prom.query("up", 0) == []
+        assert server.authorization == "Bearer s3cret"
+        (tmp_path / "token").write_text("rotated")  # re-read on every request
+        prom.query("up", 0)
+        assert server.authorization == "Bearer rotated"
     finally:
         server.close()
 
