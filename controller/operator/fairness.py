@@ -4,8 +4,8 @@ A pass blocks a thread on Prometheus, Flink REST and the API server. With one FI
 pool, the passes of one tenant whose endpoints hang can hold every thread, and
 everybody else's passes queue behind them. Here a pass first takes a slot in
 `FairPool`: at most `workers` passes run at once, a namespace holds at most its
-share (`workers` / namespaces wanting a slot, rounded up, at least one), and a free
-slot goes to the waiting namespace holding the fewest. Each pass also runs under a
+share (`workers` / namespaces running or waiting for a pass, rounded up, at least
+one), and a free slot goes to the waiting namespace holding the fewest. Each pass also runs under a
 deadline derived from its resolution (controller.adapters.outbound), so a slot is
 held for a bounded time.
 """
