@@ -12,11 +12,12 @@ import re
 import time
 from pathlib import Path
 
+from controller.simulate import run
 from policies.model import VertexConfig
 from simulator.cli import describe
-from simulator.loop import RunResult, oracle, run
 from simulator.model import load_model
 from simulator.plot import plot_runs
+from simulator.results import RunResult, oracle
 from simulator.twin import Twin
 
 JOBS = ("q1", "q2", "q3", "q5", "q8", "q11")

@@ -1,13 +1,13 @@
 """`hybrid-scaler`: the command line (Typer).
 
-Commands here need no cluster: `crd` prints the CRD, `validate` checks policy files
-with the same models the controller uses, `explain` runs one scaling step on a
-recorded observation and prints why each vertex changes.
-
-Another package adds a command in its own module, which does
-`from controller.cli import app` and decorates a function with `@app.command()`,
-plus one import line at the bottom of this file. Keep heavy imports (kopf,
-matplotlib) inside the command function so `hybrid-scaler crd` stays fast.
+The one place every command is wired. Commands here need no cluster: `crd` prints
+the CRD, `validate` checks policy files with the same models the controller uses,
+`explain` runs one scaling step on a recorded observation and prints why each
+vertex changes, `simulate` runs the controller's pass against the twin. `run` (the
+operator) lives in controller/operator/run.py, `twin serve` in simulator/cli.py;
+neither module imports this one. Heavy imports (kopf, OR-Tools, matplotlib) stay
+inside the command functions, so `--help`, `crd` and `validate` load none of them
+(`python -m bench.startup` prints the start-up times).
 """
 
 from __future__ import annotations
@@ -24,10 +24,13 @@ from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 import policies
 from controller import api
 from controller.crd import crd_yaml
+from controller.operator.run import run
 from policies.decision import Decision
 from policies.levels import format_level
 from policies.model import JobGraph, Observation
-from policies.spec import Duration
+from policies.spec import Duration, parse_duration
+from simulator.cli import model_or_exit, report, twin_app
+from simulator.model import BUILTIN_JOBS
 
 app = typer.Typer(
     name="hybrid-scaler",
@@ -35,6 +38,8 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
 )
+app.command()(run)
+app.add_typer(twin_app, name="twin")
 
 
 def _documents(path: Path) -> Iterator[Any]:
@@ -183,6 +188,34 @@ def explain(
         typer.echo(render_decision(result.decision, spec))
 
 
-# Commands from other packages register themselves on import (one line each):
-import controller.operator.run  # noqa: E402, F401  (run: the operator)
-import simulator.cli  # noqa: E402, F401  (simulate, twin serve)
+
+@app.command()
+def simulate(
+    job: Annotated[str, typer.Option(help=f"built-in model ({', '.join(BUILTIN_JOBS)}) or YAML")],
+    policy: Annotated[str, typer.Option(help="justin, ds2 or both")] = "both",
+    duration: Annotated[str, typer.Option(help="virtual time, e.g. 20m")] = "20m",
+    seed: Annotated[int, typer.Option(help="seed of the measurement noise")] = 0,
+    plot: Annotated[Path | None, typer.Option(help="write a Figure-5-like PNG here")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="print JSON only")] = False,
+) -> None:
+    """Run DS2 and/or Justin in a closed loop against the twin, and the oracle.
+
+    The loop is the controller's own pass (gate, collect, decide, place, realize,
+    record) on in-memory ports backed by the twin, in virtual time.
+    """
+    if policy not in ("justin", "ds2", "both"):
+        typer.echo("--policy must be justin, ds2 or both", err=True)
+        raise typer.Exit(2)
+    try:
+        seconds = parse_duration(duration)
+    except ValueError as exc:
+        typer.echo(str(exc), err=True)
+        raise typer.Exit(2) from None
+    model = model_or_exit(job)
+    from controller import simulate as closed_loop
+    from simulator.results import PolicyName, oracle
+
+    names: list[PolicyName] = (
+        ["justin", "ds2"] if policy == "both" else [policy])  # type: ignore[list-item]
+    runs = [closed_loop.run(model, name, seconds, seed=seed) for name in names]
+    report(model, runs, oracle(model), plot, as_json)

@@ -1,4 +1,9 @@
-"""`hybrid-scaler simulate` and `hybrid-scaler twin serve`, registered on the controller's app."""
+"""`hybrid-scaler twin serve`, and how `hybrid-scaler simulate` reports its runs.
+
+controller/cli.py wires both into the one command line; nothing here imports the
+controller (the closed loop that produces the runs is the controller's pass,
+`controller/simulate.py`).
+"""
 
 from __future__ import annotations
 
@@ -11,18 +16,15 @@ from typing import Annotated, Any
 
 import typer
 
-from controller.cli import app
-from policies.spec import parse_duration
-from simulator.loop import OracleResult, PolicyName, RunResult, oracle, run
-from simulator.model import BUILTIN_JOBS, JobModel, ModelError, load_model
+from simulator.model import JobModel, ModelError, load_model
+from simulator.results import OracleResult, RunResult
 from simulator.twin import managed_mib
 
 twin_app = typer.Typer(help="The digital twin of Flink on RocksDB, served over HTTP.",
                        no_args_is_help=True)
-app.add_typer(twin_app, name="twin")
 
 
-def _model(job: str) -> JobModel:
+def model_or_exit(job: str) -> JobModel:
     try:
         return load_model(job)
     except ModelError as exc:
@@ -66,28 +68,9 @@ def _table(model: JobModel, rows: list[tuple[str, dict[str, Any], Any]]) -> None
         )
 
 
-@app.command()
-def simulate(
-    job: Annotated[str, typer.Option(help=f"built-in model ({', '.join(BUILTIN_JOBS)}) or YAML")],
-    policy: Annotated[str, typer.Option(help="justin, ds2 or both")] = "both",
-    duration: Annotated[str, typer.Option(help="virtual time, e.g. 20m")] = "20m",
-    seed: Annotated[int, typer.Option(help="seed of the measurement noise")] = 0,
-    plot: Annotated[Path | None, typer.Option(help="write a Figure-5-like PNG here")] = None,
-    as_json: Annotated[bool, typer.Option("--json", help="print JSON only")] = False,
-) -> None:
-    """Run DS2 and/or Justin in a closed loop against the twin, and the oracle."""
-    if policy not in ("justin", "ds2", "both"):
-        typer.echo("--policy must be justin, ds2 or both", err=True)
-        raise typer.Exit(2)
-    try:
-        seconds = parse_duration(duration)
-    except ValueError as exc:
-        typer.echo(str(exc), err=True)
-        raise typer.Exit(2) from None
-    model = _model(job)
-    names: list[PolicyName] = ["justin", "ds2"] if policy == "both" else [policy]  # type: ignore[list-item]
-    runs = [run(model, name, seconds, seed=seed) for name in names]
-    best: OracleResult = oracle(model)
+def report(model: JobModel, runs: list[RunResult], best: OracleResult, plot: Path | None,
+           as_json: bool) -> None:
+    """Print the runs and the oracle (a table, or JSON), and plot them if asked."""
     if plot is not None:
         from simulator.plot import plot_runs
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from simulator.loop import RunResult
+from simulator.results import RunResult
 
 STYLE = {"justin": "-", "ds2": ":"}
 

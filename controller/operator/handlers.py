@@ -28,8 +28,9 @@ from controller.adapters.outbound import AllowList
 from controller.adapters.prometheus import Prometheus, PrometheusMetrics, RefusedMetrics
 from controller.loop import reconcile
 from controller.operator.fairness import FairPool, pass_budget
-from controller.operator.settings import PROMETHEUS_CLIENTS, RUNTIME
+from controller.operator.settings import PROMETHEUS_CLIENTS, RUNTIME, configure
 from controller.ports import Ports
+from controller.record import Reason
 
 log = logging.getLogger(__name__)
 RUNNING: set[str] = set()  # namespace/name of policies with a live loop, for the probe
@@ -94,6 +95,9 @@ def _status(body: Mapping[str, Any]) -> api.Status:
         return api.Status.model_validate(keep)
 
 
+kopf.on.startup()(configure)
+
+
 @kopf.daemon(api.GROUP, api.VERSION, api.PLURAL, cancellation_timeout=10.0)
 async def policy_loop(body: kopf.Body, meta: kopf.Meta, namespace: str | None, name: str | None,
                       stopped: kopf.DaemonStopped, **_: Any) -> None:
@@ -118,7 +122,7 @@ async def policy_loop(body: kopf.Body, meta: kopf.Meta, namespace: str | None, n
                 telemetry.count(telemetry.ERRORS, namespace or "default", name or "", "spec")
                 log.error("%s: invalid spec: %s", key, e)
                 invalid = status.with_condition(
-                    api.ConditionType.READY, False, "InvalidSpec", str(e)[:1000],
+                    api.ConditionType.READY, False, Reason.INVALID_SPEC, str(e)[:1000],
                     time.time(), meta.get("generation"))
                 if invalid != status:
                     try:

@@ -1,4 +1,8 @@
-"""`hybrid-scaler run`: start the operator (kopf) with the loop's handlers."""
+"""`hybrid-scaler run`: start the operator (kopf) with the loop's handlers.
+
+controller/cli.py registers `run` as a command; kopf and the kubernetes client are
+imported only when it runs, so the rest of the command line starts without them.
+"""
 
 from __future__ import annotations
 
@@ -8,17 +12,15 @@ from typing import Annotated
 
 import typer
 
-from controller.cli import app
-from controller.operator.settings import DEFAULT_FLINK_REST
+from controller.operator.settings import DEFAULT_FLINK_REST, DEFAULT_PROMETHEUS
 
 
-@app.command()
 def run(
     namespace: Annotated[list[str] | None, typer.Option(
         "--namespace", "-n", help="watch this namespace (repeatable); default: all")] = None,
     prometheus_url: Annotated[str, typer.Option(
         help="Prometheus used by policies without spec.metrics.prometheusUrl")]
-        = "http://prometheus-operated.monitoring.svc:9090",
+        = DEFAULT_PROMETHEUS,
     flink_rest_url: Annotated[str, typer.Option(
         help="JobManager REST URL template; {name} and {namespace} are the FlinkDeployment's")]
         = DEFAULT_FLINK_REST,

@@ -1,9 +1,10 @@
 """Every kopf setting of the operator, made in one startup handler.
 
-`RUNTIME` holds what the `hybrid-scaler run` flags chose; the handler reads it when
-kopf starts. Progress and diff-base storage live in `hybridscaler.dev/*`
-annotations, so kopf never writes into the policy's status, which belongs to
-the loop.
+`RUNTIME` holds what the `hybrid-scaler run` flags chose; `configure` reads it when
+kopf starts (controller/operator/handlers.py registers it). This module imports
+kopf only inside `configure`, so `run`'s flags and defaults load without it.
+Progress and diff-base storage live in `hybridscaler.dev/*` annotations, so kopf
+never writes into the policy's status, which belongs to the loop.
 """
 
 from __future__ import annotations
@@ -11,20 +12,22 @@ from __future__ import annotations
 import logging
 import socket
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import kopf
+if TYPE_CHECKING:
+    import kopf
 
 PREFIX = "hybridscaler.dev"
 FINALIZER = f"{PREFIX}/finalizer"
 DEFAULT_FLINK_REST = "http://{name}-rest.{namespace}.svc:8081"
 # Prometheus clients kept (one per distinct URL); the least recently used is dropped.
 PROMETHEUS_CLIENTS = 64
+DEFAULT_PROMETHEUS = "http://prometheus-operated.monitoring.svc:9090"
 
 
 @dataclass
 class Runtime:
-    prometheus_url: str = "http://prometheus-operated.monitoring.svc:9090"
+    prometheus_url: str = DEFAULT_PROMETHEUS
     flink_rest_url: str = DEFAULT_FLINK_REST  # {name} and {namespace} are filled in
     namespaces: list[str] = field(default_factory=list)  # empty: every namespace
     metrics_port: int = 9464
@@ -43,8 +46,9 @@ class Runtime:
 RUNTIME = Runtime()
 
 
-@kopf.on.startup()
 def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
+    import kopf
+
     # Watches reconnect well before proxies or the API server drop them silently.
     settings.watching.server_timeout = 120
     settings.watching.client_timeout = 150

@@ -8,9 +8,10 @@ import pytest
 from typer.testing import CliRunner
 
 from controller.cli import app
+from controller.simulate import run
 from policies.model import VertexConfig
-from simulator.loop import capacity, oracle, run
 from simulator.model import load_model
+from simulator.results import capacity, oracle
 
 
 @pytest.fixture(scope="module")

@@ -1,9 +1,11 @@
-"""The closed loop (a policy steering the twin) and the oracle it is measured against.
+"""What a closed-loop run of a policy against the twin gives, and the oracle it is measured against.
 
-The loop follows the paper's setup (§5): the policy decides at the end of each
-2-minute metrics window; after a reconfiguration it waits for the job to run
-again, then a 1-minute stabilization, then a full window. Metrics are sampled
-every 5 seconds for the trajectory.
+The run itself is the controller's own pass driven in virtual time over the twin
+(`controller/simulate.py`, the in-memory ports in `controller/adapters/twin.py`);
+this module holds its results: the trajectory sampled every 5 seconds, the steps,
+convergence, and the cheapest configuration that sustains the target (the oracle).
+The paper's setup (§5) is the controller's default: a 2-minute metrics window, a
+1-minute stabilization after the job runs again.
 """
 
 from __future__ import annotations
@@ -13,9 +15,8 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Literal
 
-import policies
 from policies.model import Configuration, VertexConfig
-from policies.spec import CpuScaling, MemoryScaling, ParallelismOverride, TaskFootprint
+from policies.spec import MemoryScaling
 from simulator.model import JobModel, Operator
 from simulator.perf import vertex_limit
 from simulator.twin import (
@@ -34,27 +35,6 @@ GRANULARITY_S = 5.0
 # A configuration sustains the target when its capacity is at least this share of
 # it (the twin's measurement noise is ~2 %).
 KEEP_UP = 0.98
-
-
-def scaling_params(model: JobModel, policy: PolicyName) -> policies.ScalingParams:
-    """The paper's parameters (spec defaults), sinks pinned, the paper's TaskManager footprint."""
-    pinned = tuple(
-        ParallelismOverride(
-            operator_uid=o.uid, min_parallelism=o.initial_parallelism,
-            max_parallelism=o.initial_parallelism,
-        )
-        for o in model.operators
-        if o.fixed_parallelism
-    )
-    return policies.ScalingParams(
-        # The paper's sources are generators capped at the target: they never catch
-        # up on lag, so DS2 sizes for the target rate (seen through lag growth) only.
-        cpu=CpuScaling(overrides=pinned, catch_up_duration=0),
-        memory=MemoryScaling(enabled=policy == "justin", base_managed_memory=BASE_MANAGED_MIB),
-        footprint=TaskFootprint(
-            cpu_cores=1.0, heap_mib=HEAP_MIB_PER_TASK, network_mib=NETWORK_MIB_PER_TASK
-        ),
-    )
 
 
 def capacity(model: JobModel, configuration: Configuration,
@@ -157,44 +137,14 @@ def configuration_json(model: JobModel, config: Configuration) -> dict[str, dict
     }
 
 
-def run(model: JobModel, policy: PolicyName, duration_s: float = 1200.0, seed: int = 0,
-        window_s: float = WINDOW_S, stabilization_s: float = STABILIZATION_S) -> RunResult:
-    """Run `policy` against a fresh twin of `model` for `duration_s` of virtual time."""
-    twin = Twin(model, seed=seed)
-    params = scaling_params(model, policy)
-    state = policies.PolicyState()
-    result = RunResult(policy, model)
-    next_decision = window_s
-    while twin.time + 1e-9 < duration_s:
-        twin.advance(min(GRANULARITY_S, duration_s - twin.time))
-        result.samples.append(_sample(twin))
-        if twin.time + 1e-9 < next_decision:
-            continue
-        rate_before = twin.achieved_rate(window_s)
-        evaluation = policies.evaluate(
-            twin.job_graph(), twin.observe(window_s), state, params, twin.time
-        )
-        state = evaluation.state
-        if evaluation.decision.reconfigures:
-            downtime = twin.apply(evaluation.configuration)
-            cores, memory = paper_resources(model, twin.configuration)
-            result.steps.append(Step(twin.time, downtime, twin.configuration, cores, memory,
-                                     rate_before, capacity(model, twin.configuration),
-                                     evaluation.decision.reason))
-            next_decision = twin.time + downtime + stabilization_s + window_s
-        else:
-            next_decision = twin.time + window_s
-    _finish(result, twin)
-    return result
-
-
-def _sample(twin: Twin) -> Sample:
+def sample(twin: Twin) -> Sample:
+    """The trajectory point the twin is at now."""
     cores, memory = paper_resources(twin.model, twin.configuration)
     return Sample(twin.time, twin.model.load.rate_at(twin.time), twin.achieved_rate(GRANULARITY_S),
                   twin.lag(), cores, memory, twin.running)
 
 
-def _finish(result: RunResult, twin: Twin) -> None:
+def finish(result: RunResult, twin: Twin) -> None:
     """Converged: from some step on, every configuration sustains the target while it runs.
 
     `converged_at_s` is when the first of those configurations ran (its restart

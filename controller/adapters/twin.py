@@ -1,0 +1,145 @@
+"""The ports in memory, backed by the twin: what `hybrid-scaler simulate` runs the pass on.
+
+One FlinkDeployment (a dict, as the API server would return it) drives one twin in
+virtual time. A server-side apply merges the owned fields into it and restarts the
+twin with what Flink and flink-plugin would run for that configuration
+(`simulator.serve.configuration_from_flink`, the same reading `twin serve` does).
+The JobManager side reports the twin's job and graph, the metrics side one window
+of the twin's observation, and the clock is the twin's. Nothing here knows the
+loop's rules: the pass is the production one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from controller.api import Status
+from controller.ports import Collected, JobSummary, MetricsUnavailable, Ports
+from controller.realize import OVERRIDES_KEY, RESOURCES_KEY, WRITE_BUFFER_RATIO_KEY
+from policies.model import JobGraph
+from simulator.model import JobModel
+from simulator.serve import JOB_MODEL_KEY, SLOTS_KEY, configuration_from_flink
+from simulator.twin import BASE_MANAGED_MIB, Twin
+
+JOB_ID = "0" * 32
+
+
+def flink_deployment(model: JobModel, name: str, namespace: str) -> dict[str, Any]:
+    """A FlinkDeployment of the model as the paper's runs start: one 4-slot TaskManager."""
+    return {
+        "apiVersion": "flink.apache.org/v1beta1", "kind": "FlinkDeployment",
+        "metadata": {"name": name, "namespace": namespace, "generation": 1},
+        "spec": {
+            "job": {"upgradeMode": "savepoint"},
+            "flinkConfiguration": {
+                JOB_MODEL_KEY: model.name, SLOTS_KEY: "4",
+                WRITE_BUFFER_RATIO_KEY: str(model.rocksdb.write_buffer_ratio),
+            },
+            "taskManager": {"resource": {"cpu": 4.0, "memory": "2048m"}, "replicas": 1},
+        },
+        "status": {"lifecycleState": "STABLE", "jobStatus": {"state": "RUNNING"}},
+    }
+
+
+@dataclass
+class TwinDeployments:
+    """The `Deployments` port over one twin: an apply restarts it with the new fields."""
+
+    twin: Twin
+    deployment: dict[str, Any]
+    base_managed_mib: float = BASE_MANAGED_MIB
+    downtimes: list[float] = field(default_factory=list)  # one per apply that restarted
+
+    def get(self, namespace: str, name: str) -> Mapping[str, Any] | None:
+        running = self.twin.running
+        # A copy of the top level only: the pass reads the spec and never changes it.
+        deployment = dict(self.deployment)
+        deployment["status"] = {"lifecycleState": "STABLE" if running else "UPGRADING",
+                                "jobStatus": {"state": "RUNNING" if running else "RESTARTING"}}
+        return deployment
+
+    def apply(self, namespace: str, name: str, body: Mapping[str, Any]) -> str:
+        wanted = body["spec"]
+        spec = self.deployment["spec"]
+        conf = spec["flinkConfiguration"]
+        for key in (OVERRIDES_KEY, RESOURCES_KEY):
+            if key in wanted.get("flinkConfiguration", {}):
+                conf[key] = wanted["flinkConfiguration"][key]
+        tm = wanted.get("taskManager", {})
+        spec["taskManager"].setdefault("resource", {}).update(tm.get("resource", {}))
+        if "replicas" in tm:
+            spec["taskManager"]["replicas"] = tm["replicas"]
+        self.deployment["metadata"]["generation"] += 1
+        # A stateful upgrade: savepoint, new TaskManagers, restore (the twin's downtime).
+        configuration = configuration_from_flink(self.twin.model, conf, self.base_managed_mib)
+        self.downtimes.append(self.twin.apply(configuration, restart=True))
+        return ""
+
+
+@dataclass
+class MemoryStatusStore:
+    last: Status = field(default_factory=Status)
+
+    def save(self, status: Status) -> None:
+        self.last = status
+
+
+@dataclass
+class MemoryEvents:
+    events: list[tuple[float, str, str, str]] = field(default_factory=list)
+    twin: Twin | None = None
+
+    def emit(self, type_: str, reason: str, message: str) -> None:
+        self.events.append((self.twin.time if self.twin else 0.0, type_, reason, message))
+
+
+@dataclass
+class TwinJob:
+    """The `JobReader` port: the twin's job as the JobManager's REST API describes it."""
+
+    twin: Twin
+    first_start_s: float = 0.0  # virtual time the job started, before any restart
+
+    def job(self) -> JobSummary | None:
+        twin = self.twin
+        start = twin.down_until if twin.restarts else self.first_start_s
+        state = "RUNNING" if twin.running else "RESTARTING"
+        return JobSummary(JOB_ID, twin.model.name, state, round(start * 1000),
+                          round(max(start, twin.time) * 1000))
+
+    def job_graph(self, jid: str, uid_candidates: Iterable[str] = (),
+                  operator_ids: Mapping[str, Iterable[str]] | None = None) -> JobGraph:
+        return self.twin.job_graph()
+
+
+@dataclass
+class TwinMetrics:
+    """The `Metrics` port: one window of the twin's observation (noise included)."""
+
+    twin: Twin
+
+    def observe(self, graph: JobGraph, job_id: str, now: float, window_s: float,
+                resolution_s: float) -> Collected | MetricsUnavailable:
+        observation = self.twin.observe(window_s)
+        missing = [v.name for v in graph.vertices if v.id not in observation.vertices]
+        if missing:
+            return MetricsUnavailable(f"metrics unavailable: no samples for {', '.join(missing)}")
+        capacity = {vid: self.twin.cost(vid).cache_bytes
+                    for vid, m in observation.vertices.items() if m.has_state_backend_metrics}
+        return Collected(observation, capacity)
+
+    def operator_ids(self, job_id: str, now: float) -> Mapping[str, Iterable[str]]:
+        return {}  # the twin's graph carries its uids already
+
+
+def twin_ports(twin: Twin, deployment: dict[str, Any], *, job_started_s: float = 0.0,
+               base_managed_mib: float = BASE_MANAGED_MIB) -> tuple[Ports, TwinDeployments]:
+    """Every port of one pass over `twin`, and the deployments port (to read its restarts)."""
+    deployments = TwinDeployments(twin, deployment, base_managed_mib)
+    job, metrics = TwinJob(twin, job_started_s), TwinMetrics(twin)
+    ports = Ports(deployments=deployments, store=MemoryStatusStore(),
+                  events=MemoryEvents(twin=twin), flink=lambda namespace, name: job,
+                  metrics=lambda url: metrics, clock=lambda: twin.time)
+    return ports, deployments
