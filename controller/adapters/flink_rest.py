@@ -137,15 +137,13 @@ class FlinkRest:
     def _get(self, path: str) -> dict[str, Any]:
         url = f"{self.base_url}{path}"
         try:
-            self.breakers.check(self.endpoint)
-            timeout = outbound.call_timeout(self.timeout_s)
-        except (outbound.CircuitOpen, outbound.DeadlineExceeded) as e:
+            timeout = outbound.admit(self.endpoint, self.breakers, self.timeout_s)
+        except outbound.NotAsked as e:
             raise FlinkRestError(f"Flink REST {url} not asked: {e}") from e
         try:
             response = self._session.get(url, timeout=timeout, allow_redirects=False)
         except requests.Timeout as e:
-            if outbound.trips(timeout):
-                self.breakers.failed(self.endpoint)
+            outbound.timed_out(self.endpoint, self.breakers, timeout)
             raise FlinkRestError(f"Flink REST {url} did not answer within {timeout:.1f}s") from e
         except requests.RequestException as e:
             raise FlinkRestError(f"Flink REST {url} unreachable: {type(e).__name__}") from e

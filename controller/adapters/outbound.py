@@ -33,7 +33,11 @@ COOLDOWN_MAX_S = 300.0
 LOGGED_BODY_CHARS = 200
 
 
-class DeadlineExceeded(TimeoutError):
+class NotAsked(Exception):
+    """The call was not made: no budget left, or the endpoint is cooling down."""
+
+
+class DeadlineExceeded(NotAsked, TimeoutError):
     """The pass has no time left for another call."""
 
 
@@ -88,7 +92,7 @@ def trips(timeout_s: float) -> bool:
     return timeout_s >= min(TRIP_AFTER_S, (d.budget_s / 2) if d else TRIP_AFTER_S)
 
 
-class CircuitOpen(ConnectionError):
+class CircuitOpen(NotAsked, ConnectionError):
     """The endpoint timed out recently; it is not dialled until its cool-down ends."""
 
 
@@ -127,6 +131,18 @@ class Breakers:
 
 
 BREAKERS = Breakers()
+
+
+def admit(endpoint: str, breakers: Breakers, default_s: float) -> float:
+    """The timeout for a call to `endpoint` now; raises `NotAsked` when none may be made."""
+    breakers.check(endpoint)
+    return call_timeout(default_s)
+
+
+def timed_out(endpoint: str, breakers: Breakers, timeout_s: float) -> None:
+    """Count a timeout against `endpoint`, unless the budget rather than it was short."""
+    if trips(timeout_s):
+        breakers.failed(endpoint)
 
 
 def endpoint(url: str) -> str:

@@ -88,15 +88,13 @@ class Prometheus:
         from prometheus_api_client.exceptions import PrometheusApiClientException
 
         try:
-            self.breakers.check(self.endpoint)
-            timeout = outbound.call_timeout(self.timeout_s)
-        except (outbound.CircuitOpen, outbound.DeadlineExceeded) as e:
+            timeout = outbound.admit(self.endpoint, self.breakers, self.timeout_s)
+        except outbound.NotAsked as e:
             raise MetricsError(f"Prometheus {self.url} not asked: {e}") from e
         try:
             result: Sequence[Series] = method(*args, **kwargs, timeout=timeout)
         except requests.Timeout as e:
-            if outbound.trips(timeout):
-                self.breakers.failed(self.endpoint)
+            outbound.timed_out(self.endpoint, self.breakers, timeout)
             raise MetricsError(
                 f"Prometheus {self.url} did not answer within {timeout:.1f}s") from e
         except requests.RequestException as e:
