@@ -6,13 +6,14 @@ generated from these models (`controller/crd.py`). The DS2 and Justin sections
 the core reads exactly what the user wrote. Cross-field rules are written twice
 on purpose, once as pydantic validators (local `hybrid-scaler validate`, the
 controller) and once as CEL in `CEL_RULES` (the API server); `tests/api/` checks
-that both reject the same inputs.
+that both reject the same inputs. The status changes a pass makes are in
+controller/record.py; this file is the schema alone, kept whole (past 400 lines) so
+it reads top to bottom like the CRD it generates.
 """
 
 from __future__ import annotations
 
-import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from datetime import UTC, datetime
 from enum import StrEnum
 from types import MappingProxyType
@@ -32,16 +33,11 @@ from pydantic import (
 from pydantic.alias_generators import to_camel
 
 from policies.decision import (
-    Action,
     Decision,
     EpochTime,
     HistoryRecord,
-    Totals,
-    VertexDecision,
-    epoch_seconds,
 )
-from policies.levels import format_level
-from policies.params import HISTORY_LIMIT, PolicyState, ScalingParams
+from policies.params import HISTORY_LIMIT, ScalingParams
 from policies.spec import (
     CpuScaling,
     Duration,
@@ -51,7 +47,6 @@ from policies.spec import (
     ParallelismOverride,
     SpecModel,
     TaskFootprint,
-    format_memory_mib,
 )
 
 GROUP = "hybridscaler.dev"
@@ -393,11 +388,6 @@ class Summary(StatusModel):
     last_action: str = Field("", description="e.g. 'scale-up count 4 (level 0→1)'")
 
 
-def _finite(value: float | None) -> float | None:
-    """JSON has no infinity; an unbounded capacity is recorded as unknown."""
-    return value if value is not None and math.isfinite(value) else None
-
-
 class ScaleDownWait(StatusModel):
     vertex_id: str
     since: EpochTime = Field(description="when DS2 first wanted fewer tasks for this vertex")
@@ -435,6 +425,7 @@ def _nested(annotation: Any, value: Any) -> Any:
     return value if model is None else _absent_is_none(model, value)
 
 
+# The changes a pass makes to the status are functions of controller/record.py.
 class Status(StatusModel):
     """Written only by the controller; holds the history a restarted controller resumes from."""
 
@@ -463,147 +454,6 @@ class Status(StatusModel):
 
     def condition(self, type_: ConditionType) -> Condition | None:
         return next((c for c in self.conditions if c.type == type_), None)
-
-    def with_condition(
-        self,
-        type_: ConditionType,
-        status: ConditionStatus | bool,
-        reason: str,
-        message: str,
-        now: float,
-        observed_generation: int | None = None,
-    ) -> Status:
-        """Set one condition; lastTransitionTime moves only when its status changes."""
-        if isinstance(status, bool):
-            status = ConditionStatus.TRUE if status else ConditionStatus.FALSE
-        old = self.condition(type_)
-        same = old is not None and old.status == status
-        new = Condition(
-            type=type_,
-            status=status,
-            reason=reason,
-            message=message,
-            last_transition_time=old.last_transition_time if same and old else timestamp(now),
-            observed_generation=observed_generation,
-        )
-        others = tuple(c for c in self.conditions if c.type != type_)
-        ordered = sorted((*others, new), key=lambda c: list(ConditionType).index(c.type))
-        return self.model_copy(update={"conditions": tuple(ordered)})
-
-    def to_policy_state(self) -> PolicyState:
-        return PolicyState(
-            step=self.step,
-            history=self.history,
-            scale_down_wanted_since=MappingProxyType(
-                {w.vertex_id: w.since for w in self.scale_down_wanted_since}
-            ),
-            last_reconfiguration_time=self.last_reconfiguration_time,
-        )
-
-    def with_policy_state(self, state: PolicyState) -> Status:
-        return self.model_copy(update={
-            "step": state.step,
-            "history": tuple(state.history)[-HISTORY_LIMIT:],
-            "scale_down_wanted_since": tuple(
-                ScaleDownWait(vertex_id=v, since=t)
-                for v, t in sorted(state.scale_down_wanted_since.items())
-            ),
-            # model_copy does not validate: round to the microseconds the wire keeps here.
-            "last_reconfiguration_time": (None if state.last_reconfiguration_time is None
-                                          else epoch_seconds(state.last_reconfiguration_time)),
-            "summary": self.summary.model_copy(update={"step": state.step}),
-        })
-
-    def with_decision(self, decision: Decision) -> Status:
-        """Record the last decision and refresh the printer-column summary from it."""
-        changed = sorted(
-            (v for v in decision.vertices if v.action is not Action.NONE),
-            key=lambda v: _TELLING.index(v.action),
-        )
-        summary = Summary(
-            operators=len(decision.vertices),
-            cpu=_round_finite(decision.after.cpu_cores, CPU_DIGITS),
-            memory=format_memory_mib(round(decision.after.memory_mib)),
-            step=decision.step,
-            last_action=_describe(changed) if changed else "none",
-        )
-        return self.model_copy(update={"last_decision": _tidy_decision(decision),
-                                       "summary": summary})
-
-    def with_operators(self, operators: Iterable[OperatorStatus]) -> Status:
-        cleaned = tuple(
-            o.model_copy(update={
-                "managed_mib": _round_finite(o.managed_mib, MIB_DIGITS),
-                "busyness": _round(o.busyness, RATIO_DIGITS),
-                "true_processing_rate": _round(_finite(o.true_processing_rate), RATE_DIGITS),
-                "cache_hit_rate": _round(o.cache_hit_rate, RATIO_DIGITS),
-                "state_latency_ns": _round(o.state_latency_ns, NS_DIGITS),
-            })
-            for o in operators
-        )
-        return self.model_copy(update={"operators": cleaned})
-
-
-# Precision of the measured numbers the status shows (status.operators, status.lastDecision),
-# so `kubectl describe` reads `busyness: 0.0807`, not `0.08065794268658717`. Only what is
-# displayed is rounded: the core decided on the full values, and status.history (which
-# Justin compares on its next step) keeps them, so rounding changes no decision.
-RATIO_DIGITS = 4  # busyness, utilization, cache hit rate
-RATE_DIGITS = 1  # records/s
-NS_DIGITS = 0  # state latency, whole nanoseconds
-CPU_DIGITS = 3  # cores
-MIB_DIGITS = 1  # MiB
-
-
-def _round_finite(value: float, digits: int) -> float:
-    return float(round(value, digits)) if math.isfinite(value) else value
-
-
-def _round(value: float | None, digits: int) -> float | None:
-    return None if value is None else _round_finite(value, digits)
-
-
-def _tidy_totals(t: Totals) -> Totals:
-    return Totals(cpu_cores=_round_finite(t.cpu_cores, CPU_DIGITS),
-                  memory_mib=_round_finite(t.memory_mib, MIB_DIGITS))
-
-
-def _tidy_decision(decision: Decision) -> Decision:
-    """The decision as status shows it: measured numbers at RATIO/RATE/NS precision."""
-    vertices = tuple(
-        v.model_copy(update={
-            "busyness": _round(v.busyness, RATIO_DIGITS),
-            "true_processing_rate": _round(v.true_processing_rate, RATE_DIGITS),
-            "target_rate": _round(v.target_rate, RATE_DIGITS),
-            "utilization": _round(v.utilization, RATIO_DIGITS),
-            "cache_hit_rate": _round(v.cache_hit_rate, RATIO_DIGITS),
-            "state_latency_ns": _round(v.state_latency_ns, NS_DIGITS),
-        })
-        for v in decision.vertices
-    )
-    return decision.model_copy(update={
-        "vertices": vertices,
-        "before": _tidy_totals(decision.before),
-        "after": _tidy_totals(decision.after),
-    })
-
-
-# Which change the Last Decision column shows first: what Justin decided beats what DS2 did.
-_TELLING = (Action.SCALE_UP, Action.MEMORY_ROLLBACK, Action.SCALE_OUT, Action.SCALE_IN,
-            Action.STRIP_MEMORY, Action.NONE)
-
-
-def _describe(changed: list[VertexDecision]) -> str:
-    """'scale-up count m0→1', 'scale-out source p2→4 (+1 more)'."""
-    d = changed[0]
-    name = d.vertex_name or d.vertex_id[:8]
-    if d.parallelism_before != d.parallelism_after:
-        text = f"{d.action} {name} p{d.parallelism_before}→{d.parallelism_after}"
-    else:
-        text = (f"{d.action} {name} "
-                f"m{format_level(d.memory_level_before)}→{format_level(d.memory_level_after)}")
-    return text if len(changed) == 1 else f"{text} (+{len(changed) - 1} more)"
-
 
 HybridScalingPolicy.model_rebuild()
 

@@ -25,6 +25,7 @@ import policies
 from controller import api
 from controller.crd import crd_yaml
 from controller.operator.run import run
+from controller.record import policy_state
 from policies.decision import Decision
 from policies.levels import format_level
 from policies.model import JobGraph, Observation
@@ -180,7 +181,7 @@ def explain(
         typer.echo(str(e), err=True)
         raise typer.Exit(1) from None
     result = policies.evaluate(
-        rec.graph, rec.observation, rec.status.to_policy_state(), spec.scaling_params(), rec.time
+        rec.graph, rec.observation, policy_state(rec.status), spec.scaling_params(), rec.time
     )
     if as_json:
         typer.echo(json.dumps(result.decision.model_dump(mode="json", by_alias=True), indent=2))

@@ -27,7 +27,15 @@ from controller.realize import (
     refusal,
     unhonoured_memory,
 )
-from controller.record import Reason, Run, Stop
+from controller.record import (
+    Reason,
+    Run,
+    Stop,
+    policy_state,
+    with_decision,
+    with_operators,
+    with_policy_state,
+)
 from policies import Evaluation, evaluate
 from policies.decision import Decision
 from policies.model import JobGraph
@@ -36,19 +44,19 @@ from policies.model import JobGraph
 def decide(run: Run, graph: JobGraph, collected: Collected) -> Evaluation:
     """The core's evaluation, recorded; a decision that changes nothing ends the pass."""
     started = time.perf_counter()
-    evaluation = evaluate(graph, collected.observation, run.status.to_policy_state(),
+    evaluation = evaluate(graph, collected.observation, policy_state(run.status),
                           run.spec.scaling_params(), run.now)
     decision = evaluation.decision
     telemetry.count(telemetry.EVALUATIONS, run.namespace, run.name,
                     "reconfigure" if decision.reconfigures else "unchanged")
-    run.status = run.status.with_decision(decision).with_operators(
-        operators(run, decision, graph))
+    run.status = with_operators(with_decision(run.status, decision),
+                                operators(run, decision, graph))
     run.condition(ConditionType.LIMIT_REACHED, decision.clipped,
                   Reason.CLIPPED if decision.clipped else Reason.WITHIN_LIMITS,
                   decision.clip_reason or "the decision is within spec.limits")
     if not decision.reconfigures:
         telemetry.DECIDE_SECONDS.observe(time.perf_counter() - started)
-        run.status = run.status.with_policy_state(evaluation.state)
+        run.status = with_policy_state(run.status, evaluation.state)
         run.condition(ConditionType.SCALING, False, Reason.STEADY, decision.reason)
         raise Stop("unchanged")
     run.decide_started = started
@@ -67,7 +75,7 @@ def commit(run: Run, graph: JobGraph, collected: Collected, evaluation: Evaluati
     if why is not None:
         raise run.refuse(Reason.MEMORY_NOT_HONOURED, why)
     fields = desired(run, deployment, graph, evaluation, placed)
-    run.status = run.status.with_policy_state(evaluation.state).model_copy(
+    run.status = with_policy_state(run.status, evaluation.state).model_copy(
         update={"placement": placed.status(), "target": as_target(decision.step, fields)})
     run.condition(ConditionType.SCALING, True, Reason.RECONFIGURING,
                   f"step {decision.step}: applying to FlinkDeployment {run.target}")

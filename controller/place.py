@@ -24,7 +24,7 @@ import packer
 from controller import telemetry
 from controller.api import ConditionType, Mode, PlacementStatus, Realization, TaskManagerSpec
 from controller.api import TaskManagerShape as SpecShape
-from controller.record import Reason, Run, Stop
+from controller.record import Reason, Run, Stop, policy_state, with_policy_state
 from policies import Evaluation
 from policies.model import Configuration, JobGraph
 from policies.spec import MemoryScaling, TaskFootprint
@@ -104,8 +104,8 @@ def place(run: Run, graph: JobGraph, evaluation: Evaluation) -> Placed:
     if spec.mode == Mode.RECOMMEND:
         # Recorded as advice only: Justin's history keeps what really runs, and a
         # recommendation is no target a later switch to Active would apply.
-        state = run.status.to_policy_state()
-        run.status = run.status.with_policy_state(replace(
+        state = policy_state(run.status)
+        run.status = with_policy_state(run.status, replace(
             state, scale_down_wanted_since=evaluation.state.scale_down_wanted_since))
         where = (f" on {placed.replicas} TaskManagers" if isinstance(placed, Placed)
                  else f" (unplaceable: {placed.reason})")

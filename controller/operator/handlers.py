@@ -30,7 +30,7 @@ from controller.loop import reconcile
 from controller.operator.fairness import FairPool, pass_budget
 from controller.operator.settings import PROMETHEUS_CLIENTS, RUNTIME, configure
 from controller.ports import Ports
-from controller.record import Reason
+from controller.record import Reason, with_condition
 
 log = logging.getLogger(__name__)
 RUNNING: set[str] = set()  # namespace/name of policies with a live loop, for the probe
@@ -121,8 +121,8 @@ async def policy_loop(body: kopf.Body, meta: kopf.Meta, namespace: str | None, n
                 # The CRD's schema and CEL rules should have refused it; say so anyway.
                 telemetry.count(telemetry.ERRORS, namespace or "default", name or "", "spec")
                 log.error("%s: invalid spec: %s", key, e)
-                invalid = status.with_condition(
-                    api.ConditionType.READY, False, Reason.INVALID_SPEC, str(e)[:1000],
+                invalid = with_condition(
+                    status, api.ConditionType.READY, False, Reason.INVALID_SPEC, str(e)[:1000],
                     time.time(), meta.get("generation"))
                 if invalid != status:
                     try:

@@ -16,6 +16,13 @@ from pydantic import ValidationError
 
 from controller import api, crd
 from controller.cli import field_errors, load_recording
+from controller.record import (
+    policy_state,
+    with_condition,
+    with_decision,
+    with_operators,
+    with_policy_state,
+)
 from policies import evaluate
 from policies.decision import Action, HistoryRecord, epoch_seconds, rfc3339
 from policies.params import HISTORY_LIMIT
@@ -155,7 +162,7 @@ def rich_status(now: float | None = None) -> api.Status:
     rec = load_recording(RECORDED)
     now = rec.time if now is None else now
     spec = rec.spec()
-    result = evaluate(rec.graph, rec.observation, api.Status().to_policy_state(),
+    result = evaluate(rec.graph, rec.observation, policy_state(api.Status()),
                       spec.scaling_params(), now)
     operators = [
         api.OperatorStatus(
@@ -168,16 +175,13 @@ def rich_status(now: float | None = None) -> api.Status:
         )
         for v in rec.graph.vertices
     ]
-    status = (
-        api.Status(observed_generation=3, placement=api.PlacementStatus(
-            task_managers=2, shape=api.TaskManagerShape(), lower_bound=2,
-            solver_status="optimal", moved_tasks=1))
-        .with_operators(operators)
-        .with_decision(result.decision)
-        .with_policy_state(result.state)
-    )
+    status = api.Status(observed_generation=3, placement=api.PlacementStatus(
+        task_managers=2, shape=api.TaskManagerShape(), lower_bound=2,
+        solver_status="optimal", moved_tasks=1))
+    status = with_policy_state(
+        with_decision(with_operators(status, operators), result.decision), result.state)
     for type_ in api.ConditionType:
-        status = status.with_condition(type_, type_ is not api.ConditionType.LIMIT_REACHED,
+        status = with_condition(status, type_, type_ is not api.ConditionType.LIMIT_REACHED,
                                        "Evaluated", f"{type_} set", now=now,
                                        observed_generation=3)
     return status
@@ -189,14 +193,14 @@ def test_status_round_trips_exactly_through_json() -> None:
     back = api.Status.model_validate(json.loads(wire))
     assert back == status
     assert json.dumps(back.model_dump(mode="json", by_alias=True)) == wire
-    assert back.to_policy_state() == status.to_policy_state()
+    assert policy_state(back) == policy_state(status)
 
 
 def test_times_are_rfc3339_on_the_wire_and_round_trip_at_microseconds() -> None:
     now = 1795330707.2511103  # a clock reading with more digits than the wire keeps
     waits = {"count": now - 30.123456789}
     status = rich_status(now)
-    status = status.with_policy_state(replace(status.to_policy_state(),
+    status = with_policy_state(status, replace(policy_state(status),
                                               scale_down_wanted_since=waits))
     wire = status.model_dump(mode="json", by_alias=True)
     assert wire["lastReconfigurationTime"] == "2026-11-22T06:58:27.251110Z"
@@ -209,7 +213,7 @@ def test_times_are_rfc3339_on_the_wire_and_round_trip_at_microseconds() -> None:
     assert status.last_decision is not None and status.last_decision.time == 1795330707.25111
     back = api.Status.model_validate(json.loads(json.dumps(wire)))
     assert back == status
-    assert back.to_policy_state() == status.to_policy_state()
+    assert policy_state(back) == policy_state(status)
 
 
 def test_a_status_written_with_float_times_is_still_read() -> None:
@@ -240,7 +244,7 @@ def test_status_numbers_are_rounded_for_humans() -> None:
     op = api.OperatorStatus(vertex_id="v", parallelism=1, memory_level=0, managed_mib=158.0,
                             busyness=0.08065794268658717, true_processing_rate=4.990650809185072e6,
                             cache_hit_rate=0.912345678, state_latency_ns=17321.467821120877)
-    (stored,) = api.Status().with_operators([op]).operators
+    (stored,) = with_operators(api.Status(), [op]).operators
     assert (stored.busyness, stored.true_processing_rate, stored.cache_hit_rate,
             stored.state_latency_ns) == (0.0807, 4990650.8, 0.9123, 17321.0)
     decision = rich_status().last_decision
@@ -291,25 +295,25 @@ def test_summary_for_printer_columns() -> None:
 def test_infinite_true_processing_rate_is_stored_as_unknown() -> None:
     op = api.OperatorStatus(vertex_id="v", parallelism=1, memory_level=None, managed_mib=0,
                             true_processing_rate=math.inf)
-    (stored,) = api.Status().with_operators([op]).operators
+    (stored,) = with_operators(api.Status(), [op]).operators
     assert stored.true_processing_rate is None
 
 
 def test_condition_transition_time_moves_only_when_status_changes() -> None:
-    s = api.Status().with_condition(api.ConditionType.READY, True, "Evaluated", "ok", now=100.0)
+    s = with_condition(api.Status(), api.ConditionType.READY, True, "Evaluated", "ok", now=100.0)
     first = s.condition(api.ConditionType.READY)
     assert first is not None and first.last_transition_time == api.timestamp(100.0)
-    s = s.with_condition(api.ConditionType.READY, True, "Evaluated", "still ok", now=200.0,
+    s = with_condition(s, api.ConditionType.READY, True, "Evaluated", "still ok", now=200.0,
                          observed_generation=2)
     same = s.condition(api.ConditionType.READY)
     assert same is not None
     assert same.last_transition_time == api.timestamp(100.0)
     assert same.message == "still ok" and same.observed_generation == 2
-    s = s.with_condition(api.ConditionType.READY, True, "Disabled", "off", now=250.0)
+    s = with_condition(s, api.ConditionType.READY, True, "Disabled", "off", now=250.0)
     renamed = s.condition(api.ConditionType.READY)
     assert renamed is not None and renamed.reason == "Disabled"
     assert renamed.last_transition_time == api.timestamp(100.0)  # a new reason is no transition
-    s = s.with_condition(api.ConditionType.READY, False, "TargetNotFound", "gone", now=300.0)
+    s = with_condition(s, api.ConditionType.READY, False, "TargetNotFound", "gone", now=300.0)
     flipped = s.condition(api.ConditionType.READY)
     assert flipped is not None and flipped.status is api.ConditionStatus.FALSE
     assert flipped.last_transition_time == api.timestamp(300.0)
@@ -319,7 +323,7 @@ def test_condition_transition_time_moves_only_when_status_changes() -> None:
 def test_conditions_are_kept_in_a_stable_order_and_serialized_as_rfc3339() -> None:
     s = api.Status()
     for type_ in reversed(api.ConditionType):
-        s = s.with_condition(type_, api.ConditionStatus.UNKNOWN, "Starting", "", now=1.5)
+        s = with_condition(s, type_, api.ConditionStatus.UNKNOWN, "Starting", "", now=1.5)
     assert [c.type for c in s.conditions] == list(api.ConditionType)
     wire = s.model_dump(mode="json", by_alias=True)["conditions"][0]
     assert wire["lastTransitionTime"] == "1970-01-01T00:00:01Z"
@@ -328,32 +332,32 @@ def test_conditions_are_kept_in_a_stable_order_and_serialized_as_rfc3339() -> No
 
 def test_condition_reason_must_be_camel_case() -> None:
     with pytest.raises(ValidationError, match="reason"):
-        api.Status().with_condition(api.ConditionType.READY, True, "not camel", "", now=0.0)
+        with_condition(api.Status(), api.ConditionType.READY, True, "not camel", "", now=0.0)
 
 
 def test_policy_state_round_trip() -> None:
-    state = api.Status().to_policy_state()
+    state = policy_state(api.Status())
     assert state.step == 0 and state.history == () and state.last_reconfiguration_time is None
     status = rich_status()
     assert status.step == 1 and len(status.history) == 1
     assert status.last_reconfiguration_time == load_recording(RECORDED).time
     waits = {"sink": 10.0, "count": 5.0}
-    waiting = status.with_policy_state(replace(status.to_policy_state(),
+    waiting = with_policy_state(status, replace(policy_state(status),
                                                scale_down_wanted_since=waits))
     assert [w.vertex_id for w in waiting.scale_down_wanted_since] == ["count", "sink"]
-    assert dict(waiting.to_policy_state().scale_down_wanted_since) == waits
-    again = api.Status().with_policy_state(status.to_policy_state())
-    assert again.to_policy_state() == status.to_policy_state()
+    assert dict(policy_state(waiting).scale_down_wanted_since) == waits
+    again = with_policy_state(api.Status(), policy_state(status))
+    assert policy_state(again) == policy_state(status)
     assert status.summary.step == status.step
 
 
 def test_with_policy_state_keeps_only_the_newest_records() -> None:
     rec = load_recording(RECORDED)
-    result = evaluate(rec.graph, rec.observation, api.Status().to_policy_state(),
+    result = evaluate(rec.graph, rec.observation, policy_state(api.Status()),
                       rec.spec().scaling_params(), rec.time)
     (record,) = result.state.history
     records = tuple(record.model_copy(update={"step": i}) for i in range(15))
-    status = api.Status().with_policy_state(replace(result.state, history=records))
+    status = with_policy_state(api.Status(), replace(result.state, history=records))
     assert [r.step for r in status.history] == list(range(5, 15))
     assert len(status.history) == HISTORY_LIMIT
 
@@ -365,8 +369,8 @@ def test_summary_names_the_most_telling_change_or_none() -> None:
         "reconfigures": False,
         "vertices": tuple(v.model_copy(update={"action": Action.NONE}) for v in decision.vertices),
     })
-    assert api.Status().with_decision(calm).summary.last_action == "none"
+    assert with_decision(api.Status(), calm).summary.last_action == "none"
     out = decision.model_copy(update={"vertices": (decision.vertices[0].model_copy(update={
         "action": Action.SCALE_OUT, "parallelism_after": 5}),)})
-    assert api.Status().with_decision(out).summary.last_action == (
+    assert with_decision(api.Status(), out).summary.last_action == (
         "scale-out Source: Nexmark Bids p2→5")
