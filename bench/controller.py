@@ -8,13 +8,21 @@ warm-up. Evaluation latency "excluding network" is the controller's own
 `hybridscaler_decide_seconds` histogram (DS2 + Justin + placement); the whole pass,
 network included, is reported beside it.
 
-    python -m bench.controller [--policies 200] [--interval 15] [--seconds 120] [--json]
+    python -m bench.controller [--policies 200] [--interval 15] [--seconds 120]
+                               [--hostile 12] [--json]
 
 Targets (issue 7): < 0.5 core and < 300 MB RSS for 200 policies at 15 s.
+
+Then (issue 16) `--hostile` policies in a namespace of their own, each pointing its
+`spec.metrics.prometheusUrl` at a loopback address that accepts and never answers,
+join for a second measurement of the same length: the healthy policies' decision gap
+(time between two `status.lastDecision`s of one policy) is reported for both phases.
+Printed, never asserted.
 """
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import subprocess
@@ -31,6 +39,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from e2e import stack
 from e2e.demo import ControllerProcess, flink_deployment, free_port, policy
+from tests.controller.netfaults import Blackhole
 from tests.controller.promproc import PrometheusProcess
 
 MODELS = ("q11", "q5", "q3", "read")
@@ -77,22 +86,77 @@ def quantile(buckets: list[tuple[float, float]], q: float) -> float | None:
     return lower
 
 
-def run(policies: int, interval: float, seconds: float, warmup: float) -> dict[str, Any]:
+class Gaps:
+    """Decision gaps of a namespace's policies, from `status.lastDecision.time`."""
+
+    def __init__(self, kubectl: list[str], namespace: str) -> None:
+        self.kubectl, self.namespace = kubectl, namespace
+        self.last: dict[str, str] = {}
+        self.stamps: dict[str, list[float]] = {}
+
+    def poll(self) -> None:
+        done = subprocess.run([*self.kubectl, "get", "hsp", "-n", self.namespace, "-o", "json"],
+                              capture_output=True, text=True)
+        if done.returncode != 0:
+            return
+        for item in json.loads(done.stdout)["items"]:
+            stamp = ((item.get("status") or {}).get("lastDecision") or {}).get("time")
+            name = item["metadata"]["name"]
+            if stamp and self.last.get(name) != stamp:
+                self.last[name] = stamp
+                self.stamps.setdefault(name, []).append(_seconds(stamp))
+
+    def reset(self) -> None:
+        """Forget the stamps so far; the next poll's are the phase's first."""
+        self.stamps = {name: ts[-1:] for name, ts in self.stamps.items()}
+
+    def summary(self) -> dict[str, float | int | None]:
+        gaps = sorted(b - a for ts in self.stamps.values() for a, b in itertools.pairwise(ts))
+
+        def pick(q: float) -> float | None:
+            return round(gaps[min(len(gaps) - 1, int(q * len(gaps)))], 1) if gaps else None
+
+        return {"gaps": len(gaps), "p50_s": pick(0.5), "p95_s": pick(0.95),
+                "max_s": round(gaps[-1], 1) if gaps else None}
+
+
+def _seconds(stamp: str) -> float:
+    from datetime import datetime
+
+    return datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
+
+
+def measure(seconds: float, pid: int, gaps: Gaps) -> tuple[float, float, list[float]]:
+    """Poll decisions and RSS for `seconds`; (cpu seconds used, elapsed, rss samples)."""
+    cpu0, t0 = proc_cpu_seconds(pid), time.monotonic()
+    rss = []
+    while time.monotonic() - t0 < seconds:
+        rss.append(proc_rss_mb(pid))
+        gaps.poll()
+        time.sleep(2)
+    return proc_cpu_seconds(pid) - cpu0, time.monotonic() - t0, rss
+
+
+def run(policies: int, interval: float, seconds: float, warmup: float,
+        hostile: int = 12) -> dict[str, Any]:
     info, started = stack.up(echo=lambda line: print(line, file=sys.stderr, flush=True))
     work = Path(tempfile.mkdtemp(prefix="bench-controller-"))
     names = [f"p{i:03d}" for i in range(policies)]
     # A fresh namespace: the last run's may still be terminating.
     namespace = f"bench-controller-{os.getpid()}"
+    hostile_namespace = f"{namespace}-hostile"
     twin_port = free_port()
     twin_log = (work / "twin.log").open("w")
     twin = subprocess.Popen(
         [str(Path(sys.executable).parent / "hybrid-scaler"), "twin", "serve", "--port",
          str(twin_port), *(a for i, n in enumerate(names)
-                           for a in ("--job", f"{namespace}/{n}={MODELS[i % len(MODELS)]}"))],
+                           for a in ("--job", f"{namespace}/{n}={MODELS[i % len(MODELS)]}")),
+         "--job", f"{hostile_namespace}/victim=read"],
         stdout=twin_log, stderr=subprocess.STDOUT)
     twin_url = f"http://127.0.0.1:{twin_port}"
     prometheus: PrometheusProcess | None = None
     controller: ControllerProcess | None = None
+    holes = [Blackhole() for _ in range(hostile)]
     kubectl = [stack.find_tools().kubectl, "--kubeconfig", info.kubeconfig]
     try:
         for _ in range(100):
@@ -106,8 +170,9 @@ def run(policies: int, interval: float, seconds: float, warmup: float) -> dict[s
             raise RuntimeError(f"the twins never answered; see {work / 'twin.log'}")
         prometheus = PrometheusProcess(work, [{"job_name": "twins", "static_configs": [
             {"targets": [f"127.0.0.1:{twin_port}"]}]}], interval_s=5)
-        subprocess.run([*kubectl, "create", "namespace", namespace], check=True,
-                       capture_output=True)
+        for ns in (namespace, hostile_namespace):
+            subprocess.run([*kubectl, "create", "namespace", ns], check=True,
+                           capture_output=True)
         docs: list[dict[str, Any]] = []
         for n in names:
             deployment = flink_deployment(namespace, n)
@@ -122,26 +187,50 @@ def run(policies: int, interval: float, seconds: float, warmup: float) -> dict[s
             raise RuntimeError(f"kubectl apply failed: {applied.stderr[-2000:]}")
         controller = ControllerProcess(info.controller_kubeconfig, prometheus.url,
                                        stack.proxy_env(twin_url), work / "controller.log",
-                                       namespaces=(namespace,)).start()
+                                       namespaces=(namespace, hostile_namespace)).start()
         assert controller.process is not None
         pid = controller.process.pid
+        gaps = Gaps(kubectl, namespace)
         time.sleep(warmup)
-        before_text, cpu0, t0 = controller.metrics(), proc_cpu_seconds(pid), time.monotonic()
-        rss = []
-        while time.monotonic() - t0 < seconds:
-            rss.append(proc_rss_mb(pid))
-            time.sleep(2)
-        after_text, cpu1, t1 = controller.metrics(), proc_cpu_seconds(pid), time.monotonic()
+        gaps.poll()
+        before_text = controller.metrics()
+        cpu, elapsed, rss = measure(seconds, pid, gaps)
+        after_text = controller.metrics()
+        healthy_alone = gaps.summary()
+        hostile_result: dict[str, Any] = {}
+        if hostile:
+            victim = flink_deployment(hostile_namespace, "victim")
+            del victim["spec"]["flinkConfiguration"]["hybridscaler.twin.job-model"]
+            docs = [victim, *(policy(hostile_namespace, f"h{i:02d}", "victim", mode="Recommend",
+                                     metrics={"prometheusUrl": hole.url,
+                                              "window": f"{interval:g}s",
+                                              "resolution": f"{interval:g}s",
+                                              "stabilization": "0s"})
+                              for i, hole in enumerate(holes))]
+            subprocess.run([*kubectl, "apply", "--server-side", "-f", "-"], check=True,
+                           input=yaml.safe_dump_all(docs), capture_output=True, text=True)
+            time.sleep(interval * 2)  # their first evaluations are due
+            gaps.reset()
+            hostile_cpu, hostile_elapsed, hostile_rss = measure(seconds, pid, gaps)
+            hostile_result = {
+                "hostile_policies": hostile,
+                "healthy_gap_with_hostile": gaps.summary(),
+                "blackhole_connections": sum(h.accepted for h in holes),
+                "cpu_cores_with_hostile": round(hostile_cpu / hostile_elapsed, 3),
+                "rss_mb_max_with_hostile": round(max(hostile_rss), 1),
+            }
         decide = delta(histogram(after_text, "hybridscaler_decide_seconds"),
                        histogram(before_text, "hybridscaler_decide_seconds"))
         passes = delta(histogram(after_text, "hybridscaler_reconcile_seconds"),
                        histogram(before_text, "hybridscaler_reconcile_seconds"))
         return {
-            "policies": policies, "interval_s": interval, "measured_s": round(t1 - t0, 1),
-            "cpu_cores": round((cpu1 - cpu0) / (t1 - t0), 3),
+            "policies": policies, "interval_s": interval, "measured_s": round(elapsed, 1),
+            "cpu_cores": round(cpu / elapsed, 3),
             "rss_mb_max": round(max(rss), 1),
             "evaluations": int(decide[-1][1]) if decide else 0,
-            "evaluations_expected": int(policies * (t1 - t0) / interval),
+            "evaluations_expected": int(policies * elapsed / interval),
+            "healthy_gap_alone": healthy_alone,
+            **hostile_result,
             "decide_p50_ms": _ms(quantile(decide, 0.5)),
             "decide_p99_ms": _ms(quantile(decide, 0.99)),
             "pass_p50_ms": _ms(quantile(passes, 0.5)), "pass_p99_ms": _ms(quantile(passes, 0.99)),
@@ -150,8 +239,11 @@ def run(policies: int, interval: float, seconds: float, warmup: float) -> dict[s
     finally:
         if controller is not None:
             controller.stop()
-        subprocess.run([*kubectl, "delete", "namespace", namespace, "--wait=false"],
-                       capture_output=True)
+        for ns in (namespace, hostile_namespace):
+            subprocess.run([*kubectl, "delete", "namespace", ns, "--wait=false"],
+                           capture_output=True)
+        for hole in holes:
+            hole.close()
         if prometheus is not None:
             prometheus.stop()
         twin.terminate()
@@ -169,10 +261,12 @@ def main(
     interval: Annotated[float, typer.Option(help="seconds between evaluations")] = 15,
     seconds: Annotated[float, typer.Option(help="measurement time after warm-up")] = 120,
     warmup: Annotated[float, typer.Option(help="seconds before measuring")] = 60,
+    hostile: Annotated[int, typer.Option(
+        help="policies pointing at hung Prometheus addresses, added for a second phase")] = 12,
     as_json: Annotated[bool, typer.Option("--json")] = False,
 ) -> None:
     """Measure one controller process running many policies."""
-    result = run(policies, interval, seconds, warmup)
+    result = run(policies, interval, seconds, warmup, hostile)
     if as_json:
         typer.echo(json.dumps(result))
         return

@@ -14,15 +14,18 @@ whose id, or one of whose operator ids, equals its hash.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable, Mapping
 from typing import Any
 
 import mmh3
 import requests
 
+from controller.adapters import outbound
 from controller.ports import FlinkRestError, JobSummary
 from policies.model import Edge, JobGraph, ShipStrategy, Vertex
 
+log = logging.getLogger(__name__)
 # flink-plugin publishes the uids it manages here, comma separated (docs/flink-contract.md).
 OPERATOR_UIDS_KEY = "hybridscaler.operator-uids"
 # Job states in which a job can be measured and reconfigured.
@@ -111,21 +114,46 @@ def _max_parallelism(vertex: Mapping[str, Any], job: Mapping[str, Any]) -> int:
 
 
 class FlinkRest:
-    """A small synchronous client of one JobManager's REST API."""
+    """A small synchronous client of one JobManager's REST API.
+
+    Each call's timeout comes from the pass's deadline (controller.adapters.outbound);
+    a JobManager that timed out is not dialled again until its cool-down ends, and
+    answer bodies never reach error messages (they end up in status and Events).
+    """
 
     def __init__(self, base_url: str, timeout_s: float = 5.0,
-                 session: requests.Session | None = None) -> None:
+                 session: requests.Session | None = None,
+                 breakers: outbound.Breakers | None = None) -> None:
         self.base_url = base_url.rstrip("/")
         self.timeout_s = timeout_s
-        self._session = session or requests.Session()
+        self.endpoint = outbound.endpoint(self.base_url)
+        self.breakers = breakers or outbound.BREAKERS
+        if session is None:
+            session = requests.Session()
+            session.max_redirects = 0
+            session.trust_env = False  # no .netrc credentials
+            # The operator's HTTP(S)_PROXY/NO_PROXY still apply: the JobManager address comes
+            # from --flink-rest-url (the operator's), never from a tenant's spec.
+            session.proxies = requests.utils.get_environ_proxies(self.base_url)
+        self._session = session
 
     def _get(self, path: str) -> dict[str, Any]:
         url = f"{self.base_url}{path}"
         try:
-            response = self._session.get(url, timeout=self.timeout_s)
+            timeout = outbound.admit(self.endpoint, self.breakers, self.timeout_s)
+        except outbound.NotAsked as e:
+            raise FlinkRestError(f"Flink REST {url} not asked: {e}") from e
+        try:
+            response = self._session.get(url, timeout=timeout, allow_redirects=False)
+        except requests.Timeout as e:
+            outbound.timed_out(self.endpoint, self.breakers, timeout)
+            raise FlinkRestError(f"Flink REST {url} did not answer within {timeout:.1f}s") from e
         except requests.RequestException as e:
-            raise FlinkRestError(f"Flink REST {url} unreachable: {e}") from e
+            raise FlinkRestError(f"Flink REST {url} unreachable: {type(e).__name__}") from e
+        self.breakers.succeeded(self.endpoint)
         if response.status_code != 200:
+            log.debug("Flink REST %s answered %s: %s", url, response.status_code,
+                      outbound.truncated(response.content))
             raise FlinkRestError(f"Flink REST {url} answered {response.status_code}")
         try:
             body = response.json()

@@ -7,15 +7,19 @@ core never decides on a partial picture.
 
 from __future__ import annotations
 
+import logging
 import math
+import re
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
+from controller.adapters import outbound
 from controller.adapters.promql import JobQueries, job_queries
 from controller.ports import Collected, MetricsError, MetricsUnavailable
 from policies.model import JobGraph, Observation, VertexMetrics, estimate_mean_from_quantiles
 
+log = logging.getLogger(__name__)
 Series = Mapping[str, Any]  # {"metric": {label: value}, "values": [[ts, "value"], ...]}
 
 
@@ -27,14 +31,48 @@ class MetricsSource(Protocol):
         ...
 
 
+class BearerTokenFile:
+    """requests auth: `Authorization: Bearer <file's content>`, re-read on every request so
+    a rotated (e.g. projected ServiceAccount) token is picked up."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+
+    def __call__(self, request: Any) -> Any:
+        from pathlib import Path
+
+        request.headers["Authorization"] = "Bearer " + Path(self.path).read_text().strip()
+        return request
+
+
 class Prometheus:
-    """`MetricsSource` over prometheus-api-client; every failure becomes `MetricsError`."""
+    """`MetricsSource` over prometheus-api-client; every failure becomes `MetricsError`.
 
-    def __init__(self, url: str, timeout_s: float = 10.0) -> None:
+    TLS is verified (against `ca_file` when given). No urllib3 retries and no redirects:
+    each call's timeout comes from the pass's deadline (controller.adapters.outbound),
+    and an endpoint that timed out is not dialled again until its cool-down ends.
+    Answer bodies never reach the error message (it ends up in status and Events): a
+    tenant's URL must not turn the controller into a proxy that reads back what it got.
+    """
+
+    def __init__(self, url: str, timeout_s: float = 10.0, ca_file: str | None = None,
+                 token_file: str | None = None, breakers: outbound.Breakers | None = None
+                 ) -> None:
+        import requests
         from prometheus_api_client import PrometheusConnect
+        from urllib3.util.retry import Retry
 
-        self.url = url
-        self._client = PrometheusConnect(url=url, disable_ssl=True, timeout=timeout_s)
+        self.url, self.timeout_s = url, timeout_s
+        self.endpoint = outbound.endpoint(url)
+        self.breakers = breakers or outbound.BREAKERS
+        session = requests.Session()
+        session.verify = ca_file or True
+        session.max_redirects = 0
+        session.trust_env = False  # no proxies or .netrc from the environment
+        if token_file:
+            session.auth = BearerTokenFile(token_file)
+        self._client = PrometheusConnect(url=url, session=session, timeout=timeout_s,
+                                         retry=Retry(total=0, read=False))
 
     def query_range(self, query: str, start: float, end: float, step: float) -> Sequence[Series]:
         return self._call(
@@ -50,11 +88,30 @@ class Prometheus:
         from prometheus_api_client.exceptions import PrometheusApiClientException
 
         try:
-            result: Sequence[Series] = method(*args, **kwargs)
+            timeout = outbound.admit(self.endpoint, self.breakers, self.timeout_s)
+        except outbound.NotAsked as e:
+            raise MetricsError(f"Prometheus {self.url} not asked: {e}") from e
+        try:
+            result: Sequence[Series] = method(*args, **kwargs, timeout=timeout)
+        except requests.Timeout as e:
+            outbound.timed_out(self.endpoint, self.breakers, timeout)
+            raise MetricsError(
+                f"Prometheus {self.url} did not answer within {timeout:.1f}s") from e
         except requests.RequestException as e:
             raise MetricsError(f"Prometheus {self.url} unreachable: {type(e).__name__}") from e
         except PrometheusApiClientException as e:
-            raise MetricsError(f"Prometheus {self.url} rejected a query: {e}") from e
+            # The library puts the whole body into its message: log it, report the code.
+            log.debug("Prometheus %s answered: %s", self.url, outbound.truncated(str(e)))
+            code = re.search(r"HTTP Status Code (\d+)", str(e))
+            raise MetricsError(f"Prometheus {self.url} answered HTTP "
+                               f"{code.group(1) if code else 'error'} to a query") from e
+        except (ValueError, KeyError, TypeError) as e:
+            raise MetricsError(f"Prometheus {self.url} answered something that is not a "
+                               f"Prometheus API response ({type(e).__name__})") from e
+        self.breakers.succeeded(self.endpoint)
+        if not isinstance(result, list):
+            raise MetricsError(f"Prometheus {self.url} answered something that is not a "
+                               f"Prometheus API response")
         return result
 
 
@@ -183,3 +240,17 @@ class PrometheusMetrics:
 
     def operator_ids(self, job_id: str, now: float) -> dict[str, tuple[str, ...]]:
         return operator_ids(self.source, job_id, now)
+
+
+class RefusedMetrics:
+    """The loop's view of a Prometheus the controller may not dial: every read says why."""
+
+    def __init__(self, reason: str) -> None:
+        self.reason = reason
+
+    def observe(self, graph: JobGraph, job_id: str, now: float, window_s: float,
+                resolution_s: float) -> MetricsUnavailable:
+        return MetricsUnavailable(self.reason)
+
+    def operator_ids(self, job_id: str, now: float) -> dict[str, tuple[str, ...]]:
+        raise MetricsError(self.reason)

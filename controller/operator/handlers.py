@@ -10,13 +10,10 @@ subresource.
 
 from __future__ import annotations
 
-import asyncio
-import contextvars
 import logging
 import time
 from collections.abc import Mapping
-from concurrent.futures import ThreadPoolExecutor
-from functools import cache
+from functools import cache, lru_cache
 from typing import Any
 
 import kopf
@@ -24,11 +21,14 @@ from kubernetes import client
 from pydantic import ValidationError
 
 from controller import api, telemetry
+from controller.adapters import outbound
 from controller.adapters.flink_rest import FlinkRest
 from controller.adapters.kube import KopfEvents, KubeDeployments, KubeStatusStore
-from controller.adapters.prometheus import Prometheus, PrometheusMetrics
+from controller.adapters.outbound import AllowList
+from controller.adapters.prometheus import Prometheus, PrometheusMetrics, RefusedMetrics
 from controller.loop import reconcile
-from controller.operator.settings import RUNTIME, configure
+from controller.operator.fairness import FairPool, pass_budget
+from controller.operator.settings import PROMETHEUS_CLIENTS, RUNTIME, configure
 from controller.ports import Ports
 from controller.record import Reason, with_condition
 
@@ -39,8 +39,8 @@ UNPARSED_PERIOD_S = api.MetricsSpec().resolution
 
 
 @cache
-def _executor() -> ThreadPoolExecutor:
-    return ThreadPoolExecutor(max_workers=RUNTIME.workers, thread_name_prefix="loop")
+def _pool() -> FairPool:
+    return FairPool(RUNTIME.workers)
 
 
 @cache
@@ -49,8 +49,24 @@ def _objects() -> client.CustomObjectsApi:
 
 
 @cache
-def _metrics(url: str) -> PrometheusMetrics:
-    return PrometheusMetrics(Prometheus(url))
+def _allowed() -> AllowList:
+    return AllowList(RUNTIME.allowed_prometheus, always=[RUNTIME.prometheus_url])
+
+
+# One client (and connection pool) per distinct URL, the least recently used dropped.
+@lru_cache(maxsize=PROMETHEUS_CLIENTS)
+def _prometheus(url: str) -> PrometheusMetrics:
+    # The bearer token goes to the operator's own Prometheus only, never to a URL a
+    # tenant wrote (even an allowed one): that would hand the token to the tenant.
+    own = outbound.endpoint(url) == outbound.endpoint(RUNTIME.prometheus_url)
+    return PrometheusMetrics(Prometheus(
+        url, ca_file=RUNTIME.prometheus_ca_file,
+        token_file=RUNTIME.prometheus_token_file if own else None))
+
+
+def _metrics(url: str) -> PrometheusMetrics | RefusedMetrics:
+    refusal = _allowed().refusal(url)
+    return RefusedMetrics(refusal) if refusal else _prometheus(url)
 
 
 def _flink(namespace: str, name: str) -> FlinkRest:
@@ -89,19 +105,16 @@ async def policy_loop(body: kopf.Body, meta: kopf.Meta, namespace: str | None, n
     RUNNING.add(key)
     status = _status(body)
     store = KubeStatusStore(_objects(), namespace or "default", name or "")
-    loop = asyncio.get_running_loop()
     try:
         while not stopped:
             resolution = UNPARSED_PERIOD_S
             try:
                 policy = api.parse_policy(dict(body))
                 resolution = policy.spec.metrics.resolution
-                # kopf's context (its event poster) must follow the pass into the thread.
-                context = contextvars.copy_context()
-                result = await loop.run_in_executor(
-                    _executor(), context.run, reconcile, policy, meta.get("generation"), status,
+                result = await _pool().run(
+                    namespace or "default", reconcile, policy, meta.get("generation"), status,
                     ports_for(body, store),
-                )
+                    budget_s=pass_budget(resolution, RUNTIME.pass_budget_max_s))
                 status = result.status
                 log.debug("%s: %s", key, result.outcome)
             except ValidationError as e:
@@ -113,7 +126,7 @@ async def policy_loop(body: kopf.Body, meta: kopf.Meta, namespace: str | None, n
                     time.time(), meta.get("generation"))
                 if invalid != status:
                     try:
-                        await loop.run_in_executor(_executor(), store.save, invalid)
+                        await _pool().run(namespace or "default", store.save, invalid)
                         status = invalid
                     except Exception:
                         log.exception("%s: could not record the invalid spec", key)

@@ -33,6 +33,16 @@ def run(
     standalone: Annotated[bool, typer.Option(help="run without peering (a single replica)")]
         = False,
     workers: Annotated[int, typer.Option(help="threads running loop passes")] = 8,
+    allow_prometheus: Annotated[list[str] | None, typer.Option(
+        "--allow-prometheus", help="host, .domain suffix, host:port or CIDR a policy's "
+        "spec.metrics.prometheusUrl may name (repeatable); the default Prometheus is "
+        "always allowed, anything else is refused without being dialled")] = None,
+    prometheus_ca_file: Annotated[str | None, typer.Option(
+        help="PEM CA bundle to verify Prometheus' TLS certificate (default: system CAs)")]
+        = None,
+    prometheus_token_file: Annotated[str | None, typer.Option(
+        help="file holding a bearer token for the default Prometheus (re-read per request)")]
+        = None,
     verbose: Annotated[bool, typer.Option("--verbose", "-v")] = False,
 ) -> None:
     """Run the controller: one loop per HybridScalingPolicy, until interrupted."""
@@ -53,6 +63,9 @@ def run(
     RUNTIME.namespaces = list(namespace or [])
     RUNTIME.metrics_port, RUNTIME.liveness_port = metrics_port, liveness_port
     RUNTIME.peering, RUNTIME.standalone, RUNTIME.workers = peering, standalone, workers
+    RUNTIME.allowed_prometheus = list(allow_prometheus or [])
+    RUNTIME.prometheus_ca_file = prometheus_ca_file
+    RUNTIME.prometheus_token_file = prometheus_token_file
     telemetry.serve(metrics_port)
     kopf.run(
         clusterwide=not RUNTIME.namespaces,

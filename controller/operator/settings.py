@@ -20,6 +20,8 @@ if TYPE_CHECKING:
 PREFIX = "hybridscaler.dev"
 FINALIZER = f"{PREFIX}/finalizer"
 DEFAULT_FLINK_REST = "http://{name}-rest.{namespace}.svc:8081"
+# Prometheus clients kept (one per distinct URL); the least recently used is dropped.
+PROMETHEUS_CLIENTS = 64
 DEFAULT_PROMETHEUS = "http://prometheus-operated.monitoring.svc:9090"
 
 
@@ -33,6 +35,12 @@ class Runtime:
     peering: str = "hybrid-scaler"
     standalone: bool = False
     workers: int = 8  # threads running loop passes (Prometheus, REST and API calls block)
+    # Hosts, host:port or CIDRs a policy's spec.metrics.prometheusUrl may name; the
+    # default Prometheus is always allowed, anything else is refused without a dial.
+    allowed_prometheus: list[str] = field(default_factory=list)
+    prometheus_ca_file: str | None = None  # PEM bundle; None: the system's CAs
+    prometheus_token_file: str | None = None  # bearer token for the default Prometheus
+    pass_budget_max_s: float = 60.0  # cap on a pass's outbound budget (0.8 × resolution)
 
 
 RUNTIME = Runtime()

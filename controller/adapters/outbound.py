@@ -1,0 +1,230 @@
+"""What the controller may dial, and for how long: pass deadlines, per-endpoint circuit
+breakers and the allow-list for Prometheus URLs written by tenants.
+
+A pass runs under one `Deadline` (set by the operator shell around the pass, read
+here through a context variable, so the loop needs no parameter for it). Every
+Prometheus and Flink REST call takes its timeout from it, so a hung endpoint costs a
+pass at most its budget, not `timeout × retries × queries`. An endpoint that timed
+out is not dialled again by any pass until its cool-down ends (`Breakers`), so many
+policies pointing at one hung address hold no worker threads.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ipaddress
+import socket
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Iterator, Sequence
+from contextvars import ContextVar
+from dataclasses import dataclass
+from urllib.parse import urlsplit
+
+# A call given less than this (or than half the budget) that times out says more about
+# the budget than about the endpoint: it does not trip the breaker.
+TRIP_AFTER_S = 2.0
+DEFAULT_CALL_TIMEOUT_S = 10.0
+# Cool-down after a timeout; doubled for each further timeout in a row, up to the cap.
+COOLDOWN_S = 30.0
+COOLDOWN_MAX_S = 300.0
+# Bodies of unexpected answers are logged (at debug) cut to this length, never reported.
+LOGGED_BODY_CHARS = 200
+
+
+class NotAsked(Exception):
+    """The call was not made: no budget left, or the endpoint is cooling down."""
+
+
+class DeadlineExceeded(NotAsked, TimeoutError):
+    """The pass has no time left for another call."""
+
+
+@dataclass(frozen=True)
+class Deadline:
+    """The end of a pass's outbound budget, on the monotonic clock."""
+
+    budget_s: float
+    ends: float
+
+    @staticmethod
+    def after(budget_s: float) -> Deadline:
+        return Deadline(budget_s, time.monotonic() + budget_s)
+
+    def remaining(self) -> float:
+        return max(0.0, self.ends - time.monotonic())
+
+    def call_timeout(self) -> float:
+        """One call may use at most half the budget, so a hung first endpoint still
+        leaves time to ask the others (and to say which one hung)."""
+        left = self.remaining()
+        if left <= 0.05:
+            raise DeadlineExceeded(f"the pass's {self.budget_s:g}s budget for outbound calls "
+                                   "is used up")
+        return min(left, self.budget_s / 2)
+
+
+PASS_DEADLINE: ContextVar[Deadline | None] = ContextVar("hybridscaler_pass_deadline",
+                                                        default=None)
+
+
+@contextlib.contextmanager
+def deadline(budget_s: float) -> Iterator[Deadline]:
+    """Run the body under a fresh pass deadline."""
+    d = Deadline.after(budget_s)
+    token = PASS_DEADLINE.set(d)
+    try:
+        yield d
+    finally:
+        PASS_DEADLINE.reset(token)
+
+
+def call_timeout(default_s: float = DEFAULT_CALL_TIMEOUT_S) -> float:
+    """The timeout for the next call: from the pass's deadline, else `default_s`."""
+    d = PASS_DEADLINE.get()
+    return default_s if d is None else min(default_s, d.call_timeout())
+
+
+def trips(timeout_s: float) -> bool:
+    """Whether a call that timed out after `timeout_s` counts against its endpoint."""
+    d = PASS_DEADLINE.get()
+    return timeout_s >= min(TRIP_AFTER_S, (d.budget_s / 2) if d else TRIP_AFTER_S)
+
+
+class CircuitOpen(NotAsked, ConnectionError):
+    """The endpoint timed out recently; it is not dialled until its cool-down ends."""
+
+
+class Breakers:
+    """Per endpoint (scheme://host:port), when it may be dialled again. Thread-safe and
+    bounded: the least recently touched endpoints are forgotten beyond `capacity`."""
+
+    def __init__(self, cooldown_s: float = COOLDOWN_S, cooldown_max_s: float = COOLDOWN_MAX_S,
+                 capacity: int = 4096) -> None:
+        self.cooldown_s, self.cooldown_max_s, self.capacity = cooldown_s, cooldown_max_s, capacity
+        self._open: OrderedDict[str, tuple[float, int]] = OrderedDict()  # until, timeouts
+        self._lock = threading.Lock()
+
+    def check(self, endpoint: str) -> None:
+        with self._lock:
+            until, _ = self._open.get(endpoint, (0.0, 0))
+        wait = until - time.monotonic()
+        if wait > 0:
+            # Wall-clock and rounded, so the message (and a status holding it) stays put
+            # from pass to pass during one cool-down.
+            again = time.strftime("%H:%M:%SZ", time.gmtime(round(time.time() + wait, -1)))
+            raise CircuitOpen(f"{endpoint} timed out recently; not dialled again before "
+                              f"{again}")
+
+    def failed(self, endpoint: str) -> None:
+        with self._lock:
+            _, timeouts = self._open.pop(endpoint, (0.0, 0))
+            cooldown = min(self.cooldown_max_s, self.cooldown_s * 2**min(timeouts, 16))
+            self._open[endpoint] = (time.monotonic() + cooldown, timeouts + 1)
+            while len(self._open) > self.capacity:
+                self._open.popitem(last=False)
+
+    def succeeded(self, endpoint: str) -> None:
+        with self._lock:
+            self._open.pop(endpoint, None)
+
+
+BREAKERS = Breakers()
+
+
+def admit(endpoint: str, breakers: Breakers, default_s: float) -> float:
+    """The timeout for a call to `endpoint` now; raises `NotAsked` when none may be made."""
+    breakers.check(endpoint)
+    return call_timeout(default_s)
+
+
+def timed_out(endpoint: str, breakers: Breakers, timeout_s: float) -> None:
+    """Count a timeout against `endpoint`, unless the budget rather than it was short."""
+    if trips(timeout_s):
+        breakers.failed(endpoint)
+
+
+def endpoint(url: str) -> str:
+    """scheme://host:port of a URL: what a breaker guards."""
+    parts = urlsplit(url)
+    port = parts.port or (443 if parts.scheme == "https" else 80)
+    return f"{parts.scheme}://{parts.hostname}:{port}"
+
+
+def truncated(body: bytes | str | None) -> str:
+    """A response body fit for a debug log line; never for status or Events."""
+    if body is None:
+        return ""
+    text = body.decode("utf-8", "replace") if isinstance(body, bytes) else body
+    return text[:LOGGED_BODY_CHARS] + ("…" if len(text) > LOGGED_BODY_CHARS else "")
+
+
+Network = ipaddress.IPv4Network | ipaddress.IPv6Network
+
+
+class AllowList:
+    """Hosts a tenant's `spec.metrics.prometheusUrl` may name.
+
+    Entries are host names (`prometheus.monitoring.svc`; a leading dot, `.example.com`,
+    allows every name below it), `host:port`, or CIDRs (`10.0.0.0/8`), which match IP
+    literals and names whose every address lies in them. The operator's default
+    Prometheus is always allowed. The check is made before anything is dialled.
+    """
+
+    def __init__(self, entries: Sequence[str], always: Sequence[str] = (),
+                 resolve: bool = True) -> None:
+        self.names: set[str] = set()
+        self.suffixes: list[str] = []
+        self.host_ports: set[tuple[str, int]] = set()
+        self.networks: list[Network] = []
+        self.resolve = resolve
+        self.always = {endpoint(u) for u in always}
+        for raw in entries:
+            entry = raw.strip().lower()
+            if not entry:
+                continue
+            if "/" in entry:
+                self.networks.append(ipaddress.ip_network(entry, strict=False))
+            elif entry.startswith("."):
+                self.suffixes.append(entry)
+            elif entry.count(":") == 1 and entry.rsplit(":", 1)[1].isdigit():
+                host, port = entry.rsplit(":", 1)
+                self.host_ports.add((host, int(port)))
+            else:
+                self.names.add(entry.strip("[]"))
+
+    def refusal(self, url: str) -> str | None:
+        """Why `url` may not be dialled, naming the field, or None."""
+        try:
+            parts = urlsplit(url)
+            host, port = (parts.hostname or "").lower(), parts.port
+        except ValueError as e:
+            return f"spec.metrics.prometheusUrl is not a usable URL ({e})"
+        if parts.scheme not in ("http", "https") or not host:
+            return "spec.metrics.prometheusUrl must be an http(s) URL with a host"
+        if endpoint(url) in self.always:
+            return None
+        port = port or (443 if parts.scheme == "https" else 80)
+        if host in self.names or (host, port) in self.host_ports or any(
+                host.endswith(s) for s in self.suffixes):
+            return None
+        if self.networks and self._in_networks(host, port):
+            return None
+        return (f"spec.metrics.prometheusUrl: host {host}:{port} is not in the controller's "
+                f"allow-list of Prometheus hosts; it was not contacted (ask the operator to add "
+                f"it, or leave prometheusUrl unset for the default Prometheus)")
+
+    def _in_networks(self, host: str, port: int) -> bool:
+        try:
+            addresses = [ipaddress.ip_address(host)]
+        except ValueError:
+            if not self.resolve:
+                return False
+            try:
+                infos = socket.getaddrinfo(host, port, proto=socket.IPPROTO_TCP)
+            except OSError:
+                return False
+            addresses = [ipaddress.ip_address(str(info[4][0]).split("%")[0]) for info in infos]
+        return bool(addresses) and all(
+            any(a in n for n in self.networks) for a in addresses)

@@ -1,0 +1,86 @@
+"""Loopback servers that misbehave, for the adapters' and the controller's fault tests.
+
+`Blackhole` accepts TCP connections and never answers (a hung Prometheus or JobManager);
+`Answering` answers every request with a fixed status and body. Both count connections,
+so a test can tell whether the controller dialled at all.
+"""
+
+from __future__ import annotations
+
+import socket
+import ssl
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+
+class Blackhole:
+    """Accepts connections on `host`, reads nothing, answers nothing, holds them open."""
+
+    def __init__(self, host: str = "127.0.0.1") -> None:
+        self._socket = socket.socket()
+        self._socket.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self._socket.bind((host, 0))
+        self._socket.listen(64)
+        self.host, self.port = host, int(self._socket.getsockname()[1])
+        self.url = f"http://{host}:{self.port}"
+        self.accepted = 0
+        self._held: list[socket.socket] = []
+        self._lock = threading.Lock()
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                conn, _ = self._socket.accept()
+            except OSError:
+                return
+            with self._lock:
+                self.accepted += 1
+                self._held.append(conn)
+
+    def close(self) -> None:
+        self._socket.close()
+        with self._lock:
+            for conn in self._held:
+                conn.close()
+
+
+class Answering:
+    """An HTTP server answering every GET with `status` and `body`."""
+
+    def __init__(self, status: int, body: bytes, host: str = "127.0.0.1",
+                 tls: tuple[Path, Path] | None = None) -> None:
+        """`tls`: (certificate, key) to serve HTTPS with."""
+        outer = self
+        self.requests = 0
+        self.authorization: str | None = None
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                outer.requests += 1
+                outer.authorization = self.headers.get("Authorization")
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            do_POST = do_GET
+
+            def log_message(self, *_: object) -> None:
+                pass
+
+        self._server = ThreadingHTTPServer((host, 0), Handler)
+        scheme = "http"
+        if tls is not None:
+            context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+            context.load_cert_chain(*tls)
+            self._server.socket = context.wrap_socket(self._server.socket, server_side=True)
+            scheme = "https"
+        self.url = f"{scheme}://{host}:{self._server.server_address[1]}"
+        threading.Thread(target=self._server.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
