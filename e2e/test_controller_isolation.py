@@ -19,6 +19,7 @@ from functools import partial
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import pytest
 import requests
@@ -27,7 +28,7 @@ from kubernetes import client
 
 from e2e.conftest import Cluster, wait_until
 from e2e.demo import ControllerProcess, flink_deployment, policy
-from e2e.stack import StackInfo
+from e2e.stack import StackInfo, proxy_env
 from e2e.test_controller import condition, events, hsp
 from tests.controller.netfaults import Answering, Blackhole
 
@@ -40,7 +41,9 @@ SECRET = "SECRET-BODY-7f3a"
 
 
 class RestProxy:
-    """Forwards JobManager REST calls to the twin, but never answers for `hung*` names."""
+    """An HTTP proxy in front of the twin's (the controller reaches each JobManager as
+    `http://<name>-rest.<namespace>.svc:8081` through `http_proxy`, e2e/stack.proxy_env),
+    which never answers for deployments whose name starts with `hung`."""
 
     def __init__(self, twin_url: str) -> None:
         self.stop = threading.Event()
@@ -49,12 +52,14 @@ class RestProxy:
 
         class Handler(BaseHTTPRequestHandler):
             def do_GET(self) -> None:
-                parts = self.path.split("/")
-                if len(parts) > 2 and parts[2].startswith("hung"):
+                # A proxy request carries the absolute URL: http://<name>-rest.<ns>.svc:8081/...
+                host = urlsplit(self.path).hostname or ""
+                if host.startswith("hung"):
                     outer.hung_requests += 1
                     outer.stop.wait()
                     return
-                reply = requests.get(twin_url + self.path, timeout=10)
+                reply = requests.get(self.path, timeout=10,
+                                     proxies={"http": twin_url})
                 self.send_response(reply.status_code)
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(reply.content)))
@@ -87,7 +92,7 @@ def isolated_controller(e2e_stack: StackInfo, controller_kubeconfig: Path, rest_
                         ) -> Iterator[ControllerProcess]:
     log = tmp_path_factory.mktemp("controller") / "controller.log"
     process = ControllerProcess(str(controller_kubeconfig), e2e_stack.prometheus_url,
-                                rest_proxy.url + "/{namespace}/{name}", log).start()
+                                proxy_env(rest_proxy.url), log).start()
     yield process
     process.stop()
 
