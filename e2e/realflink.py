@@ -116,6 +116,14 @@ def job_build() -> tuple[str, Path]:
     return classpath.read_text().strip() + os.pathsep + str(jars[-1]), jars[-1]
 
 
+def build_job() -> None:
+    """`mvn install` flink-plugin and `mvn package` the job module (a few minutes the first
+    time: Maven Central's Flink artifacts are downloaded into ~/.m2)."""
+    for argv in (["-f", str(REPO / "flink-plugin" / "pom.xml"), "install", "-DskipTests"],
+                 ["-f", str(JOB_MODULE / "pom.xml"), "package", "-DskipTests"]):
+        subprocess.run(["mvn", "-B", "-q", *argv], check=True, timeout=1800)
+
+
 def flink_memory(value: Any, default: str) -> str:
     """A Flink or Kubernetes memory size as Flink's MiB ('2Gi' and '2048m' -> '2048m')."""
     text = str(value if value is not None else default)
@@ -386,6 +394,7 @@ class RealFlink:
         self.work_dir.mkdir(parents=True, exist_ok=True)
         self.targets_dir = targets_dir or run_dir / "prometheus-targets"
         self.deployments: dict[tuple[str, str], Deployment] = {}
+        self.upgrade_modes: dict[tuple[str, str], str] = {}
         self.proxy = RestProxy(self)
 
     def start(self) -> RealFlink:
@@ -400,27 +409,30 @@ class RealFlink:
 
     # ---- the twin server's calls, as the stand-in makes them --------------------------------
 
+    def observe(self, key: tuple[str, str], spec: Mapping[str, Any]) -> None:
+        """The stand-in shows each spec it sees: its upgrade mode decides how to restart."""
+        self.upgrade_modes[key] = str((spec.get("job") or {}).get("upgradeMode") or "savepoint")
+
     def jobs(self) -> list[tuple[str, str]]:
         return [k for k, d in self.deployments.items() if d.state != "FINISHED"]
 
     def add_job(self, namespace: str, name: str, flink_configuration: dict[str, str],
-                task_manager: Mapping[str, Any] | None = None, *,
-                upgrade_mode: str = "savepoint") -> dict[str, Any]:
+                task_manager: Mapping[str, Any] | None = None) -> dict[str, Any]:
         _validate(flink_configuration)
         key = (namespace, name)
         deployment = self.deployments.get(key) or Deployment(self, namespace, name)
         self.deployments[key] = deployment
-        deployment.upgrade_mode = upgrade_mode
+        deployment.upgrade_mode = self.upgrade_modes.get(key, "savepoint")
         kind = "deploy" if deployment.cluster is None else "upgrade"
         deployment.request(kind, flink_configuration, dict(task_manager or {}))
         return deployment.status()
 
     def reconfigure(self, namespace: str, name: str, flink_configuration: dict[str, str],
-                    task_manager: Mapping[str, Any] | None = None, *, in_place: bool = False,
-                    upgrade_mode: str = "savepoint") -> dict[str, Any]:
+                    task_manager: Mapping[str, Any] | None = None, *,
+                    in_place: bool = False) -> dict[str, Any]:
         _validate(flink_configuration)
         deployment = self.deployments[(namespace, name)]
-        deployment.upgrade_mode = upgrade_mode
+        deployment.upgrade_mode = self.upgrade_modes.get((namespace, name), "savepoint")
         if in_place:
             deployment.request("rescale", flink_configuration, deployment.task_manager)
         else:
@@ -503,15 +515,17 @@ class RealFlink:
                  restore_from)
         return cluster
 
-    def _tm_parameters(self, java: str, classpath: str, conf_dir: Path) -> tuple[list[str], list[str]]:
+    def _tm_parameters(self, java: str, classpath: str,
+                       conf_dir: Path) -> tuple[list[str], list[str]]:
         """JVM options and memory settings for a TaskManager, from Flink's BashJavaUtils (what
         taskmanager.sh does): TaskManagerRunner refuses to start without them."""
         done = subprocess.run(
             [java, "-cp", classpath, "org.apache.flink.runtime.util.bash.BashJavaUtils",
              "GET_TM_RESOURCE_PARAMS", "--configDir", str(conf_dir)],
             capture_output=True, text=True, timeout=120, check=False)
-        lines = [ln.removeprefix("BASH_JAVA_UTILS_EXEC_RESULT:")
-                 for ln in done.stdout.splitlines() if ln.startswith("BASH_JAVA_UTILS_EXEC_RESULT:")]
+        prefix = "BASH_JAVA_UTILS_EXEC_RESULT:"
+        lines = [ln.removeprefix(prefix) for ln in done.stdout.splitlines()
+                 if ln.startswith(prefix)]
         if done.returncode != 0 or len(lines) < 2:
             raise ConfigError("Flink refused the TaskManager memory configuration: "
                               + (done.stdout + done.stderr).strip()[-800:])
@@ -623,3 +637,60 @@ def _proxy_handler(engine: RealFlink) -> type[BaseHTTPRequestHandler]:
         do_GET = do_PUT = do_POST = do_PATCH = do_DELETE = _forward
 
     return Handler
+
+
+# ---- manifests for tests and the demo ----------------------------------------------------
+
+# Sized for this 2-core machine (docs/flink-plugin.md, Figure 4): 100,000 keys x 1000 B of
+# RocksDB state (~100 MB) read and updated at 1,500 records/s. At 32 MB of managed memory
+# the block cache holds a third of it and the counter falls well short of the rate; from
+# 128 MB on the working set fits.
+STATE_JOB_CONF = {
+    "hybridscaler.job.rate": "1500",
+    "hybridscaler.job.keys": "100000",
+    "hybridscaler.job.value-bytes": "1000",
+    "hybridscaler.job.max-lag-s": "30",
+}
+# One slot's share of the policy's TaskManager shape (2 CPU, 2048 MiB, 4 slots).
+SLOT = {"cpuCores": 0.5, "taskHeapMb": 134}
+
+
+def state_job_deployment(namespace: str, name: str, upgrade_mode: str = "savepoint",
+                         managed_mb: int = 32, **conf: str) -> dict[str, Any]:
+    """A FlinkDeployment of the repository's StateJob on real Flink, starting with
+    `managed_mb` of managed memory for the counter (as a user who sized it too small)."""
+    resources = {"events": {**SLOT, "managedMemoryMb": 0},
+                 "counter": {**SLOT, "managedMemoryMb": managed_mb}}
+    return {
+        "apiVersion": "flink.apache.org/v1beta1", "kind": "FlinkDeployment",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {
+            "image": "flink:1.20", "flinkVersion": "v1_20", "serviceAccount": "flink",
+            "flinkConfiguration": {
+                ENGINE_KEY: "flink", "taskmanager.numberOfTaskSlots": "4",
+                OPERATOR_RESOURCES_KEY: json.dumps(resources, sort_keys=True),
+                **STATE_JOB_CONF, **conf},
+            "jobManager": {"resource": {"cpu": 1, "memory": "1024m"}},
+            "taskManager": {"replicas": 1, "resource": {"cpu": 2, "memory": "2048m"}},
+            "job": {"jarURI": "local:///opt/flink/usrlib/job.jar",
+                    "upgradeMode": upgrade_mode, "state": "running"},
+        },
+    }
+
+
+def state_job_policy(namespace: str, name: str, target: str) -> dict[str, Any]:
+    """fineGrained, Active; memory levels 32, 64, 128, 256 MiB; the source stays at 1 task
+    (its sequence must stay ordered), the counter may use 2; short windows."""
+    return {
+        "apiVersion": "hybridscaler.dev/v1alpha1", "kind": "HybridScalingPolicy",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {
+            "targetRef": {"name": target}, "mode": "Active",
+            "metrics": {"window": "20s", "stabilization": "15s", "resolution": "5s"},
+            "memory": {"baseManagedMemory": "32Mi", "maxLevel": 4},
+            "cpu": {"maxParallelism": 2,
+                    "overrides": [{"operatorUid": "events", "maxParallelism": 1}]},
+            "taskManager": {"realization": "fineGrained",
+                            "shapes": [{"cpu": 2, "memory": "2048Mi", "slots": 4}]},
+        },
+    }
