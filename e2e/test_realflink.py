@@ -53,7 +53,8 @@ class Verifier:
         self.selector = f'{{namespace="{namespace}",flinkdeployment="{name}"}}'
         self.samples: list[tuple[float, str, float, float, float]] = []
 
-    def sample(self) -> None:
+    def sample(self) -> int:
+        """Takes one sample per job; returns how many samples there are."""
         rows: dict[str, dict[str, float]] = {}
         for metric, over in (("lastSequence", "max"), ("countMismatches", "sum"),
                              ("countsVerified", "sum")):
@@ -65,6 +66,7 @@ class Verifier:
                 self.samples.append((time.monotonic(), job_id, row["lastSequence"],
                                      row.get("countMismatches", 0.0),
                                      row.get("countsVerified", 0.0)))
+        return len(self.samples)
 
     def check(self) -> None:
         assert self.samples, "the job's counter metrics were never scraped"
@@ -93,7 +95,7 @@ def test_the_controller_converges_a_real_rocksdb_job_memory_first_keeping_its_st
     assert {v["name"] for v in detail["vertices"]} >= {"events", "counter -> sink: Writer"} or (
         len(detail["vertices"]) == 2), detail["vertices"]
     verifier = Verifier(prometheus, namespace, "state")
-    wait_until(lambda: verifier.sample() or verifier.samples, 120, "the job's counter metrics")
+    wait_until(verifier.sample, 120, "the job's counter metrics")
 
     controller = ControllerProcess(str(controller_kubeconfig), e2e_stack.prometheus_url,
                                    real_flink.rest_template, tmp_path / "controller.log",
@@ -111,7 +113,7 @@ def test_the_controller_converges_a_real_rocksdb_job_memory_first_keeping_its_st
                       and (flink.get("jobStatus") or {}).get("state") == "RUNNING")
             ready = any(c["type"] == "Ready" and c["status"] == "True"
                         for c in status.get("conditions") or [])
-            scaling = next((c for c in status.get("conditions") or []
+            scaling: dict[str, Any] = next((c for c in status.get("conditions") or []
                             if c["type"] == "Scaling"), {})
             done = (stable and ready and "ScaledUp" in reasons
                     and scaling.get("reason") not in ("Reconfiguring", "Stabilizing"))
