@@ -171,6 +171,7 @@ class Step:
     running: float | None = None  # every task of the new job RUNNING
     restored_from: str | None = None
     state_bytes: int | None = None
+    expect: dict[str, int] = field(default_factory=dict)  # in-place: vertex -> parallelism
 
     def as_dict(self) -> dict[str, Any]:
         return {"kind": self.kind, "downtimeS": None if self.running is None
@@ -287,8 +288,12 @@ class Deployment:
             job = requests.get(f"{cluster.rest}/jobs/{cluster.job_id}", timeout=5).json()
         except (requests.RequestException, ValueError):
             return
-        tasks = [v["status"] for v in job.get("vertices", [])]
-        if job.get("state") == "RUNNING" and tasks and all(t == "RUNNING" for t in tasks):
+        vertices = job.get("vertices", [])
+        expect = self.steps[-1].expect if self.steps else {}
+        if (job.get("state") == "RUNNING" and vertices
+                and all(v["status"] == "RUNNING" for v in vertices)
+                and all(v["parallelism"] == expect.get(v["id"], v["parallelism"])
+                        for v in vertices)):
             with self._lock:
                 self.state = "RUNNING"
                 if self.steps and self.steps[-1].running is None:
@@ -351,6 +356,7 @@ class Deployment:
             vertex, _, parallelism = pair.partition(":")
             if vertex.strip() in requirements:
                 requirements[vertex.strip()]["parallelism"]["upperBound"] = int(parallelism)
+                step.expect[vertex.strip()] = int(parallelism)
         answer = requests.put(base, json=requirements, timeout=10)
         answer.raise_for_status()
         self.conf = conf
