@@ -29,7 +29,8 @@ What the operator does, done here:
 * suspend or delete: stop-with-savepoint (kept for a later resume), the cluster goes.
 
 The JobManager REST APIs are served under one port, `/{namespace}/{name}/...`, like the
-twin's (`RestProxy`); its URL is written to `<run dir>/realflink.json`.
+twin's (`RestProxy`); its URL is written to `<run dir>/realflink.json`. Deployments it
+does not run are forwarded to the twin, so one controller can be given this URL for both.
 """
 
 from __future__ import annotations
@@ -394,8 +395,10 @@ def _size(location: str | None) -> int | None:
 class RealFlink:
     """The stand-in's engine for real Flink deployments (same calls as the twin's server)."""
 
-    def __init__(self, run_dir: Path, targets_dir: Path | None = None) -> None:
+    def __init__(self, run_dir: Path, targets_dir: Path | None = None,
+                 fallback_url: str | None = None) -> None:
         self.run_dir = run_dir
+        self.fallback_url = fallback_url  # the twin's: deployments not on real Flink
         self.work_dir = run_dir / "realflink"
         self.work_dir.mkdir(parents=True, exist_ok=True)
         self.targets_dir = targets_dir or run_dir / "prometheus-targets"
@@ -554,8 +557,9 @@ class RealFlink:
 
     def rest_base(self, namespace: str, name: str) -> str | None:
         deployment = self.deployments.get((namespace, name))
-        cluster = deployment.cluster if deployment is not None else None
-        return cluster.rest if cluster is not None else None
+        if deployment is None:
+            return f"{self.fallback_url}/{namespace}/{name}" if self.fallback_url else None
+        return deployment.cluster.rest if deployment.cluster is not None else None
 
 
 def _validate(conf: Mapping[str, str]) -> None:

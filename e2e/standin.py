@@ -444,7 +444,8 @@ def main() -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     api = config.new_client_from_config(config_file=args.kubeconfig)  # type: ignore[no-untyped-call]
     twin = TwinServer(port=args.port, seed=args.seed, downtime_scale=args.downtime_scale).start()
-    real = realflink.RealFlink(Path(args.run_dir)).start() if args.run_dir else None
+    real = (realflink.RealFlink(Path(args.run_dir), fallback_url=twin.url).start()
+            if args.run_dir else None)
     standin = StandIn(api, twin, real)
     stopped = threading.Event()
 
