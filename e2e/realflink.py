@@ -616,8 +616,22 @@ def _proxy_handler(engine: RealFlink) -> type[BaseHTTPRequestHandler]:
             pass
 
         def _forward(self) -> None:
-            parts = self.path.split("/", 3)  # "", namespace, name, rest
-            base = engine.rest_base(parts[1], parts[2]) if len(parts) >= 3 else None
+            proxies = None
+            if self.path.startswith("http://"):
+                # Used as an HTTP proxy: `http://<name>-rest.<namespace>.svc:8081/<path>`,
+                # the controller's default URL (in-cluster Service DNS), as the twin answers it.
+                host, _, rest = self.path.removeprefix("http://").partition("/")
+                service = host.split(":")[0].split(".")
+                key = ((service[1], service[0].removesuffix("-rest"))
+                       if len(service) >= 3 and service[0].endswith("-rest") else None)
+                real = key is not None and key in engine.deployments
+                base = engine.rest_base(*key) if real and key is not None else None
+                if not real and engine.fallback_url:  # the twin's deployments: its proxy
+                    base, proxies = self.path, {"http": engine.fallback_url}
+                parts = ["", "", "", rest]
+            else:
+                parts = self.path.split("/", 3)  # "", namespace, name, rest
+                base = engine.rest_base(parts[1], parts[2]) if len(parts) >= 3 else None
             if base is None:
                 body = json.dumps({"errors": [f"no running JobManager for {self.path}"]})
                 self._reply(HTTPStatus.NOT_FOUND, body.encode(), "application/json")
@@ -625,8 +639,9 @@ def _proxy_handler(engine: RealFlink) -> type[BaseHTTPRequestHandler]:
             length = int(self.headers.get("Content-Length") or 0)
             data = self.rfile.read(length) if length else None
             try:
+                url = self.path if proxies else f"{base}/{parts[3] if len(parts) > 3 else ''}"
                 answer = requests.request(
-                    self.command, f"{base}/{parts[3] if len(parts) > 3 else ''}", data=data,
+                    self.command, url, data=data, proxies=proxies,
                     headers={"Content-Type": self.headers.get("Content-Type",
                                                               "application/json")},
                     timeout=30)

@@ -49,3 +49,42 @@ def test_only_deployments_that_ask_run_on_real_flink() -> None:
     assert realflink.wanted({realflink.ENGINE_KEY: "Flink"})
     assert not realflink.wanted({realflink.ENGINE_KEY: "twin"})
     assert not realflink.wanted({})
+
+
+def test_the_rest_proxy_forwards_deployments_it_does_not_run_to_the_twin(
+        tmp_path: Path) -> None:
+    import json
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    import requests
+
+    seen: list[str] = []
+
+    class Twin(BaseHTTPRequestHandler):
+        def log_message(self, format: str, *args: object) -> None:
+            pass
+
+        def do_GET(self) -> None:
+            seen.append(self.path)
+            body = json.dumps({"jobs": []}).encode()
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+    twin = ThreadingHTTPServer(("127.0.0.1", 0), Twin)
+    threading.Thread(target=twin.serve_forever, daemon=True).start()
+    engine = realflink.RealFlink(tmp_path, fallback_url=f"http://127.0.0.1:{twin.server_port}")
+    engine.start()
+    try:
+        url = json.loads((tmp_path / realflink.STATE_FILE).read_text())["restUrl"]
+        assert requests.get(f"{url}/ns/q11/jobs/overview", timeout=5).json() == {"jobs": []}
+        # As an HTTP proxy for the in-cluster Service name, the way the controller calls it.
+        reply = requests.get("http://q11-rest.ns.svc:8081/jobs/overview",
+                             proxies={"http": url}, timeout=5)
+        assert reply.json() == {"jobs": []}
+        assert seen == ["/ns/q11/jobs/overview", "http://q11-rest.ns.svc:8081/jobs/overview"]
+    finally:
+        engine.stop()
+        twin.shutdown()
