@@ -80,6 +80,7 @@ class Verifier:
             assert after[2] >= before[2] - 1, ("the job started over", before, after)
 
 
+@pytest.mark.timeout(1500)
 def test_the_controller_converges_a_real_rocksdb_job_memory_first_keeping_its_state(
     e2e_stack: StackInfo, real_flink: RealFlinkStack, cluster: Cluster,
     prometheus: Prometheus, namespace: str, controller_kubeconfig: Path,
