@@ -62,6 +62,7 @@ ENGINE_KEY = "hybridscaler.standin.engine"
 JOB_CLASS_KEY = "hybridscaler.standin.job-class"
 OPERATOR_RESOURCES_KEY = "hybridscaler.operator-resources"
 OVERRIDES_KEY = "pipeline.jobvertex-parallelism-overrides"
+SAVEPOINT_FORMAT_KEY = "kubernetes.operator.savepoint.format.type"
 DEFAULT_JOB_CLASS = "dev.hybridscaler.job.StateJob"
 LAUNCHER = "dev.hybridscaler.job.ApplicationLauncher"
 REPO = Path(__file__).resolve().parent.parent
@@ -324,9 +325,13 @@ class Deployment:
 
     def _stop_with_savepoint(self, cluster: Cluster) -> str | None:
         target = f"file://{cluster.directory / 'savepoints'}"
+        # The operator's key: NATIVE restores by copying RocksDB's files instead of
+        # re-inserting every key, CANONICAL (its default) is portable.
+        form = self.conf.get(SAVEPOINT_FORMAT_KEY, "CANONICAL").upper()
         try:
             trigger = requests.post(f"{cluster.rest}/jobs/{cluster.job_id}/stop",
-                                    json={"drain": False, "targetDirectory": target},
+                                    json={"drain": False, "targetDirectory": target,
+                                          "formatType": form},
                                     timeout=10).json()["request-id"]
         except (requests.RequestException, KeyError, ValueError) as error:
             log.warning("%s/%s: stop-with-savepoint refused: %s", self.namespace, self.name, error)
@@ -679,6 +684,7 @@ STATE_JOB_CONF = {
     "hybridscaler.job.keys": "100000",
     "hybridscaler.job.value-bytes": "1000",
     "hybridscaler.job.max-lag-s": "30",
+    SAVEPOINT_FORMAT_KEY: "NATIVE",
 }
 # One slot's share of the policy's TaskManager shape (2 CPU, 2048 MiB, 4 slots).
 SLOT = {"cpuCores": 0.5, "taskHeapMb": 134}
