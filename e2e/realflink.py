@@ -68,6 +68,7 @@ LAUNCHER = "dev.hybridscaler.job.ApplicationLauncher"
 REPO = Path(__file__).resolve().parent.parent
 JOB_MODULE = REPO / "flink-job"
 STATE_FILE = "realflink.json"
+MAX_RELAUNCHES = 3
 
 # Java 17 needs these for Flink 1.20's serializers (Flink's own env.java.opts.all).
 JAVA_OPENS = [f"--add-opens=java.base/{p}=ALL-UNNAMED" for p in (
@@ -94,6 +95,8 @@ CLUSTER_DEFAULTS: dict[str, str] = {
     # StateJob's small records at default sizes: a minute at the slow rate); debloating
     # keeps about a second of data in flight, so a stop-with-savepoint takes seconds.
     "taskmanager.network.memory.buffer-debloat.enabled": "true",
+    # On 2 shared cores under load, Pekko's actor system took longer than its default 10 s.
+    "pekko.startup-timeout": "120 s",
     "restart-strategy.type": "fixed-delay",
     "restart-strategy.fixed-delay.attempts": "3",
     "restart-strategy.fixed-delay.delay": "2s",
@@ -200,6 +203,7 @@ class Deployment:
         self.task_manager: dict[str, Any] = {}
         self.upgrade_mode = "savepoint"
         self.restore_from: str | None = None
+        self.relaunches = 0  # of the current step: a JobManager that died before running
         self.steps: list[Step] = []
         self.error: str | None = None
         self._lock = threading.Lock()
@@ -276,16 +280,26 @@ class Deployment:
         step.restored_from = self.restore_from
         step.state_bytes = _size(self.restore_from)
         self.conf, self.task_manager = conf, task_manager
-        self.cluster = self.engine.launch(self, conf, task_manager, self.restore_from)
         with self._lock:
             self.steps.append(step)
             self.error = None
+        self.relaunches = 0
+        self.cluster = self.engine.launch(self, conf, task_manager, self.restore_from)
 
     def _watch_running(self) -> None:
         cluster = self.cluster
         if cluster is None or self.state in ("RUNNING", "FINISHED"):
             return
         if not cluster.alive():
+            # Kubernetes restarts a crashed JobManager pod; so do we, a few times.
+            cluster.kill()
+            if self.relaunches < MAX_RELAUNCHES:
+                self.relaunches += 1
+                log.warning("%s/%s: the JobManager exited before the job ran (see %s); "
+                            "starting it again", self.namespace, self.name, cluster.directory)
+                self.cluster = self.engine.launch(self, self.conf, self.task_manager,
+                                                  self.restore_from)
+                return
             with self._lock:
                 self.state, self.error = "FAILED", "the JobManager exited; see its log in " + str(
                     cluster.directory)
@@ -470,8 +484,9 @@ class RealFlink:
     def launch(self, deployment: Deployment, conf: Mapping[str, str],
                task_manager: Mapping[str, Any], restore_from: str | None) -> Cluster:
         classpath, _ = job_build()
-        attempt = len(deployment.steps) + 1
-        directory = deployment.directory / f"attempt-{attempt}"
+        attempt = len(deployment.steps)
+        directory = deployment.directory / (f"attempt-{attempt}" + (
+            f"-{deployment.relaunches}" if deployment.relaunches else ""))
         shutil.rmtree(directory, ignore_errors=True)
         directory.mkdir(parents=True)
         resource = task_manager.get("resource") or {}
