@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import json
 import os
+import signal
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -71,6 +73,8 @@ def main(
         = Path("bench/results/realflink-steps.json"),
 ) -> None:
     """Measure the three ways a step can be enacted on real Flink."""
+    # SIGTERM too runs the `finally` below, which stops every JVM this run started.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))
     run_dir = Path(tempfile.mkdtemp(prefix="realflink-steps-"))
     engine = realflink.RealFlink(run_dir).start()
     key = ("bench", "state")
@@ -82,6 +86,7 @@ def main(
     try:
         engine.add_job(*key, conf, task_manager)
         _wait_running(engine, key, 600)
+        print(json.dumps({**engine.status(*key)["steps"][-1], "catchUpS": None}), flush=True)
         time.sleep(warmup_s)  # the first round writes every key once
         counter = "0da08f51eaa85fc298e176a139b3649a"  # Murmur3 of uid "counter"
         for kind, change in (
