@@ -224,6 +224,8 @@ class Deployment:
                 self.state = "CREATED" if kind == "deploy" else "RESTARTING"
             elif kind == "stop":
                 self.state = "FINISHED"
+            else:  # rescale: the adaptive scheduler restarts the tasks, same job id
+                self.state = "RESTARTING"
             self._queue.append((kind, dict(conf), dict(task_manager)))
             self._wake.set()
             return self.job_id
