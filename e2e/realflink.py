@@ -230,8 +230,10 @@ class Deployment:
             self._wake.set()
             return self.job_id
 
-    def close(self, timeout_s: float = 120) -> None:
-        """Stop the worker and the cluster (with a savepoint if it runs)."""
+    def close(self, timeout_s: float = 120, savepoint: bool = True) -> None:
+        """Stop the worker and the cluster (with a savepoint if it runs and `savepoint`)."""
+        if not savepoint and self.cluster is not None:
+            self.cluster.kill()
         self.request("stop", {}, {})
         with self._lock:
             self._stopped = True
@@ -437,8 +439,9 @@ class RealFlink:
         return self
 
     def stop(self) -> None:
+        # Shutting down: no savepoints, every JVM goes at once.
         for deployment in list(self.deployments.values()):
-            deployment.close(timeout_s=30)
+            deployment.close(timeout_s=10, savepoint=False)
         self.proxy.stop()
 
     # ---- the twin server's calls, as the stand-in makes them --------------------------------
