@@ -30,6 +30,7 @@ pytestmark = [pytest.mark.e2e, pytest.mark.realflink]
 
 GROUP, VERSION, PLURAL = "hybridscaler.dev", "v1alpha1", "hybridscalingpolicies"
 OPERATOR = "flink_taskmanager_job_task_operator_"
+COUNTER_VERTEX = "0da08f51eaa85fc298e176a139b3649a"  # Murmur3-128 of uid "counter"
 
 
 def _hsp(cluster: Cluster, namespace: str, name: str) -> dict[str, Any]:
@@ -133,9 +134,8 @@ def test_the_controller_converges_a_real_rocksdb_job_memory_first_keeping_its_st
     assert "ScaledOut" not in reasons[:first], events
     history = status.get("history") or []
     assert history and history[0]["step"] >= 1, status
-    counter = [v for r in history for v in r["vertices"]
-               if "counter" in (v.get("vertexName") or "")]
-    assert counter and counter[0].get("memoryLevel") is not None, history
+    counter = [v for r in history for v in r["vertices"] if v["vertexId"] == COUNTER_VERTEX]
+    assert any(v.get("scaledUp") and v.get("memoryLevel") for v in counter), history
     described = cluster.kubectl("describe", "hsp", "-n", namespace, "state").stdout
     assert "ScaledUp" in described
     # Each step was a real upgrade: the job id changed, and the last one runs.
