@@ -2,8 +2,9 @@
 # every check CI runs. Both install what they need (see scripts/bootstrap.sh).
 .PHONY: demo test lint crds e2e-up e2e-down clean
 
+# `make demo FLINK=real`: the same story on a real Flink 1.20 cluster (docs/e2e.md).
 demo:
-	bash scripts/demo.sh
+	bash scripts/demo.sh $(if $(filter real,$(FLINK)),--real,)
 
 test:
 	bash scripts/test.sh

@@ -16,6 +16,9 @@ Session-scoped
                          rest(ns, name, path) (the JobManager REST API it serves);
                          rest_url(ns, name): that deployment's REST address (host:port);
                          a controller process gets StackInfo.controller_env() instead
+  real_flink             RealFlinkStack: url (a proxy in front of every real JobManager,
+                         deployments with `hybridscaler.standin.engine: flink`), rest(ns,
+                         name, path); the job module is built first if it is not
 Function-scoped
   namespace              str: a fresh namespace, deleted after the test
   flink_deployment       factory(name, model="read", replicas=2, ...) -> dict: creates
@@ -31,6 +34,7 @@ Helpers: `wait_until` polls and reports what it saw last; `transitions` lists th
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -46,7 +50,7 @@ import yaml
 from kubernetes import client, config, watch
 from prometheus_api_client import PrometheusConnect
 
-from e2e import stack
+from e2e import realflink, stack
 from e2e.stack import StackInfo
 
 T = TypeVar("T")
@@ -163,6 +167,28 @@ class Twin:
         return reply.json()
 
 
+class RealFlinkStack:
+    """Deployments the stand-in runs on real Flink (e2e/realflink.py): their JobManagers'
+    REST APIs, under one URL as the twin's are."""
+
+    def __init__(self, info: StackInfo) -> None:
+        state = wait_until(lambda: _read_json(Path(info.run_dir) / realflink.STATE_FILE), 30,
+                           "the stand-in's real-Flink REST proxy")
+        self.url = str(state["restUrl"])
+
+    def rest(self, namespace: str, name: str, path: str) -> Any:
+        reply = requests.get(f"{self.url}/{namespace}/{name}/{path.lstrip('/')}", timeout=10)
+        reply.raise_for_status()
+        return reply.json()
+
+
+def _read_json(path: Path) -> dict[str, Any] | None:
+    try:
+        return dict(json.loads(path.read_text()))
+    except (OSError, ValueError):
+        return None
+
+
 # --- session fixtures ---------------------------------------------------------------------
 
 
@@ -215,6 +241,15 @@ def prometheus(e2e_stack: StackInfo) -> Prometheus:
 @pytest.fixture(scope="session")
 def twin(e2e_stack: StackInfo) -> Twin:
     return Twin(e2e_stack)
+
+
+@pytest.fixture(scope="session")
+def real_flink(e2e_stack: StackInfo) -> RealFlinkStack:
+    try:
+        realflink.job_build()
+    except FileNotFoundError:
+        realflink.build_job()
+    return RealFlinkStack(e2e_stack)
 
 
 # --- per-test fixtures -----------------------------------------------------------------------

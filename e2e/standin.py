@@ -38,11 +38,13 @@ import threading
 import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from kubernetes import client, config, watch
 from kubernetes.client.exceptions import ApiException
 
+from e2e import realflink
 from simulator import flink_format as ff
 from simulator.serve import JOB_MODEL_KEY, SLOTS_KEY, ConfigError, TwinServer, parse_memory_mib
 
@@ -83,8 +85,11 @@ class Tracked:
 
 
 class StandIn:
-    def __init__(self, api: client.ApiClient, twin: TwinServer) -> None:
+    def __init__(self, api: client.ApiClient, twin: TwinServer,
+                 real: realflink.RealFlink | None = None) -> None:
         self.twin = twin
+        self.real = real  # real Flink, for deployments that ask for it (e2e/realflink.py)
+        self._real_keys: set[tuple[str, str]] = set()
         self.custom = client.CustomObjectsApi(api)
         self.core = client.CoreV1Api(api)
         self._objects: dict[tuple[str, str], dict[str, Any]] = {}
@@ -137,7 +142,10 @@ class StandIn:
             self._forget(key)
         for key, obj in objects.items():
             conf = obj.get("spec", {}).get("flinkConfiguration") or {}
-            if JOB_MODEL_KEY not in conf:
+            if self.real is not None and realflink.wanted(conf):
+                self._real_keys.add(key)
+                self.real.observe(key, obj["spec"])
+            elif JOB_MODEL_KEY not in conf:
                 continue
             try:
                 self._reconcile(key, obj)
@@ -148,10 +156,16 @@ class StandIn:
                 # One deployment's surprise must not stop the stand-in serving the others.
                 log.exception("%s/%s: reconcile failed; retrying", *key)
 
+    def _engine(self, key: tuple[str, str]) -> Any:
+        """Who runs this deployment's job: real Flink or the twin (same calls)."""
+        return self.real if key in self._real_keys else self.twin
+
     def _forget(self, key: tuple[str, str]) -> None:
         self._tracked.pop(key, None)
-        if key in self.twin.jobs():
-            self.twin.remove_job(*key)
+        engine = self._engine(key)
+        self._real_keys.discard(key)
+        if key in engine.jobs():
+            engine.remove_job(*key)
             log.info("%s/%s deleted: job stopped", *key)
 
     def _reconcile(self, key: tuple[str, str], obj: dict[str, Any]) -> None:
@@ -168,9 +182,9 @@ class StandIn:
         # Like the operator, report SUSPENDED only once the cluster is torn down.
         if tracked.pods_ok or not tracked.suspended:
             self._flush_status(obj, tracked)
-        if tracked.suspended or key not in self.twin.jobs():
+        if tracked.suspended or key not in self._engine(key).jobs():
             return  # suspended, or a spec that never ran
-        status = self.twin.status(*key)
+        status = self._engine(key).status(*key)
         if status["state"] == "RUNNING" and not tracked.running_reported:
             tracked.pending = self._running_status(obj, tracked, status)
             tracked.running_reported = True
@@ -179,12 +193,13 @@ class StandIn:
     def _apply_spec(self, key: tuple[str, str], obj: dict[str, Any], tracked: Tracked | None,
                     suspended: bool, spec_json: str, generation: int) -> Tracked:
         spec = obj["spec"]
-        hosted = key in self.twin.jobs()
+        engine = self._engine(key)
+        hosted = key in engine.jobs()
         conf = {str(k): str(v) for k, v in (spec.get("flinkConfiguration") or {}).items()}
         task_manager = spec.get("taskManager") or {}
         if suspended:
             if hosted:
-                self.twin.remove_job(*key)
+                engine.remove_job(*key)
             log.info("%s/%s suspended", *key)
             return Tracked(spec_json, tracked.attempt if tracked else 0, False, False,
                            suspended=True, pending={
@@ -200,9 +215,9 @@ class StandIn:
             return self._rescale_in_place(key, obj, tracked, conf, spec_json, generation)
         try:
             if hosted:
-                status = self.twin.reconfigure(*key, conf, task_manager)
+                status = engine.reconfigure(*key, conf, task_manager)
             else:
-                status = self.twin.add_job(*key, conf, task_manager)
+                status = engine.add_job(*key, conf, task_manager)
         except (ConfigError, KeyError, ValueError, OSError) as error:
             # Like the operator's validation: report, keep what runs.
             log.info("%s/%s: cannot run this spec: %s", *key, error)
@@ -239,7 +254,7 @@ class StandIn:
         requirements and records the spec as reconciled; the job, its id and its pods
         stay, so the lifecycle stays STABLE."""
         try:
-            status = self.twin.reconfigure(*key, conf, in_place=True)
+            status = self._engine(key).reconfigure(*key, conf, in_place=True)
         except (ConfigError, KeyError, ValueError) as error:
             log.info("%s/%s: cannot rescale in place: %s", *key, error)
             tracked.spec_json, tracked.pending = spec_json, {
@@ -297,7 +312,7 @@ class StandIn:
             return int(replicas)
         # Native mode: as many TaskManagers as the widest vertex needs slots.
         slots = int((spec.get("flinkConfiguration") or {}).get(SLOTS_KEY, "1"))
-        widest = max(int(v["parallelism"]) for v in status["configuration"].values())
+        widest = max((int(v["parallelism"]) for v in status["configuration"].values()), default=1)
         return math.ceil(widest / max(slots, 1))
 
     def _cluster_info(self, spec: Mapping[str, Any], status: Mapping[str, Any]) -> dict[str, str]:
@@ -317,9 +332,10 @@ class StandIn:
         attempt's JobManager and TaskManager pods are created; False to retry later."""
         namespace, name = obj["metadata"]["namespace"], obj["metadata"]["name"]
         self._delete_stale_pods(namespace, name, None if tracked.suspended else tracked.attempt)
-        if tracked.suspended or (namespace, name) not in self.twin.jobs():
+        engine = self._engine((namespace, name))
+        if tracked.suspended or (namespace, name) not in engine.jobs():
             return True
-        count = self._tm_count(obj["spec"], self.twin.status(namespace, name))
+        count = self._tm_count(obj["spec"], engine.status(namespace, name))
         wanted: list[Any] = [self._pod(obj, "jobmanager", f"{name}-jobmanager-{tracked.attempt}",
                             tracked.attempt)]
         wanted += [self._pod(obj, "taskmanager", f"{name}-taskmanager-{tracked.attempt}-{i}",
@@ -431,7 +447,9 @@ def main() -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     api = config.new_client_from_config(config_file=args.kubeconfig)  # type: ignore[no-untyped-call]
     twin = TwinServer(port=args.port, seed=args.seed, downtime_scale=args.downtime_scale).start()
-    standin = StandIn(api, twin)
+    real = (realflink.RealFlink(Path(args.run_dir), fallback_url=twin.url).start()
+            if args.run_dir else None)
+    standin = StandIn(api, twin, real)
     stopped = threading.Event()
 
     def on_signal(signum: int, frame: object) -> None:
@@ -444,6 +462,8 @@ def main() -> None:
     threading.Thread(target=standin.reconcile_forever, name="reconcile", daemon=True).start()
     log.info("twin serving on %s", twin.url)
     stopped.wait()
+    if real is not None:
+        real.stop()  # no JVM outlives the stand-in
     twin.stop()
 
 

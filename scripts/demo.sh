@@ -5,4 +5,11 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/bootstrap.sh all
+if [ "${1:-}" = --real ]; then
+  # Real Flink (make demo FLINK=real): the job module and its classpath, then the demo.
+  shift
+  mvn -B -q -f flink-plugin/pom.xml install -DskipTests
+  mvn -B -q -f flink-job/pom.xml package -DskipTests
+  exec .venv/bin/python -m e2e.demo_real "$@"
+fi
 exec .venv/bin/python -m e2e.demo "$@"

@@ -22,7 +22,12 @@ $PY/mypy policies packer controller simulator e2e
 
 if [ -f flink-plugin/pom.xml ]; then
   section "flink-plugin (Maven, real Flink MiniCluster)"
-  mvn -B -q -f flink-plugin/pom.xml verify
+  # install: the real-Flink e2e job (flink-job/) depends on the plugin's jar.
+  mvn -B -q -f flink-plugin/pom.xml install
+fi
+if [ -f flink-job/pom.xml ]; then
+  section "flink-job (Maven: the real-Flink e2e job and its cluster classpath)"
+  mvn -B -q -f flink-job/pom.xml package
 fi
 
 if [ -f bench/peer/pom.xml ]; then

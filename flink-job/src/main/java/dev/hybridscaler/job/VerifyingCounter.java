@@ -1,0 +1,62 @@
+package dev.hybridscaler.job;
+
+import org.apache.flink.api.common.functions.OpenContext;
+import org.apache.flink.api.common.state.ValueState;
+import org.apache.flink.api.common.state.ValueStateDescriptor;
+import org.apache.flink.api.common.typeinfo.PrimitiveArrayTypeInfo;
+import org.apache.flink.metrics.Counter;
+import org.apache.flink.streaming.api.functions.KeyedProcessFunction;
+import org.apache.flink.util.Collector;
+
+import java.nio.ByteBuffer;
+import java.util.SplittableRandom;
+
+/**
+ * Reads and updates one value per key in RocksDB: 8 bytes of counter, then random (incompressible)
+ * payload. Record i of key k must find the counter at i / keys; otherwise state was lost.
+ */
+final class VerifyingCounter extends KeyedProcessFunction<Long, Long, Long> {
+    /** The ValueState's name, hence RocksDB's column family in metric names. */
+    static final String STATE = "value";
+
+    private final long keys;
+    private final int valueBytes;
+    private transient ValueState<byte[]> value;
+    private transient Counter mismatches;
+    private transient Counter verified;
+    private transient long lastSequence;
+
+    VerifyingCounter(long keys, int valueBytes) {
+        this.keys = keys;
+        this.valueBytes = valueBytes;
+    }
+
+    @Override
+    public void open(OpenContext context) {
+        value = getRuntimeContext().getState(new ValueStateDescriptor<>(
+                STATE, PrimitiveArrayTypeInfo.BYTE_PRIMITIVE_ARRAY_TYPE_INFO));
+        mismatches = getRuntimeContext().getMetricGroup().counter("countMismatches");
+        verified = getRuntimeContext().getMetricGroup().counter("countsVerified");
+        getRuntimeContext().getMetricGroup().gauge("lastSequence", () -> lastSequence);
+    }
+
+    @Override
+    public void processElement(Long index, Context ctx, Collector<Long> out) throws Exception {
+        long sequence = index / keys + 1;
+        byte[] current = value.value();
+        long stored = current == null ? 0 : ByteBuffer.wrap(current).getLong();
+        if (stored + 1 == sequence) {
+            verified.inc();
+        } else {
+            mismatches.inc();
+        }
+        if (current == null) {
+            current = new byte[valueBytes];
+            new SplittableRandom(ctx.getCurrentKey()).nextBytes(current);
+        }
+        ByteBuffer.wrap(current).putLong(sequence);
+        value.update(current);
+        lastSequence = Math.max(lastSequence, sequence);
+        out.collect(sequence);
+    }
+}
