@@ -15,7 +15,7 @@ virtual time: DS2, and Justin
 (DS2 + memory scaling, the best policy we have); the oracle is the physical limit, not a
 policy. Every row is measured the same way (`simulator.results`' definitions): reconfigurations,
 time to target, final configuration, cores and memory as the paper counts them, peak lag.
-Writes bench/results/peer.json; `--update-doc` rewrites the table in docs/simulator.md.
+Writes bench/results/peer.json; `--update-doc` rewrites the table in docs/simulator.md and README.md.
 """
 
 from __future__ import annotations
@@ -53,6 +53,7 @@ NAMESPACE = "peer"
 ROOT = Path(__file__).resolve().parent.parent.parent
 RESULTS = ROOT / "bench" / "results" / "peer.json"
 DOC = ROOT / "docs" / "simulator.md"
+README = DOC.parents[1] / "README.md"  # the same table, beside our own results
 BEGIN, END = "<!-- peer:begin -->", "<!-- peer:end -->"
 TASK_MANAGER = {"resource": {"cpu": 4, "memory": "2048m"}, "replicas": 1}
 
@@ -351,10 +352,11 @@ def main(argv: list[str] | None = None) -> int:
     args.out.write_text(json.dumps(report, default=_json_default) + "\n")
     print(f"written {args.out}")
     if args.update_doc:
-        text = DOC.read_text()
-        start, end = text.index(BEGIN) + len(BEGIN), text.index(END)
-        DOC.write_text(text[:start] + "\n" + table(report) + "\n" + text[end:])
-        print(f"updated {DOC}")
+        for doc in (DOC, README):
+            text = doc.read_text()
+            start, end = text.index(BEGIN) + len(BEGIN), text.index(END)
+            doc.write_text(text[:start] + "\n" + table(report) + "\n" + text[end:])
+            print(f"updated {doc}")
     return 0
 
 
