@@ -15,7 +15,8 @@ virtual time: DS2, and Justin
 (DS2 + memory scaling, the best policy we have); the oracle is the physical limit, not a
 policy. Every row is measured the same way (`simulator.results`' definitions): reconfigurations,
 time to target, final configuration, cores and memory as the paper counts them, peak lag.
-Writes bench/results/peer.json; `--update-doc` rewrites the table in docs/simulator.md and README.md.
+Writes bench/results/peer.json; `--update-doc` rewrites the table in docs/simulator.md and
+README.md.
 """
 
 from __future__ import annotations
