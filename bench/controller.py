@@ -39,6 +39,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from e2e import stack
 from e2e.demo import ControllerProcess, flink_deployment, free_port, policy
+from policies.decision import epoch_seconds
 from tests.controller.netfaults import Blackhole
 from tests.controller.promproc import PrometheusProcess
 
@@ -104,7 +105,7 @@ class Gaps:
             name = item["metadata"]["name"]
             if stamp and self.last.get(name) != stamp:
                 self.last[name] = stamp
-                self.stamps.setdefault(name, []).append(_seconds(stamp))
+                self.stamps.setdefault(name, []).append(float(epoch_seconds(stamp)))
 
     def reset(self) -> None:
         """Forget the stamps so far; the next poll's are the phase's first."""
@@ -119,11 +120,6 @@ class Gaps:
         return {"gaps": len(gaps), "p50_s": pick(0.5), "p95_s": pick(0.95),
                 "max_s": round(gaps[-1], 1) if gaps else None}
 
-
-def _seconds(stamp: str) -> float:
-    from datetime import datetime
-
-    return datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
 
 
 def measure(seconds: float, pid: int, gaps: Gaps) -> tuple[float, float, list[float]]:

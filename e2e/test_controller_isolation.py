@@ -30,6 +30,7 @@ from e2e.conftest import Cluster, wait_until
 from e2e.demo import ControllerProcess, flink_deployment, policy
 from e2e.stack import StackInfo, proxy_env
 from e2e.test_controller import condition, events, hsp
+from policies.decision import epoch_seconds
 from tests.controller.netfaults import Answering, Blackhole
 
 pytestmark = pytest.mark.e2e
@@ -198,7 +199,7 @@ def test_blackhole_tenants_do_not_stall_healthy_ones(
             last = (hsp(cluster, healthy, name).get("status") or {}).get("lastDecision") or {}
             stamp = last.get("time")
             if stamp is not None:
-                t = _seconds(stamp)
+                t = float(epoch_seconds(stamp))
                 if not times or times[-1] != t:
                     times.append(t)
         time.sleep(1)
@@ -263,8 +264,3 @@ def test_answer_bodies_never_reach_status_or_events(
 def unavailable(cluster: Cluster, namespace: str, name: str) -> bool:
     return status_of(cluster, namespace, name, "MetricsAvailable").get("status") == "False"
 
-
-def _seconds(stamp: str) -> float:
-    from datetime import datetime
-
-    return datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
