@@ -6,12 +6,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from types import MappingProxyType
 
-from policies import ds2, explain, justin, limits
+from policies import ds2, explain, justin, limits, skew
 from policies.decision import (
     Action,
     Branch,
     Decision,
     HistoryRecord,
+    SkewFinding,
     VertexDecision,
     VertexHistory,
 )
@@ -32,6 +33,9 @@ def evaluate(
     """
     current = graph.configuration()
     before = totals(current, params)
+    # Skew is reported for every evaluation and every policy; it changes no DS2/Justin step.
+    skewed = skew.detect(graph, observation, params.cpu, state.skewed)
+    state = replace(state, skewed=frozenset(f.vertex_id for f in skewed))
 
     missing = observation.missing(graph)
     if missing:
@@ -45,7 +49,7 @@ def evaluate(
             )
             for v in graph.vertices
         )
-        return _unchanged(current, state, params, now, reason, decisions)
+        return _unchanged(current, state, params, now, reason, decisions, skewed)
 
     proposal = ds2.propose(
         graph, observation, params.cpu,
@@ -61,7 +65,7 @@ def evaluate(
             for v in graph.vertices
             for vp in (proposal.vertices[v.id],)
         )
-        return _unchanged(current, state, params, now, proposal.reason, decisions)
+        return _unchanged(current, state, params, now, proposal.reason, decisions, skewed)
 
     if params.memory.enabled:
         previous = state.history[-1] if state.history else None
@@ -102,6 +106,7 @@ def evaluate(
         after=totals(config, params),
         clipped=clip.clipped,
         clip_reason=clip.reason,
+        skew=skewed,
     )
     if reconfigures:
         state = _record(state, decision, observation, now)
@@ -147,6 +152,7 @@ def _record(
         history=(*state.history, record)[-HISTORY_LIMIT:],
         scale_down_wanted_since=MappingProxyType({}),
         last_reconfiguration_time=now,
+        skewed=state.skewed,
     )
 
 
@@ -157,10 +163,11 @@ def _unchanged(
     now: float,
     reason: str,
     decisions: Sequence[VertexDecision],
+    skewed: tuple[SkewFinding, ...] = (),
 ) -> Evaluation:
     t = totals(current, params)
     decision = Decision(
         time=now, step=state.step, reconfigures=False, reason=reason,
-        vertices=tuple(decisions), before=t, after=t,
+        vertices=tuple(decisions), before=t, after=t, skew=skewed,
     )
     return Evaluation(decision, current, state)

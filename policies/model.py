@@ -170,6 +170,10 @@ class VertexMetrics:
     # paper's test for "stateful" (Algorithm 1, line 3). A cache that never
     # misses still has this set.
     has_state_backend_metrics: bool = False
+    # The busiest subtask's records in/s (max over subtasks of each one's window mean;
+    # Flink's per-subtask numRecordsInPerSecond); None when not collected. Its share of
+    # records_in_per_s is how unevenly the keys spread (policies/skew.py).
+    records_in_per_s_max: float | None = None
 
     @property
     def busyness(self) -> float:
