@@ -147,7 +147,8 @@ class VertexMetrics:
 
     Rates are whole-vertex sums (records/s over all subtasks); times are ms per
     second as Flink reports them (0..1000), averaged over subtasks, with the
-    busiest subtask's value kept too.
+    busiest subtask's value kept too (`busy_ms_per_s_max`: the highest of the
+    subtasks' window means, not the mean of each step's max, which noise inflates).
     """
 
     busy_ms_per_s: float

@@ -84,6 +84,9 @@ def test_golden_observation(source: Prometheus) -> None:
     counter, src = obs.vertices[COUNTER], obs.vertices[SOURCE]
     assert counter.busy_ms_per_s == pytest.approx(per_task(busy, "avg")[COUNTER])
     assert counter.busy_ms_per_s_max == pytest.approx(1000.0)
+    # The busiest subtask's records in, from the per-subtask numRecordsInPerSecond.
+    assert counter.records_in_per_s_max == pytest.approx(
+        per_task(golden["flink_taskmanager_job_task_numRecordsInPerSecond"], "max")[COUNTER])
     assert src.backpressured_ms_per_s == pytest.approx(1000.0)
     assert counter.records_in_per_s == pytest.approx(rates_in[COUNTER])
     assert src.records_out_per_s == pytest.approx(rates_out[SOURCE])
@@ -168,3 +171,33 @@ def test_operator_ids_of_each_chain(source: Prometheus) -> None:
         SOURCE: tuple(sorted((SOURCE, "eb8adfa29a499c04cb21f456def833f2"))),
         COUNTER: tuple(sorted((COUNTER, "944a180b15f418fe526e0a41072d55d4"))),
     }
+
+
+class Alternating:
+    """A MetricsSource whose two subtasks per vertex take turns at 900 and 100 (busy ms/s,
+    records/s); every whole-vertex signal is flat and fresh."""
+
+    def query_range(self, query: str, start: float, end: float, step: float) -> list[dict]:
+        times = [start + i * step for i in range(int((end - start) / step) + 1)]
+        if "subtask_index" in query:
+            return [{"metric": {"task_id": t, "subtask_index": str(i)},
+                     "values": [[x, str(900.0 if (n + i) % 2 else 100.0)]
+                                for n, x in enumerate(times)]}
+                    for t in (SOURCE, COUNTER) for i in (0, 1)]
+        fresh = "timestamp(" in query  # the sample times: each point sampled just now
+        return [{"metric": {"task_id": t},
+                 "values": [[x, str(x if fresh else 500.0)] for x in times]}
+                for t in (SOURCE, COUNTER)]
+
+    def query(self, query: str, time: float) -> list[dict]:
+        return []
+
+
+def test_the_busiest_subtask_is_the_max_of_window_means() -> None:
+    """Two subtasks equally busy over the window, each ahead at every other step: the
+    mean of each step's max would read 900 (and call noise skew); the busiest mean is 500."""
+    result = collect(Alternating(), golden_graph(), JID, 1_000.0, WINDOW, RESOLUTION)
+    assert isinstance(result, Collected), result
+    counter = result.observation.vertices[COUNTER]
+    assert counter.busy_ms_per_s_max == pytest.approx(500.0, rel=0.1)
+    assert counter.records_in_per_s_max == pytest.approx(500.0, rel=0.1)
