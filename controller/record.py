@@ -276,6 +276,7 @@ def policy_state(status: Status) -> PolicyState:
         last_reconfiguration_time=status.last_reconfiguration_time,
         skewed=frozenset(f.vertex_id for f in status.last_decision.skew)
         if status.last_decision is not None else frozenset(),
+        learned=MappingProxyType({v.vertex_id: v for v in status.learned}),
     )
 
 
@@ -291,6 +292,7 @@ def with_policy_state(status: Status, state: PolicyState) -> Status:
         "last_reconfiguration_time": (None if state.last_reconfiguration_time is None
                                       else epoch_seconds(state.last_reconfiguration_time)),
         "summary": status.summary.model_copy(update={"step": state.step}),
+        "learned": tuple(v for _, v in sorted(state.learned.items())),
     })
 
 

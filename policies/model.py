@@ -175,6 +175,9 @@ class VertexMetrics:
     # Flink's per-subtask numRecordsInPerSecond); None when not collected. Its share of
     # records_in_per_s is how unevenly the keys spread (policies/skew.py).
     records_in_per_s_max: float | None = None
+    # RocksDB's estimate-live-data-size over all subtasks and column families (bytes),
+    # None when not reported: the working set the cache model's prior needs.
+    state_bytes: float | None = None
 
     @property
     def busyness(self) -> float:

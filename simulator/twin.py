@@ -567,6 +567,8 @@ class Twin:
             state_latency_ns=latency,
             has_state_backend_metrics=op.state is not None,
             records_in_per_s_max=r_in_max,
+            # RocksDB's estimate-live-data-size summed over subtasks (flink_format emits it).
+            state_bytes=None if op.state is None else op.state.total_bytes,
         )
 
     def achieved_rate(self, window_s: float) -> float:
