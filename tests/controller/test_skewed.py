@@ -4,6 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
+from controller import simulate
 from controller.adapters.twin import MemoryEvents, twin_ports
 from controller.adapters.twin import flink_deployment as twin_deployment
 from controller.api import ConditionType, Status
@@ -12,7 +15,7 @@ from controller.record import Reason
 from controller.simulate import NAME, NAMESPACE, closed_loop_policy
 from policies.model import VertexMetrics
 from simulator.model import JobModel
-from simulator.results import GRANULARITY_S, STABILIZATION_S, WINDOW_S
+from simulator.results import GRANULARITY_S, STABILIZATION_S, WINDOW_S, PolicyName
 from simulator.twin import Twin
 
 from .test_loop import FakeFlink, FakeMetrics, World, graph, policy
@@ -120,6 +123,15 @@ def test_a_hot_key_is_named_within_two_windows_on_the_twin() -> None:
     [finding] = decision.skew
     assert finding.vertex_name == "Count" and finding.from_records
     assert not finding.scale_out_helps and finding.hottest_busyness > 0.9
+
+
+@pytest.mark.parametrize("policy", ["ds2", "justin", "capacity"])
+def test_simulate_reports_when_each_policy_named_the_hot_key(policy: PolicyName) -> None:
+    hot = simulate.run(keyed_job({"kind": "zipf", "s": 1.4}, 50), policy, 2 * WINDOW_S)
+    assert hot.skewed_at_s is not None and hot.skewed_at_s <= 2 * WINDOW_S
+    assert hot.as_json()["skewed_at_s"] == hot.skewed_at_s
+    even = simulate.run(keyed_job({"kind": "uniform"}, 1_000_000), policy, 2 * WINDOW_S)
+    assert even.skewed_at_s is None
 
 
 def test_uniform_keys_are_never_called_skewed_on_the_twin() -> None:
