@@ -46,7 +46,7 @@ from policies.decision import SkewFinding
 from policies.model import JobGraph, Observation, ShipStrategy, Vertex, VertexMetrics
 from policies.spec import CpuScaling
 
-__all__ = ["SkewFinding", "blocks_scale_out", "caps", "detect"]
+__all__ = ["SkewFinding", "blocks_scale_out", "caps", "detect", "hot_key_group_share"]
 
 # Enter: the hottest subtask carries ≥ 1.5× the mean. Noise is far below that: a window
 # mean of the twin's 2 % white noise per 5-s sample is ~0.4 %, and its 5 % drifting
@@ -139,13 +139,8 @@ def _finding(v: Vertex, m: VertexMetrics, keyed: bool, cpu: CpuScaling,
                  "forwarded to it, or a slow TaskManager")
         return SkewFinding(**common, scale_out_helps=True,
                            message=f"{head}; {cause}")
-    # The hottest key group(s): the busiest subtask's share less its other key groups,
-    # each at the mean of the key groups the other subtasks own. It owns ⌊K/p⌋ or ⌈K/p⌉;
-    # taking ⌈K/p⌉ errs towards "more tasks help", DS2's answer.
     k = v.max_parallelism
-    groups = -(-k // p)
-    others = (groups - 1) * (1.0 - share) / (k - groups) if groups < k else 0.0
-    hot = share if p >= k else max(share - others, 0.0)
+    hot = hot_key_group_share(share, p, k)
     # At K tasks each subtask owns one key group: the busiest owns the hottest one.
     best_share = min(share, max(hot, 1.0 / k))
     # Busyness scales with the records a task gets: its share, and the target over the input.
@@ -171,6 +166,21 @@ def _finding(v: Vertex, m: VertexMetrics, keyed: bool, cpu: CpuScaling,
     return SkewFinding(**common, hot_key_group_share=hot, best_hottest_busyness=best,
                        scale_out_helps=helps, useful_parallelism=useful,
                        message=f"{head}; {tail}")
+
+
+def hot_key_group_share(share: float, parallelism: int, key_groups: int) -> float:
+    """The hottest key group's share of a keyed vertex's input, from its busiest subtask's.
+
+    The busiest subtask's share less its other key groups, each at the mean of the key
+    groups the other subtasks own. It owns ⌊K/p⌋ or ⌈K/p⌉ of the K key groups; taking
+    ⌈K/p⌉ errs towards "more tasks help" (DS2's answer) by up to one key group's load.
+    At p ≥ K a subtask owns one key group: its share is that group's.
+    """
+    if parallelism >= key_groups:
+        return share
+    groups = -(-key_groups // parallelism)
+    others = (groups - 1) * (1.0 - share) / (key_groups - groups) if groups < key_groups else 0.0
+    return max(share - others, 0.0)
 
 
 def _records_share(m: VertexMetrics) -> float | None:
