@@ -112,6 +112,9 @@ def caps(findings: Iterable[SkewFinding]) -> Mapping[str, int]:
 def _finding(v: Vertex, m: VertexMetrics, keyed: bool, cpu: CpuScaling,
              was_skewed: bool, demand: float) -> SkewFinding | None:
     p = v.parallelism
+    if not (math.isfinite(m.busy_ms_per_s) and math.isfinite(m.busy_ms_per_s_max)
+            and math.isfinite(m.records_in_per_s) and math.isfinite(demand)):
+        return None  # a recording may carry anything: no finding on numbers that are not
     slack = 1.0 - HYSTERESIS if was_skewed else 1.0
     hottest = min(max(m.busy_ms_per_s_max / 1000.0, 0.0), 1.0)
     mean = m.busyness

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import random
 
 from hypothesis import assume, given, settings
@@ -249,3 +250,15 @@ def test_graph_order_and_names() -> None:
     found = skew.detect(graph, obs, CPU)
     assert [f.vertex_id for f in found] == ["b", "a"]
     assert found[0].message.startswith("b:") and found[1].message.startswith("Second:")
+
+
+def test_numbers_that_are_not_numbers_give_no_finding() -> None:
+    nan = float("nan")
+    for bad in ({"busy_ms_per_s": nan}, {"busy_ms_per_s_max": float("inf")},
+                {"records_in_per_s": nan}, {"records_in_per_s_max": nan}):
+        agg = VertexMetrics(**{**dict(busy_ms_per_s=357.0, busy_ms_per_s_max=1000.0,
+                                      backpressured_ms_per_s=0.0, records_in_per_s=10_000.0,
+                                      records_out_per_s=10_000.0, records_in_per_s_max=7_000.0),
+                               **bad})
+        found = skew.detect(keyed(4), window(keyed(4), agg), CPU)
+        assert all(math.isfinite(f.ratio) and math.isfinite(f.hottest_share) for f in found)
