@@ -332,6 +332,7 @@ class ConditionType(StrEnum):
     METRICS_AVAILABLE = "MetricsAvailable"  # every vertex had fresh metrics over the window
     SCALING = "Scaling"  # a reconfiguration is in progress or within stabilization
     LIMIT_REACHED = "LimitReached"  # spec.limits clipped the last decision
+    SKEWED = "Skewed"  # a vertex's busiest subtask is saturated and more tasks cannot help
 
 
 class ConditionStatus(StrEnum):

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from controller.adapters.twin import flink_deployment, twin_ports
 from controller.api import (
+    ConditionType,
     HybridScalingPolicy,
     HybridScalingPolicySpec,
     MetricsSpec,
@@ -79,6 +80,9 @@ def run(model: JobModel, policy: PolicyName, duration_s: float = 1200.0, seed: i
         result.samples.append(sample(twin))
         restarts = len(deployments.downtimes)
         status = reconcile(hsp, 1, status, ports).status
+        skewed = status.condition(ConditionType.SKEWED)
+        if result.skewed_at_s is None and skewed is not None and skewed.status == "True":
+            result.skewed_at_s = twin.time
         if len(deployments.downtimes) > restarts:
             # A pass takes no virtual time: the window before the step is still the last one.
             rate_before = twin.achieved_rate(window_s)
