@@ -30,10 +30,24 @@ class Deployments(Protocol):
         ...
 
 
+class StatusConflict(RuntimeError):
+    """The policy changed since the status a pass decided from was read (HTTP 409)."""
+
+
 class StatusStore(Protocol):
-    """The policy's status subresource; a save replaces the whole status."""
+    """The policy's status subresource; a save replaces the whole status.
+
+    Saves are conditional: they succeed only if the policy is still the version last
+    read or saved through this store. Otherwise `save` re-reads it and raises
+    `StatusConflict`; `latest` then holds the policy as it is now.
+    """
 
     def save(self, status: Status) -> None: ...
+
+    def latest(self) -> tuple[Mapping[str, Any], Status]:
+        """The policy object and its status, as last read or saved (the version saves
+        are conditional on)."""
+        ...
 
 
 class Events(Protocol):

@@ -45,6 +45,7 @@ class Reason(StrEnum):
     JOB_UNAVAILABLE = "JobUnavailable"  # Flink REST unreachable, or no job (also a Warning Event)
     EVALUATING = "Evaluating"  # the target and its job are readable
     INVALID_SPEC = "InvalidSpec"  # the model rejects a spec the CRD admitted
+    INTERNAL_ERROR = "InternalError"  # a pass raised (also a Warning Event per distinct error)
     # MetricsAvailable
     METRICS_UNAVAILABLE = "MetricsUnavailable"  # a vertex lacks a signal (also a Warning Event)
     METRICS_FRESH = "MetricsFresh"  # every vertex reported over the window
@@ -69,6 +70,7 @@ class Reason(StrEnum):
     RESUMED = "Resumed"  # a committed step applied after a restart
     REAPPLIED = "Reapplied"  # the deployment had drifted from status.target; applied again
     FIELDS_TAKEN_OVER = "FieldsTakenOver"  # server-side apply conflict: our fields taken over
+    TARGET_REPLACED = "TargetReplaced"  # a new FlinkDeployment uid: fresh history (also Scaling)
 
 
 # One Event per changed vertex of an applied step (kubectl describe reads them as a log).

@@ -10,9 +10,11 @@ from typing import Any, TypeVar
 
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
+from pydantic import ValidationError
 
 from controller import api
 from controller.api import Status
+from controller.ports import StatusConflict
 from controller.realize import FIELD_MANAGER, FLINK_GROUP, FLINK_PLURAL, FLINK_VERSION
 
 log = logging.getLogger(__name__)
@@ -76,23 +78,64 @@ class KubeDeployments:
                 + " (server-side apply conflict)")
 
 
-class KubeStatusStore:
-    """Writes a policy's whole status through the status subresource."""
+def status_of(obj: Mapping[str, Any]) -> Status:
+    """A policy's status as the loop reads it; never forgets history over one bad field."""
+    try:
+        return Status.model_validate(dict(obj.get("status") or {}))
+    except ValidationError as e:
+        log.warning("status does not parse (%s); starting from the parts that do", e)
+        raw = dict(obj.get("status") or {})
+        keep = {k: raw[k] for k in ("history", "step", "lastReconfigurationTime") if k in raw}
+        return Status.model_validate(keep)
 
-    def __init__(self, objects: client.CustomObjectsApi, namespace: str, name: str) -> None:
-        self.objects, self.namespace, self.name = objects, namespace, name
-        self.last: Status | None = None  # what the API server last accepted from us
+
+class KubeStatusStore:
+    """Writes a policy's whole status through the status subresource, on condition that
+    the policy is still at the resourceVersion this store last read or wrote."""
+
+    def __init__(self, objects: client.CustomObjectsApi, obj: Mapping[str, Any]) -> None:
+        meta = obj.get("metadata") or {}
+        self.objects = objects
+        self.namespace, self.name = meta.get("namespace") or "default", meta.get("name") or ""
+        self.obj: Mapping[str, Any] = dict(obj)
+        self.version: str | None = meta.get("resourceVersion")
+        self.last: Status = status_of(obj)  # the status at `version`
+
+    def latest(self) -> tuple[Mapping[str, Any], Status]:
+        return self.obj, self.last
 
     def save(self, status: Status) -> None:
         # Replace the whole status (a merge patch would keep map keys we dropped); unset
-        # fields are left out, and read back as their defaults.
+        # fields are left out, and read back as their defaults. Setting resourceVersion
+        # makes the write a compare-and-swap: the API server answers 409 if the object
+        # moved on since (another replica's write, a spec edit, kopf's annotations).
         value = status.model_dump(by_alias=True, mode="json", exclude_none=True)
-        body = [{"op": "add", "path": "/status", "value": value}]
-        retrying(lambda: self.objects.patch_namespaced_custom_object_status(
-            api.GROUP, api.VERSION, self.namespace, api.PLURAL, self.name, body,
-            _content_type="application/json-patch+json",
-        ))
+        body: list[dict[str, Any]] = [{"op": "add", "path": "/status", "value": value}]
+        if self.version is not None:
+            body.insert(0, {"op": "replace", "path": "/metadata/resourceVersion",
+                            "value": self.version})
+        try:
+            # No retry on 409: the write would be just as stale the second time.
+            saved: Any = retrying(lambda: self.objects.patch_namespaced_custom_object_status(
+                api.GROUP, api.VERSION, self.namespace, api.PLURAL, self.name, body,
+                _content_type="application/json-patch+json",
+            ), retried=RETRIED - {409})
+        except ApiException as e:
+            if e.status != 409:
+                raise
+            self.reload()
+            raise StatusConflict(
+                f"{self.namespace}/{self.name} changed since resourceVersion read") from None
+        self.obj = dict(saved)
+        self.version = (self.obj.get("metadata") or {}).get("resourceVersion")
         self.last = status
+
+    def reload(self) -> None:
+        found: Any = retrying(lambda: self.objects.get_namespaced_custom_object(
+            api.GROUP, api.VERSION, self.namespace, api.PLURAL, self.name))
+        self.obj = dict(found)
+        self.version = (self.obj.get("metadata") or {}).get("resourceVersion")
+        self.last = status_of(self.obj)
 
 
 class KopfEvents:
