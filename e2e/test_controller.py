@@ -7,7 +7,6 @@ restart downtime is scaled down, so each test takes a minute or two.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -16,6 +15,7 @@ import pytest
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
+from controller.operator.settings import HOLD_APPLY_ENV
 from controller.record import EVENT_REASONS
 from e2e.conftest import Cluster, Twin, wait_until
 from e2e.demo import ControllerProcess, flink_deployment, policy
@@ -177,22 +177,42 @@ def test_recommend_patches_nothing_and_a_kubectl_apply_retunes_the_next_decision
 
 
 def test_kill_9_mid_run_neither_repeats_nor_forgets_a_step(
-    controller: ControllerProcess, cluster: Cluster, twin: Twin, namespace: str
+    controller: ControllerProcess, cluster: Cluster, twin: Twin, namespace: str,
+    tmp_path: Path,
 ) -> None:
-    initial = scale_q11(cluster, namespace)["metadata"]["generation"]
-
-    def step() -> int:
-        return int((hsp(cluster, namespace, "q11").get("status") or {}).get("step") or 0)
-
-    wait_until(lambda: step() >= 1, 120, "the first step")
-    # Kill at varied points of the loop (deciding, patching, stabilizing, collecting).
-    for pause in (0.0, 3.1, 7.3):
-        time.sleep(pause)
-        controller.kill9()
+    # The test hook (controller/operator/settings.py) holds every FlinkDeployment patch
+    # after its step is committed: the kill lands inside the commit-to-apply window.
+    hold = tmp_path / "hold"
+    hold.mkdir()
+    held = hold / f"{namespace}.q11.held"
+    controller.kill9()
+    controller.proxy_env[HOLD_APPLY_ENV] = str(hold)
+    try:
         controller.start()
+        initial = scale_q11(cluster, namespace)["metadata"]["generation"]
+        wait_until(held.exists, 180, "the first step's patch, held by the test hook")
+        committed = hsp(cluster, namespace, "q11")["status"]
+        assert committed["step"] == 1 and committed["target"]["step"] == 1
+        assert condition({"status": committed}, "Scaling")["reason"] == "Reconfiguring"
+        assert generation(cluster, namespace, "q11") == initial  # not applied yet
+        controller.kill9()
+    finally:
+        del controller.proxy_env[HOLD_APPLY_ENV]
+        if controller.process is None:
+            controller.start()
+    # The restarted controller applies the committed step once, and says so.
+    resumed = wait_until(
+        lambda: [m for r, m in events(cluster, namespace, "q11") if r == "Resumed"], 60,
+        "a Resumed event")
+    assert resumed[0].startswith("step 1 was committed but not applied"), resumed
+    assert hsp(cluster, namespace, "q11")["status"]["history"][0] == committed["history"][0]
     wait_until(lambda: converged(twin, namespace, "q11"), 420, "q11 at its target rate")
     status = assert_steps_are_consecutive(cluster, namespace, "q11", initial)
     assert status["step"] >= 2
+    announced = [m for r, m in events(cluster, namespace, "q11") if r in EVENT_REASONS.values()]
+    # The pass that committed step 1 died before announcing it; the restart announced
+    # a resume, not a second decision.
+    assert not any(m.startswith("step 1:") for m in announced), announced
     history = status["history"]
     # Justin's memory of the previous step survived: each record after a scale-up
     # names the hit rate it compared against.

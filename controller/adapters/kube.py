@@ -6,6 +6,7 @@ import logging
 import re
 import time
 from collections.abc import Callable, Mapping
+from pathlib import Path
 from typing import Any, TypeVar
 
 from kubernetes import client
@@ -39,8 +40,9 @@ def retrying(call: Callable[[], T], attempts: int = 5, backoff_s: float = 0.2,
 class KubeDeployments:
     """FlinkDeployments: read, and server-side apply of the fields we own."""
 
-    def __init__(self, objects: client.CustomObjectsApi) -> None:
+    def __init__(self, objects: client.CustomObjectsApi, hold: str | None = None) -> None:
         self.objects = objects
+        self.hold = hold  # TEST ONLY (settings.HOLD_APPLY_ENV): wait here before patching
 
     def get(self, namespace: str, name: str) -> Mapping[str, Any] | None:
         try:
@@ -58,6 +60,9 @@ class KubeDeployments:
         The apply document holds nothing but the owned fields, so forcing moves
         ownership of exactly those and leaves every other manager's fields alone.
         """
+        if self.hold:
+            hold_before_apply(Path(self.hold), namespace, name)
+
         def patch(force: bool) -> Any:
             return self.objects.patch_namespaced_custom_object(
                 FLINK_GROUP, FLINK_VERSION, namespace, FLINK_PLURAL, name, dict(body),
@@ -76,6 +81,20 @@ class KubeDeployments:
         retrying(lambda: patch(True))
         return ("took over fields owned by " + ", ".join(managers or ["another manager"])
                 + " (server-side apply conflict)")
+
+
+def hold_before_apply(directory: Path, namespace: str, name: str) -> None:
+    """TEST ONLY: announce `<namespace>.<name>.held` and wait for `.release`, so a test can
+    act (kill -9) between a step's commit and its patch, deterministically."""
+    held, release = (directory / f"{namespace}.{name}.held",
+                     directory / f"{namespace}.{name}.release")
+    held.write_text(str(time.time()))
+    log.warning("holding the patch of %s/%s until %s exists (test hook)", namespace, name,
+                release)
+    while not release.exists():
+        time.sleep(0.05)
+    release.unlink()
+    held.unlink()
 
 
 def status_of(obj: Mapping[str, Any]) -> Status:

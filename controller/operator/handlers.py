@@ -75,7 +75,7 @@ def _flink(namespace: str, name: str) -> FlinkRest:
 
 def ports_for(body: Mapping[str, Any], store: KubeStatusStore) -> Ports:
     return Ports(
-        deployments=KubeDeployments(_objects()),
+        deployments=KubeDeployments(_objects(), hold=RUNTIME.hold_apply_dir),
         store=store,
         events=KopfEvents(body),
         flink=_flink,
