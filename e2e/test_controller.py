@@ -231,6 +231,35 @@ def test_invalid_policies_are_rejected_naming_the_field(
     assert done.returncode != 0 and "maxLevel" in done.stderr, done.stderr
 
 
+def test_a_recreated_target_starts_a_fresh_history(
+    controller: ControllerProcess, cluster: Cluster, twin: Twin, namespace: str
+) -> None:
+    scale_q11(cluster, namespace)
+    old = wait_until(lambda: (hsp(cluster, namespace, "q11").get("status") or {})
+                     .get("step", 0) >= 1 and hsp(cluster, namespace, "q11")["status"], 180,
+                     "the first step")
+    old_uid = cluster.flink(namespace, "q11")["metadata"]["uid"]
+    assert old["targetUid"] == old_uid
+    cluster.kubectl("delete", "flinkdeployment", "-n", namespace, "q11", "--wait")
+    missing = wait_until(lambda: condition(hsp(cluster, namespace, "q11"), "Ready").get(
+        "reason") == "TargetNotFound" and hsp(cluster, namespace, "q11")["status"], 60,
+        "TargetNotFound")
+    assert missing["step"] == old["step"] and missing["targetUid"] == old_uid  # kept
+    deploy(cluster, flink_deployment(namespace, "q11"))  # the same name, a new object
+    cluster.wait_flink(namespace, "q11")
+    new_uid = cluster.flink(namespace, "q11")["metadata"]["uid"]
+    told = wait_until(
+        lambda: [m for r, m in events(cluster, namespace, "q11") if r == "TargetReplaced"],
+        60, "a TargetReplaced event")
+    assert old_uid in told[0] and new_uid in told[0], told
+    fresh = hsp(cluster, namespace, "q11")["status"]
+    assert fresh["targetUid"] == new_uid
+    assert fresh["replacedTarget"]["uid"] == old_uid
+    assert fresh["replacedTarget"]["step"] == missing["step"]
+    # The new job's first step is step 1 again, decided from its own window.
+    assert fresh.get("step", 0) <= 1 and all(r["step"] == 1 for r in fresh.get("history", []))
+
+
 def test_a_missing_target_is_reported(
     controller: ControllerProcess, cluster: Cluster, namespace: str
 ) -> None:
