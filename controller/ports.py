@@ -44,6 +44,11 @@ class StatusStore(Protocol):
 
     def save(self, status: Status) -> None: ...
 
+    def confirm(self) -> None:
+        """Raise `StatusConflict` (having re-read) unless the policy is still the version
+        last read or saved: a check before acting on the status without writing it."""
+        ...
+
     def latest(self) -> tuple[Mapping[str, Any], Status]:
         """The policy object and its status, as last read or saved (the version saves
         are conditional on)."""

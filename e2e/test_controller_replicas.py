@@ -124,10 +124,15 @@ def test_a_status_write_from_an_old_resource_version_conflicts(
     first, second = KubeStatusStore(objects, obj), KubeStatusStore(objects, obj)
     first.save(Status(step=1))
     with pytest.raises(StatusConflict):
-        second.save(Status(step=7))  # decided from the status before first's write
+        second.confirm()  # about to act on the status before first's write
+    with pytest.raises(StatusConflict):
+        KubeStatusStore(objects, obj).save(Status(step=7))  # decided from that status
     assert hsp(cluster, namespace, "p")["status"]["step"] == 1
     _, reread = second.latest()  # the conflict re-read the policy
     assert reread.step == 1
+    version = second.version
+    second.confirm()  # current: passes, and stores nothing
+    assert hsp(cluster, namespace, "p")["metadata"]["resourceVersion"] == version
     second.save(reread.model_copy(update={"step": 2}))
     assert hsp(cluster, namespace, "p")["status"]["step"] == 2
     with pytest.raises(StatusConflict):

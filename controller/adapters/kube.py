@@ -125,14 +125,23 @@ class KubeStatusStore:
 
     def save(self, status: Status) -> None:
         # Replace the whole status (a merge patch would keep map keys we dropped); unset
-        # fields are left out, and read back as their defaults. Setting resourceVersion
-        # makes the write a compare-and-swap: the API server answers 409 if the object
-        # moved on since (another replica's write, a spec edit, kopf's annotations).
+        # fields are left out, and read back as their defaults.
         value = status.model_dump(by_alias=True, mode="json", exclude_none=True)
-        body: list[dict[str, Any]] = [{"op": "add", "path": "/status", "value": value}]
-        if self.version is not None:
-            body.insert(0, {"op": "replace", "path": "/metadata/resourceVersion",
-                            "value": self.version})
+        self._patch([{"op": "add", "path": "/status", "value": value}])
+        self.last = status
+
+    def confirm(self) -> None:
+        # The same precondition with nothing to change: the API server checks it and
+        # stores nothing (a no-op patch keeps the resourceVersion).
+        self._patch([])
+
+    def _patch(self, ops: list[dict[str, Any]]) -> None:
+        # Setting resourceVersion makes the patch a compare-and-swap: the API server
+        # answers 409 if the object moved on since (another replica's write, a spec
+        # edit, kopf's annotations).
+        body = ops if self.version is None else [
+            {"op": "replace", "path": "/metadata/resourceVersion", "value": self.version},
+            *ops]
         try:
             # No retry on 409: the write would be just as stale the second time.
             saved: Any = retrying(lambda: self.objects.patch_namespaced_custom_object_status(
@@ -147,7 +156,6 @@ class KubeStatusStore:
                 f"{self.namespace}/{self.name} changed since resourceVersion read") from None
         self.obj = dict(saved)
         self.version = (self.obj.get("metadata") or {}).get("resourceVersion")
-        self.last = status
 
     def reload(self) -> None:
         found: Any = retrying(lambda: self.objects.get_namespaced_custom_object(

@@ -85,6 +85,9 @@ class MemoryStatusStore:
     def save(self, status: Status) -> None:
         self.last = status  # one writer: never a conflict
 
+    def confirm(self) -> None:
+        pass
+
     def latest(self) -> tuple[Mapping[str, Any], Status]:
         return {}, self.last
 

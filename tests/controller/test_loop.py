@@ -76,8 +76,11 @@ class FakeStore:
     def last(self) -> Status:
         return self.saved[-1] if self.saved else Status()
 
+    def confirm(self) -> None:
+        pass  # one replica: its status is always current
+
     def latest(self) -> tuple[Mapping[str, Any], Status]:
-        return {}, self.last  # one replica: its saves never conflict
+        return {}, self.last
 
 
 @dataclass

@@ -63,12 +63,15 @@ class ConditionalStore:
     conflicts: int = 0
 
     def save(self, status: Status) -> None:
+        self.confirm()
+        self.server.write(status)
+        self.seen, self.last = self.server.version, status
+
+    def confirm(self) -> None:
         if self.seen != self.server.version:
             self.conflicts += 1
             self.seen, self.last = self.server.version, self.server.status
             raise StatusConflict("changed")
-        self.server.write(status)
-        self.seen, self.last = self.server.version, status
 
     def latest(self) -> tuple[Mapping[str, Any], Status]:
         return POLICY_DOC, self.last
@@ -127,6 +130,27 @@ def test_a_commit_decided_from_stale_history_is_never_applied() -> None:
     assert server.status.step == 1 and len(server.status.history) == 1
     # b finished a's target (the deployment lacked it); its own decision went nowhere.
     assert world.deployments.applied[0] == world.deployments.applied[1]
+
+
+def test_a_stale_target_is_never_reapplied_over_a_newer_one() -> None:
+    world, server = World(), Server()
+    a = Replica(ConditionalStore(server), world)
+    a.run()  # step 1, committed and applied
+    b = Replica(ConditionalStore(server, seen=server.version, last=server.status), world,
+                status=server.status)  # b read the policy here, then stopped writing
+    while server.status.step < 2:
+        world.now += 5
+        a.run()
+    assert len(world.deployments.applied) == 2
+    # b's status still holds step 1's target, which differs from the deployment (step
+    # 2): applying it would roll the job back. b's pass stops before deciding (no
+    # metrics), so no write of its own would catch the staleness before the patch:
+    # realize checks that its status is current first.
+    world.metrics.counter = None
+    world.now += 5
+    assert b.run() == "stabilizing"  # re-run on the current status: step 2 settles
+    assert len(world.deployments.applied) == 2 and b.store.conflicts == 1
+    assert "Reapplied" not in b.events.reasons()
 
 
 def test_a_pass_that_keeps_conflicting_gives_up_without_applying() -> None:
