@@ -17,7 +17,8 @@ One writer. Every status write is conditional on the policy's resourceVersion as
 the pass read it (the StatusStore port). If anything else wrote in between (a
 second active replica, a spec edit), the write fails with `StatusConflict` and
 the whole pass runs again on the policy as re-read: a step is never decided from
-stale history, and a commit that lost the race is never applied.
+stale history, a commit that lost the race is never applied, and `realize`
+confirms the status is current before it applies a target.
 
 Failure. Any other exception ends the pass with `Ready=False`, reason
 InternalError, a short message naming the stage (never the exception's text,
