@@ -21,6 +21,7 @@ from controller.realize import FIELD_MANAGER, FLINK_GROUP, FLINK_PLURAL, FLINK_V
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 RETRIED = frozenset({409, 429, 500, 502, 503, 504})
+CAS_ATTEMPTS = 3  # status writes whose precondition failed on a change outside status
 
 
 def retrying(call: Callable[[], T], attempts: int = 5, backoff_s: float = 0.2,
@@ -83,6 +84,15 @@ class KubeDeployments:
                 + " (server-side apply conflict)")
 
 
+def plain(value: Any) -> Any:
+    """A JSON-like value as plain dicts and lists (kopf's bodies are mapping views)."""
+    if isinstance(value, Mapping):
+        return {k: plain(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [plain(v) for v in value]
+    return value
+
+
 def hold_before_apply(directory: Path, namespace: str, name: str) -> None:
     """TEST ONLY: announce `<namespace>.<name>.held` and wait for `.release`, so a test can
     act (kill -9) between a step's commit and its patch, deterministically."""
@@ -137,23 +147,29 @@ class KubeStatusStore:
 
     def _patch(self, ops: list[dict[str, Any]]) -> None:
         # Setting resourceVersion makes the patch a compare-and-swap: the API server
-        # answers 409 if the object moved on since (another replica's write, a spec
-        # edit, kopf's annotations).
-        body = ops if self.version is None else [
-            {"op": "replace", "path": "/metadata/resourceVersion", "value": self.version},
-            *ops]
-        try:
-            # No retry on 409: the write would be just as stale the second time.
-            saved: Any = retrying(lambda: self.objects.patch_namespaced_custom_object_status(
+        # answers 409 if the object moved on since. Only a change of the status makes
+        # the pass stale (another replica's write); a change elsewhere (a spec edit,
+        # kopf's finalizer and annotations) is retried at the new version.
+        def patch() -> Any:
+            body = ops if self.version is None else [
+                {"op": "replace", "path": "/metadata/resourceVersion",
+                 "value": self.version}, *ops]
+            return self.objects.patch_namespaced_custom_object_status(
                 api.GROUP, api.VERSION, self.namespace, api.PLURAL, self.name, body,
-                _content_type="application/json-patch+json",
-            ), retried=RETRIED - {409})
-        except ApiException as e:
-            if e.status != 409:
-                raise
-            self.reload()
-            raise StatusConflict(
-                f"{self.namespace}/{self.name} changed since resourceVersion read") from None
+                _content_type="application/json-patch+json")
+
+        for attempt in range(1, CAS_ATTEMPTS + 1):
+            try:
+                saved: Any = retrying(patch, retried=RETRIED - {409})
+                break
+            except ApiException as e:
+                if e.status != 409:
+                    raise
+                based_on = plain(self.obj.get("status"))
+                self.reload()
+                if plain(self.obj.get("status")) != based_on or attempt == CAS_ATTEMPTS:
+                    raise StatusConflict(f"the status of {self.namespace}/{self.name} "
+                                         f"changed since it was read") from None
         self.obj = dict(saved)
         self.version = (self.obj.get("metadata") or {}).get("resourceVersion")
 
