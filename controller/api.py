@@ -400,6 +400,14 @@ class Summary(StatusModel):
     last_action: str = Field("", description="e.g. 'scale-up count 4 (level 0→1)'")
 
 
+class ReplacedTarget(StatusModel):
+    """The FlinkDeployment this policy scaled before one of the same name replaced it."""
+
+    uid: str = Field(description="metadata.uid of the replaced FlinkDeployment")
+    step: int = Field(ge=0, description="the steps taken on it, now discarded")
+    time: Timestamp = Field(description="when the controller found the new object")
+
+
 class ScaleDownWait(StatusModel):
     vertex_id: str
     since: EpochTime = Field(description="when DS2 first wanted fewer tasks for this vertex")
@@ -461,6 +469,11 @@ class Status(StatusModel):
                     f"from (at most {POINTS_PER_VERTEX} configurations each)")
     placement: PlacementStatus | None = None
     target: Target | None = None
+    # History belongs to one job: a FlinkDeployment deleted and recreated under the
+    # same name has a new uid, and starts a fresh history (controller/gate.py).
+    target_uid: str | None = Field(None, description="metadata.uid of the FlinkDeployment "
+                                   "this history belongs to")
+    replaced_target: ReplacedTarget | None = None
     summary: Summary = Summary()
 
     @model_validator(mode="before")

@@ -46,6 +46,7 @@ class Reason(StrEnum):
     JOB_UNAVAILABLE = "JobUnavailable"  # Flink REST unreachable, or no job (also a Warning Event)
     EVALUATING = "Evaluating"  # the target and its job are readable
     INVALID_SPEC = "InvalidSpec"  # the model rejects a spec the CRD admitted
+    INTERNAL_ERROR = "InternalError"  # a pass raised (also a Warning Event per distinct error)
     # MetricsAvailable
     METRICS_UNAVAILABLE = "MetricsUnavailable"  # a vertex lacks a signal (also a Warning Event)
     METRICS_FRESH = "MetricsFresh"  # every vertex reported over the window
@@ -74,6 +75,7 @@ class Reason(StrEnum):
     REAPPLIED = "Reapplied"  # the deployment had drifted from status.target; applied again
     FIELDS_TAKEN_OVER = "FieldsTakenOver"  # server-side apply conflict: our fields taken over
     SKEWED = "Skewed"  # Warning: Skewed turned True, or its set of vertices changed
+    TARGET_REPLACED = "TargetReplaced"  # a new FlinkDeployment uid: fresh history (also Scaling)
 
 
 # One Event per changed vertex of an applied step (kubectl describe reads them as a log).
