@@ -79,6 +79,10 @@ def run(model: JobModel, policy: PolicyName, duration_s: float = 1200.0, seed: i
         result.samples.append(sample(twin))
         restarts = len(deployments.downtimes)
         status = reconcile(hsp, 1, status, ports).status
+        # Skew findings (a decision's `skew`, where the core reports them): when each
+        # vertex was first named.
+        for finding in getattr(status.last_decision, "skew", None) or ():
+            result.skew_named.setdefault(finding.vertex_id, twin.time)
         if len(deployments.downtimes) > restarts:
             # A pass takes no virtual time: the window before the step is still the last one.
             rate_before = twin.achieved_rate(window_s)

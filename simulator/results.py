@@ -170,6 +170,9 @@ class RunResult:
     cpu_cores: float = 0.0
     memory_mib: float = 0.0
     phases: list[PhaseReport] = field(default_factory=list)
+    # Vertex id → when a decision first named it skewed (Decision.skew, where the policy
+    # reports skew findings).
+    skew_named: dict[str, float] = field(default_factory=dict)
 
     def steady_restarts_per_hour(self) -> float | None:
         """Restarts per hour over the phases whose target did not move (None: none)."""
@@ -190,6 +193,7 @@ class RunResult:
             "memory_mb": round(self.memory_mib, 1),
             "capacity": round(self.capacity, 1),
             "configuration": configuration_json(self.model, self.final),
+            "skew_named": dict(self.skew_named),
             "trajectory": [s.as_json() for s in self.samples],
         }
 
