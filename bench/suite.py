@@ -54,7 +54,7 @@ import tempfile
 import time
 import typing
 from collections.abc import Iterable
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import ProcessPoolExecutor, as_completed
 from datetime import UTC, datetime
 from functools import lru_cache
 from pathlib import Path
@@ -246,11 +246,38 @@ def _call(item: tuple[Any, ...]) -> dict[str, Any]:
     return oracle_item(*args) if kind == "oracle" else run_item(*args)
 
 
-def _map(items: list[tuple[Any, ...]], workers: int) -> list[dict[str, Any]]:
+def _map(items: list[tuple[Any, ...]], workers: int, partial: Path | None = None
+         ) -> list[dict[str, Any]]:
+    """Every item's result; with `partial`, each result is appended to that JSON-lines file
+    as it arrives and items already there (same item) are not run again (`--resume`)."""
+    done: dict[str, dict[str, Any]] = {}
+    if partial is not None and partial.exists():
+        for line in partial.read_text().splitlines():
+            entry = json.loads(line)
+            done[entry["item"]] = entry["result"]
+    keys = [json.dumps(list(i)) for i in items]
+    todo = [i for i, k in zip(items, keys, strict=True) if k not in done]
+    if len(todo) < len(items):
+        print(f"  {len(items) - len(todo)} of {len(items)} items from {partial}", flush=True)
+
+    def keep(item: tuple[Any, ...], result: dict[str, Any], n: int) -> None:
+        done[json.dumps(list(item))] = result
+        if partial is not None:
+            with partial.open("a") as f:
+                f.write(json.dumps({"item": json.dumps(list(item)), "result": result},
+                                   default=_json_default) + "\n")
+        print(f"  {n}/{len(todo)} {item[0]} gen-{item[1]:03d}"
+              + (f" {item[2]}" if item[0] == "run" else ""), flush=True)
+
     if workers <= 1:
-        return [_call(i) for i in items]
-    with ProcessPoolExecutor(max_workers=workers) as pool:
-        return list(pool.map(_call, items))
+        for n, item in enumerate(todo, 1):
+            keep(item, _call(item), n)
+    else:
+        with ProcessPoolExecutor(max_workers=workers) as pool:
+            futures = {pool.submit(_call, item): item for item in todo}
+            for n, future in enumerate(as_completed(futures), 1):
+                keep(futures[future], future.result(), n)
+    return [done[k] for k in keys]
 
 
 # ---- the targets -------------------------------------------------------------------------
@@ -278,7 +305,8 @@ def evaluate(runs: list[dict[str, Any]], oracles: dict[tuple[int, int], dict[str
         targets["median steps to target ≤ 2"] = {
             "value": _fmt(median), "pass": median <= MEDIAN_STEPS,
             "misses": [] if median <= MEDIAN_STEPS else
-            [f"median {_fmt(median)} > {MEDIAN_STEPS} (by {_fmt(median - MEDIAN_STEPS)})"]}
+            ["median: never (more than half the runs never converged)" if math.isinf(median)
+             else f"median {_fmt(median)} > {MEDIAN_STEPS} (by {_fmt(median - MEDIAN_STEPS)})"]}
         worse = []
         for r in mine:
             ref = by_key.get((r["model"], r["run_seed"], REFERENCE))
@@ -460,7 +488,8 @@ def peer_table(peer: dict[str, Any]) -> str:
 
 # ---- the peer ----------------------------------------------------------------------------
 
-def run_peer(seeds: list[int], duration_s: float, workers: int, log: Any) -> dict[str, Any]:
+def run_peer(seeds: list[int], duration_s: float, workers: int, log: Any,
+             partial: Path | None = None) -> dict[str, Any]:
     """The upstream autoscaler (bench/peer, lockstep) and our policies on the same models."""
     from bench.peer.__main__ import entry, run_upstream
 
@@ -475,7 +504,7 @@ def run_peer(seeds: list[int], duration_s: float, workers: int, log: Any) -> dic
                                    duration_s=duration_s, interval_s=60.0, seed=RUN_SEEDS[0],
                                    defaults=False, window=None, stabilization=None, log=log)
     ours = _map([("run", seed, policy, RUN_SEEDS[0], duration_s, {}) for seed in seeds
-                 for policy in POLICIES], workers)
+                 for policy in POLICIES], workers, partial)
     jobs: dict[str, Any] = {}
     for seed in seeds:
         up = entry(upstream[paths[seed]])
@@ -491,17 +520,18 @@ def run_peer(seeds: list[int], duration_s: float, workers: int, log: Any) -> dic
 
 # ---- main --------------------------------------------------------------------------------
 
-def run_suite(seeds: Iterable[int], run_seeds: Iterable[int], duration_s: float, workers: int
+def run_suite(seeds: Iterable[int], run_seeds: Iterable[int], duration_s: float, workers: int,
+              partial: Path | None = None
               ) -> tuple[list[dict[str, Any]], dict[tuple[int, int], dict[str, Any]]]:
     seeds, run_seeds = list(seeds), list(run_seeds)
     oracle_rows = _map([("oracle", s, r, duration_s) for s in seeds for r in run_seeds],
-                       workers)
+                       workers, partial)
     oracles = {(o["model"], o["run_seed"]): o for o in oracle_rows}
     items = [("run", s, p, r, duration_s, oracles[(s, r)]["skew_onsets"])
              for s in seeds for r in run_seeds for p in POLICIES]
     # Longest first: the pool's last minutes are not spent on one straggler.
     items.sort(key=lambda i: -len(model_for(i[1]).operators))
-    return _map(items, workers), oracles
+    return _map(items, workers, partial), oracles
 
 
 def _replace(path: Path, begin: str, end: str, body: str) -> None:
@@ -525,6 +555,9 @@ def main(argv: list[str] | None = None) -> int:
                              f"(default {PEER_MODELS}; 0: none)")
     parser.add_argument("--peer-duration", type=float, default=PEER_DURATION_S)
     parser.add_argument("--out", type=Path, default=RESULTS)
+    parser.add_argument("--resume", action="store_true",
+                        help="reuse the runs an interrupted run left in OUT.partial.jsonl "
+                             "(only when neither the code nor the options changed)")
     parser.add_argument("--update-doc", action="store_true",
                         help="rewrite the tables in docs/policies.md and README.md")
     args = parser.parse_args(argv)
@@ -535,14 +568,18 @@ def main(argv: list[str] | None = None) -> int:
     started = time.monotonic()
     print(f"{len(seeds)} models x {len(run_seeds)} seed(s) x {', '.join(POLICIES)}, "
           f"{duration:.0f} virtual s each, {args.workers} worker(s)", flush=True)
-    runs, oracles = run_suite(seeds, run_seeds, duration, args.workers)
+    partial = args.out.with_suffix(".partial.jsonl")
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    if not args.resume:
+        partial.unlink(missing_ok=True)
+    runs, oracles = run_suite(seeds, run_seeds, duration, args.workers, partial)
     wall_suite = time.monotonic() - started
     peer = None
     if n_peer:
         constant = [s for s in seeds if "constant" in jobgen.features(model_for(s))][:n_peer]
         print(f"peer: the upstream autoscaler on {', '.join(f'gen-{s:03d}' for s in constant)}"
               f" for {args.peer_duration / 60:.0f} virtual min", flush=True)
-        peer = run_peer(constant, args.peer_duration, args.workers, sys.stdout)
+        peer = run_peer(constant, args.peer_duration, args.workers, sys.stdout, partial)
     report = evaluate(runs, oracles, peer)
     wall = time.monotonic() - started
     summary = summary_table(report)
@@ -568,6 +605,7 @@ def main(argv: list[str] | None = None) -> int:
         "targets": report,
     }
     args.out.write_text(json.dumps(payload, default=_json_default, indent=1) + "\n")
+    partial.unlink(missing_ok=True)
     print(f"written {args.out}")
     if args.update_doc:
         when = (f"{payload['date']}, `{command}`, {len(seeds)} models × "
