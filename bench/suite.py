@@ -61,6 +61,7 @@ from pathlib import Path
 from typing import Any
 
 from bench import jobgen
+from bench.peer.__main__ import _json_default  # non-finite floats as null
 from policies.decision import Decision
 from policies.model import ShipStrategy
 from policies.spec import MemoryScaling
@@ -619,12 +620,6 @@ def main(argv: list[str] | None = None) -> int:
         _replace(README, SUMMARY_BEGIN, SUMMARY_END, f"_{when}_\n\n{summary}")
         print(f"updated {DOC.relative_to(ROOT)} and {README.relative_to(ROOT)}")
     return 0
-
-
-def _json_default(value: Any) -> Any:
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    raise TypeError(f"not JSON serialisable: {type(value)}")
 
 
 if __name__ == "__main__":

@@ -170,3 +170,15 @@ def test_quick_run_writes_the_json(tmp_path):
     assert {r["policy"] for r in data["runs"]} == set(suite.POLICIES)
     assert len(data["runs"]) == 2 * len(suite.POLICIES)
     assert set(data["targets"]) == set(suite.POLICIES)
+
+
+def test_the_first_reconfiguration_of_a_steady_phase_is_the_policy_adapting(write_job):
+    vid = writer(write_job)
+    # Start over-provisioned at 16 tasks: the first step (down to 8) is adaptation even
+    # though 16 tasks sustain the target; the second one from 8 (which sustain it) is not.
+    big = write_job.model_copy(update={"operators": tuple(
+        o.model_copy(update={"initial_parallelism": 16}) if o.vertex_id == vid else o
+        for o in write_job.operators)})
+    steps = steps_to(big, [(120.0, {vid: VertexConfig(8, 0)}),
+                           (600.0, {vid: VertexConfig(10, 0)})])
+    assert suite.steady_restarts(synthetic(big, "ds2", steps), 0) == [600.0]
