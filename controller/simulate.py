@@ -63,6 +63,13 @@ def closed_loop_policy(model: JobModel, policy: PolicyName, window_s: float = WI
     return HybridScalingPolicy(metadata=ObjectMeta(name=NAME, namespace=NAMESPACE), spec=spec)
 
 
+def note_skew(result: RunResult, decision: object, time: float) -> None:
+    """When a decision first named each vertex skewed (its `skew` findings, where the core
+    reports them; absent: nothing to note)."""
+    for finding in getattr(decision, "skew", None) or ():
+        result.skew_named.setdefault(finding.vertex_id, time)
+
+
 def run(model: JobModel, policy: PolicyName, duration_s: float = 1200.0, seed: int = 0,
         window_s: float = WINDOW_S, stabilization_s: float = STABILIZATION_S) -> RunResult:
     """Run `policy` against a fresh twin of `model` for `duration_s` of virtual time."""
@@ -79,10 +86,7 @@ def run(model: JobModel, policy: PolicyName, duration_s: float = 1200.0, seed: i
         result.samples.append(sample(twin))
         restarts = len(deployments.downtimes)
         status = reconcile(hsp, 1, status, ports).status
-        # Skew findings (a decision's `skew`, where the core reports them): when each
-        # vertex was first named.
-        for finding in getattr(status.last_decision, "skew", None) or ():
-            result.skew_named.setdefault(finding.vertex_id, twin.time)
+        note_skew(result, status.last_decision, twin.time)
         if len(deployments.downtimes) > restarts:
             # A pass takes no virtual time: the window before the step is still the last one.
             rate_before = twin.achieved_rate(window_s)
