@@ -173,6 +173,9 @@ class RunResult:
     # Virtual time the controller first named a hot key it cannot scale away (its
     # Skewed condition turned True); None: never.
     skewed_at_s: float | None = None
+    # Vertex id → when a decision first named it skewed (Decision.skew, where the policy
+    # reports skew findings).
+    skew_named: dict[str, float] = field(default_factory=dict)
 
     def steady_restarts_per_hour(self) -> float | None:
         """Restarts per hour over the phases whose target did not move (None: none)."""
@@ -194,6 +197,7 @@ class RunResult:
             "memory_mb": round(self.memory_mib, 1),
             "capacity": round(self.capacity, 1),
             "configuration": configuration_json(self.model, self.final),
+            "skew_named": dict(self.skew_named),
             "trajectory": [s.as_json() for s in self.samples],
         }
 
