@@ -295,3 +295,23 @@ def test_the_plan_skips_what_fell_short_and_everything_it_dominates() -> None:
     again = evaluate(g, obs, state, PARAMS, 120.0).configuration["counter"]
     assert not (again.parallelism <= chosen.parallelism
                 and (again.memory_level or 0) <= (chosen.memory_level or 0)), (chosen, again)
+
+
+def test_what_it_learns_is_strict_json_also_for_idle_stateless_vertices() -> None:
+    """Status is JSON (no Infinity): an idle source that only loses its managed memory
+    has no capacity to predict."""
+    world = World()
+    g = chain(vertex("src", 1, 0), vertex("counter", 1, 0, max_p=128), ship=ShipStrategy.HASH)
+    state = PolicyState()
+    for n in range(4):
+        now = 120.0 * (n + 1)
+        obs = world.observe(g, 60_000, now)
+        idle = replace(obs, vertices={**obs.vertices, "src": source(1, 60_000)})
+        e = evaluate(g, idle, state, PARAMS, now)
+        state = e.state
+        if e.decision.reconfigures:
+            assert e.configuration["src"].memory_level is None
+            g = g.with_configuration(e.configuration)
+        for learned in state.learned.values():
+            json.dumps(learned.model_dump(mode="json", by_alias=True), allow_nan=False)
+        json.dumps(e.decision.model_dump(mode="json", by_alias=True), allow_nan=False)
