@@ -26,6 +26,7 @@ from controller.realize import (
     keeps_task_managers,
     refusal,
     unhonoured_memory,
+    with_enactment,
 )
 from controller.record import (
     Reason,
@@ -75,8 +76,10 @@ def commit(run: Run, graph: JobGraph, collected: Collected, evaluation: Evaluati
     if why is not None:
         raise run.refuse(Reason.MEMORY_NOT_HONOURED, why)
     fields = desired(run, deployment, graph, evaluation, placed)
-    run.status = with_policy_state(run.status, evaluation.state).model_copy(
-        update={"placement": placed.status(), "target": as_target(decision.step, fields)})
+    run.status = with_enactment(
+        with_policy_state(run.status, evaluation.state), decision.step, deployment, fields,
+        collected.state_bytes,
+    ).model_copy(update={"placement": placed.status(), "target": as_target(decision.step, fields)})
     run.condition(ConditionType.SCALING, True, Reason.RECONFIGURING,
                   f"step {decision.step}: applying to FlinkDeployment {run.target}")
     run.save()
