@@ -49,7 +49,8 @@ def _history_steps(status: dict[str, Any]) -> list[dict[str, Any]]:
     enactments = {e["step"]: e for e in status.get("enactments") or []}
     steps = []
     for record in status.get("history") or []:
-        counter = next((v for v in record["vertices"] if v["vertexId"] == COUNTER), {})
+        counter: dict[str, Any] = next(
+            (v for v in record["vertices"] if v["vertexId"] == COUNTER), {})
         enactment = enactments.get(record["step"], {})
         steps.append({
             "step": record["step"], "time": record.get("time"),
@@ -160,8 +161,8 @@ def run_real(seconds: float) -> dict[str, Any]:
             samples.append({"t": round(time.monotonic() - t0), "rate": round(rate, 1),
                             "step": status.get("step", 0)})
             print(json.dumps(samples[-1]), flush=True)
-            scaling = next((c for c in status.get("conditions") or []
-                            if c["type"] == "Scaling"), {})
+            scaling: dict[str, Any] = next(
+                (c for c in status.get("conditions") or [] if c["type"] == "Scaling"), {})
             settled = rate >= 0.95 * target and scaling.get("reason") in ("Steady", "Stable")
             steady_since = (steady_since or time.monotonic()) if settled else None
             if steady_since is not None and time.monotonic() - steady_since > 90:
@@ -171,8 +172,8 @@ def run_real(seconds: float) -> dict[str, Any]:
         print(described, flush=True)
         hsp = yaml.safe_load(k("get", "hsp", "-n", namespace, NAME, "-o", "yaml"))
         status = hsp.get("status") or {}
-        counter = next((o for o in status.get("operators") or [] if o["vertexId"] == COUNTER),
-                       {})
+        counter: dict[str, Any] = next(
+            (o for o in status.get("operators") or [] if o["vertexId"] == COUNTER), {})
         return {"steps": _history_steps(status), "measured": _measured(samples, counter),
                 "final": _final(int(counter.get("parallelism", 1)), counter.get("memoryLevel"),
                                 prom(rate_query) or 0.0),
