@@ -18,7 +18,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
 import sys
 import time
 import uuid
@@ -110,14 +109,9 @@ def run_real(seconds: float) -> dict[str, Any]:
 
     realflink.job_build()
     info, started = stack.up(echo=lambda line: print(line, flush=True))
-    kubectl = stack.find_tools().kubectl
 
     def k(*args: str, stdin: str | None = None) -> str:
-        done = subprocess.run([kubectl, "--kubeconfig", info.kubeconfig, *args], input=stdin,
-                              capture_output=True, text=True, timeout=120)
-        if done.returncode != 0:
-            raise RuntimeError(f"kubectl {' '.join(args)}: {done.stderr.strip()}")
-        return done.stdout
+        return stack.kubectl(info.kubeconfig, *args, stdin=stdin).stdout
 
     def prom(query: str) -> float | None:
         result = requests.get(f"{info.prometheus_url}/api/v1/query", params={"query": query},
