@@ -37,16 +37,20 @@ from policies.decision import (
     EpochTime,
     HistoryRecord,
 )
+from policies.learning import POINTS_PER_VERTEX, VertexLearning
 from policies.params import HISTORY_LIMIT, ScalingParams
 from policies.spec import (
     DURATION_MAX_LENGTH,
+    HOUR,
     SAFE_DURATION_PATTERN,
+    CostSpec,
     CpuScaling,
     Duration,
     Limits,
     MemoryMiB,
     MemoryScaling,
     ParallelismOverride,
+    Policy,
     SpecModel,
     TaskFootprint,
     Within,
@@ -69,7 +73,6 @@ DESCRIPTION = (
 TARGET_API_VERSION = "flink.apache.org/v1beta1"
 TARGET_KIND = "FlinkDeployment"
 
-HOUR = 3600.0
 MIN_RESOLUTION = 5.0
 # Flink 1.20's default memory options need ~982 MiB of process memory before a
 # TaskManager has any task heap (packer.flink_memory: metaspace, overhead, framework,
@@ -198,10 +201,16 @@ class HybridScalingPolicySpec(SpecModel):
         Mode.RECOMMEND,
         description="Active patches the FlinkDeployment; Recommend (default) only records",
     )
+    policy: Policy = Field(
+        Policy.JUSTIN,
+        description="ds2 (parallelism only), justin (DS2 then Algorithm 1) or capacity "
+                    "(learned capacity surface, cheapest configuration in one jump)",
+    )
     metrics: MetricsSpec = MetricsSpec()
     cpu: CpuScaling = CpuScaling()
     memory: MemoryScaling = MemoryScaling()
     limits: Limits = Limits()
+    cost: CostSpec = CostSpec()
     task_manager: TaskManagerSpec = TaskManagerSpec()
     placement: PlacementSpec = PlacementSpec()
 
@@ -209,6 +218,7 @@ class HybridScalingPolicySpec(SpecModel):
         """The core's parameters; a task's CPU, heap and network are its share of a slot
         of the first allowed shape, whichever shape it is placed on."""
         return ScalingParams(
+            policy=self.policy, cost=self.cost,
             cpu=self.cpu, memory=self.memory, limits=self.limits,
             footprint=self.task_manager.shapes[0].slot_footprint(),
         )
@@ -463,6 +473,10 @@ class Status(StatusModel):
         (), max_length=1000, description="vertices waiting out cpu.scaleDownDelay"
     )
     last_reconfiguration_time: EpochTime | None = None
+    learned: tuple[VertexLearning, ...] = Field(
+        (), max_length=1000,
+        description="capacity policy: per vertex, the data points and judgements it learned "
+                    f"from (at most {POINTS_PER_VERTEX} configurations each)")
     placement: PlacementStatus | None = None
     target: Target | None = None
     enactments: tuple[StepEnactment, ...] = Field(

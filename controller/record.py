@@ -249,6 +249,7 @@ def policy_state(status: Status) -> PolicyState:
             {w.vertex_id: w.since for w in status.scale_down_wanted_since}
         ),
         last_reconfiguration_time=status.last_reconfiguration_time,
+        learned=MappingProxyType({v.vertex_id: v for v in status.learned}),
     )
 
 
@@ -264,6 +265,7 @@ def with_policy_state(status: Status, state: PolicyState) -> Status:
         "last_reconfiguration_time": (None if state.last_reconfiguration_time is None
                                       else epoch_seconds(state.last_reconfiguration_time)),
         "summary": status.summary.model_copy(update={"step": state.step}),
+        "learned": tuple(v for _, v in sorted(state.learned.items())),
     })
 
 

@@ -6,7 +6,7 @@ record) on the in-memory ports of `controller/adapters/twin.py`. So the waiting
 rules, the placement, the refusals and the applied fields are the ones users run;
 only the cluster is the twin. The policy is the paper's setup (§5): spec defaults
 (2-minute window, 1-minute stabilization), Active, sinks pinned, the paper's
-TaskManager, and for DS2 memory scaling off. The job has run for one stabilization
+TaskManager, and `spec.policy` the policy under test. The job has run for one stabilization
 when the experiment starts, so the first decision ends the first 2-minute window.
 """
 
@@ -23,7 +23,7 @@ from controller.api import (
     TargetRef,
 )
 from controller.loop import reconcile
-from policies.spec import CpuScaling, MemoryScaling, ParallelismOverride
+from policies.spec import CpuScaling, MemoryScaling, ParallelismOverride, Policy
 from simulator.model import JobModel
 from simulator.results import (
     GRANULARITY_S,
@@ -52,13 +52,13 @@ def closed_loop_policy(model: JobModel, policy: PolicyName, window_s: float = WI
     spec = HybridScalingPolicySpec(
         target_ref=TargetRef(name=NAME),
         mode=Mode.ACTIVE,
+        policy=Policy(policy),
         metrics=MetricsSpec(window=window_s, stabilization=stabilization_s,
                             resolution=GRANULARITY_S),
         # The paper's sources are generators capped at the target: they never catch up
         # on lag, so DS2 sizes for the target rate (seen through lag growth) only.
         cpu=CpuScaling(overrides=pinned, catch_up_duration=0),
-        memory=MemoryScaling(enabled=policy == "justin",
-                             base_managed_memory=f"{BASE_MANAGED_MIB:g}Mi"),
+        memory=MemoryScaling(base_managed_memory=f"{BASE_MANAGED_MIB:g}Mi"),
     )
     return HybridScalingPolicy(metadata=ObjectMeta(name=NAME, namespace=NAMESPACE), spec=spec)
 

@@ -170,6 +170,9 @@ class VertexMetrics:
     # paper's test for "stateful" (Algorithm 1, line 3). A cache that never
     # misses still has this set.
     has_state_backend_metrics: bool = False
+    # RocksDB's estimate-live-data-size over all subtasks and column families (bytes),
+    # None when not reported: the working set the cache model's prior needs.
+    state_bytes: float | None = None
 
     @property
     def busyness(self) -> float:

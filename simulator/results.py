@@ -28,7 +28,7 @@ from simulator.twin import (
     paper_resources,
 )
 
-PolicyName = Literal["justin", "ds2"]
+PolicyName = Literal["justin", "ds2", "capacity"]
 WINDOW_S = 120.0
 STABILIZATION_S = 60.0
 GRANULARITY_S = 5.0

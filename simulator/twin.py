@@ -563,6 +563,8 @@ class Twin:
             cache_misses_per_s=misses,
             state_latency_ns=latency,
             has_state_backend_metrics=op.state is not None,
+            # RocksDB's estimate-live-data-size summed over subtasks (flink_format emits it).
+            state_bytes=None if op.state is None else op.state.total_bytes,
         )
 
     def achieved_rate(self, window_s: float) -> float:
