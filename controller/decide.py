@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
 from controller import telemetry
@@ -25,6 +26,7 @@ from controller.realize import (
     desired_fields,
     keeps_task_managers,
     refusal,
+    restart_downtime_s,
     unhonoured_memory,
     with_enactment,
 )
@@ -45,8 +47,12 @@ from policies.model import JobGraph
 def decide(run: Run, graph: JobGraph, collected: Collected) -> Evaluation:
     """The core's evaluation, recorded; a decision that changes nothing ends the pass."""
     started = time.perf_counter()
-    evaluation = evaluate(graph, collected.observation, policy_state(run.status),
-                          run.spec.scaling_params(), run.now)
+    # What a restart costs, for a policy that weighs it (unless spec.cost.restartDowntime
+    # says): the measured model for how this deployment restarts, with its state.
+    params = replace(run.spec.scaling_params(), expected_downtime_s=restart_downtime_s(
+        run.deployment or {}, collected.state_bytes))
+    evaluation = evaluate(graph, collected.observation, policy_state(run.status), params,
+                          run.now)
     decision = evaluation.decision
     telemetry.count(telemetry.EVALUATIONS, run.namespace, run.name,
                     "reconfigure" if decision.reconfigures else "unchanged")

@@ -558,3 +558,24 @@ def test_an_adaptive_parallelism_only_step_is_priced_in_place() -> None:
     [enactment] = world.store.last.enactments
     assert enactment.kind == "in-place"
     assert enactment.expected_downtime_s == expected_downtime_s(Enactment.IN_PLACE, 100e6)
+
+
+def test_a_policy_weighs_the_measured_restart_downtime_unless_the_spec_says() -> None:
+    seen: list[float] = []
+
+    def spy(*args: Any) -> Any:
+        seen.append(args[3].restart_downtime_s)
+        return evaluate(*args)
+
+    from controller import decide as decide_stage
+    from policies import evaluate
+
+    world = World(deployments=FakeDeployments(flink_deployment("last-state")))
+    world.metrics.state_bytes = 200e6
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(decide_stage, "evaluate", spy)
+        world.run()
+        assert seen == [expected_downtime_s(Enactment.LAST_STATE, 200e6)]
+        other = World()
+        other.run(policy(cost={"restartDowntime": "5m"}))
+        assert seen[-1] == 300.0
