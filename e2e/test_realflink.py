@@ -151,12 +151,20 @@ def test_the_controller_converges_a_real_rocksdb_job_memory_first_keeping_its_st
     assert any(v.get("scaledUp") and v.get("memoryLevel") for v in counter), history
     described = cluster.kubectl("describe", "hsp", "-n", namespace, "state").stdout
     assert "ScaledUp" in described
+    # Each step is priced (savepoint upgrades: the deployment's upgradeMode) and, as the job
+    # ran again before it converged, its downtime observed.
+    enactments = status.get("enactments") or []
+    assert [e["step"] for e in enactments] == [r["step"] for r in history], enactments
+    assert all(e["kind"] == "savepoint" and e["expectedDowntimeS"] > 0
+               and e.get("observedDowntimeS") for e in enactments), enactments
+    assert "Expected Downtime S" in described
     # Each step was a real upgrade: the job id changed, and the last one runs.
     final = cluster.flink(namespace, "state")
     assert final["status"]["jobStatus"]["jobId"] != job
     resources = final["spec"]["flinkConfiguration"][realflink.OPERATOR_RESOURCES_KEY]
     assert '"counter"' in resources
     print("history:", yaml.safe_dump(history))
+    print("enactments:", yaml.safe_dump(enactments))
     print("events:", *events, sep="\n  ")
 
 
