@@ -202,7 +202,7 @@ class HybridScalingPolicySpec(SpecModel):
         description="Active patches the FlinkDeployment; Recommend (default) only records",
     )
     policy: Policy = Field(
-        Policy.JUSTIN,
+        Policy.CAPACITY,
         description="ds2 (parallelism only), justin (DS2 then Algorithm 1) or capacity "
                     "(learned capacity surface, cheapest configuration in one jump)",
     )

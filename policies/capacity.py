@@ -29,7 +29,7 @@ from dataclasses import dataclass, replace
 from types import MappingProxyType
 
 from policies import ds2, explain
-from policies.decision import Branch, Forecast, VertexDecision
+from policies.decision import Branch, VertexDecision
 from policies.learning import (
     MIN_BUSYNESS,
     CapacityPoint,
@@ -41,7 +41,7 @@ from policies.learning import (
     merge,
 )
 from policies.model import JobGraph, Observation, ShipStrategy, Vertex, VertexConfig, VertexMetrics
-from policies.params import PolicyState, ScalingParams, price_per_hour, totals
+from policies.params import PolicyState, ScalingParams, price_per_hour, restart_cost, totals
 
 # Busiest / mean busyness up to this factor over the key groups' own imbalance is
 # noise (the max of p noisy subtasks sits above their mean), not a hot key.
@@ -52,6 +52,8 @@ SHORT_BY = 0.10
 # With a hot key the busiest subtask's capacity approaches a plateau as tasks are added;
 # past this share of it, each task buys little (the hot key is then most of its load).
 PLATEAU = 0.8
+# A record that takes a task more than an hour is no measurement (and would overflow).
+MAX_SERVICE_US = 3.6e9
 # Most parallelisms tried per level: every one up to this many, then a geometric ladder.
 DENSE_CANDIDATES = 512
 
@@ -63,7 +65,6 @@ class Result:
     vertices: tuple[VertexDecision, ...]
     configuration: Mapping[str, VertexConfig]
     learned: Mapping[str, VertexLearning]
-    forecast: Forecast | None
 
 
 @dataclass(frozen=True)
@@ -150,13 +151,8 @@ def evaluate(graph: JobGraph, observation: Observation, state: PolicyState,
         learned[v.id] = learning
         decisions.append(_vertex_decision(p, after, rates[v.id], params))
 
-    forecast = Forecast(
-        cost_before_per_hour=round(cost_now, 4), cost_after_per_hour=round(cost_new, 4),
-        expected_downtime_s=params.restart_downtime_s if triggered else 0.0,
-        restart_cost=round(_restart_cost(cost_new, params), 4) if triggered else 0.0,
-    )
     return Result(triggered, reason, tuple(decisions), MappingProxyType(chosen),
-                  MappingProxyType(learned), forecast)
+                  MappingProxyType(learned))
 
 
 def _learn(old: VertexLearning | None, v: Vertex, observation: Observation,
@@ -188,6 +184,9 @@ def point_of(v: Vertex, m: VertexMetrics, time: float) -> CapacityPoint | None:
     tpr = m.true_processing_rate
     if m.busyness < MIN_BUSYNESS or not math.isfinite(tpr) or tpr <= 0:
         return None
+    service_us = v.parallelism * 1e6 / tpr
+    if not service_us < MAX_SERVICE_US:
+        return None
     theta = m.cache_hit_rate if m.has_state_backend_metrics else None
     accesses = None
     if m.cache_hits_per_s is not None or m.cache_misses_per_s is not None:
@@ -197,7 +196,7 @@ def point_of(v: Vertex, m: VertexMetrics, time: float) -> CapacityPoint | None:
     hottest = m.busy_ms_per_s_max / m.busy_ms_per_s if m.busy_ms_per_s > 0 else 1.0
     return CapacityPoint(
         parallelism=v.parallelism, memory_level=v.memory_level, time=time,
-        service_us=v.parallelism * 1e6 / tpr,
+        service_us=service_us,
         hottest_ratio=min(float(v.parallelism), max(1.0, hottest)),
         miss_ratio=None if theta is None else min(1.0, max(0.0, 1.0 - theta)),
         cache_accesses_per_record=accesses, state_latency_ns=m.state_latency_ns,
@@ -325,6 +324,8 @@ def _cheapest(v: Vertex, surface: Surface, skew: _Skew, need: float, need_hottes
             if learning.excluded(p, level, need) is not None:
                 continue
             tpr = surface.capacity(p, level)
+            if not tpr > 0:  # NaN or nothing: a degenerate fit says nothing here
+                continue
             hottest = tpr / skew.ratio(p)
             cost = _cost(v, config, params)
             if tpr >= need and hottest >= need_hottest:
@@ -349,17 +350,9 @@ def _cost(v: Vertex, config: VertexConfig, params: ScalingParams) -> float:
     return price_per_hour(totals({v.id: config}, params), params)
 
 
-def _restart_cost(cost_per_hour: float, params: ScalingParams) -> float:
-    """A restart costs its downtime and the catch-up after it, at the new configuration's
-    price: the backlog of D seconds drains in D·u/(1−u) more at utilization u."""
-    u = params.cpu.utilization_target
-    seconds = params.restart_downtime_s * (1.0 + u / max(1e-9, 1.0 - u))
-    return cost_per_hour * seconds / 3600.0
-
-
 def _pays_back(cost_now: float, cost_new: float, params: ScalingParams) -> bool:
     saving = (cost_now - cost_new) * params.cost.payback_period / 3600.0
-    return saving > _restart_cost(cost_new, params)
+    return saving > restart_cost(cost_new, params)
 
 
 def _waited(p: _Plan, params: ScalingParams, now: float) -> bool:

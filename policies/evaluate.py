@@ -25,6 +25,7 @@ from policies.params import (
     PolicyState,
     ScalingParams,
     price_per_hour,
+    restart_cost,
     totals,
 )
 from policies.spec import Policy
@@ -58,14 +59,12 @@ def evaluate(
         )
         return _unchanged(current, state, params, now, reason, decisions)
 
-    forecast: Forecast | None = None
     if params.policy == Policy.CAPACITY:
         planned = capacity.evaluate(graph, observation, state, params, now)
         state = replace(state, learned=planned.learned)
         if not planned.triggered:
             return _unchanged(current, state, params, now, planned.reason, planned.vertices)
         config, decisions, triggered_by = planned.configuration, planned.vertices, planned.reason
-        forecast = planned.forecast
     else:
         proposal = ds2.propose(
             graph, observation, params.cpu,
@@ -97,6 +96,9 @@ def evaluate(
     )
     if clip.clipped:
         reason += "; " + clip.reason
+    forecast = _forecast(before, totals(config, params), params) if reconfigures else None
+    if forecast is not None:
+        reason += "; " + explain.forecast(before, totals(config, params), forecast)
     step = state.step + 1 if reconfigures else state.step
     decision = Decision(
         time=now,
@@ -108,7 +110,7 @@ def evaluate(
         after=totals(config, params),
         clipped=clip.clipped,
         clip_reason=clip.reason,
-        forecast=_after_clip(forecast, totals(config, params), params),
+        forecast=forecast,
     )
     if reconfigures:
         state = _record(state, decision, observation, now)
@@ -137,13 +139,15 @@ def _ds2_or_justin(graph: JobGraph, observation: Observation, proposal: ds2.Prop
     return config, decisions
 
 
-def _after_clip(forecast: Forecast | None, after: Totals, params: ScalingParams
-                ) -> Forecast | None:
-    """The limits may have changed the plan: price what is actually applied."""
-    if forecast is None:
-        return None
-    return forecast.model_copy(
-        update={"cost_after_per_hour": round(price_per_hour(after, params), 4)})
+def _forecast(before: Totals, after: Totals, params: ScalingParams) -> Forecast:
+    """What the step costs and saves at spec.cost's prices, and the downtime it costs."""
+    cost_after = price_per_hour(after, params)
+    return Forecast(
+        cost_before_per_hour=round(price_per_hour(before, params), 4),
+        cost_after_per_hour=round(cost_after, 4),
+        expected_downtime_s=params.restart_downtime_s,
+        restart_cost=round(restart_cost(cost_after, params), 4),
+    )
 
 
 def _clipped(d: VertexDecision, after: VertexConfig, notes: Mapping[str, str]) -> VertexDecision:

@@ -218,8 +218,10 @@ class Surface:
                 * self.correction)
 
     def capacity(self, parallelism: int, level: int | None) -> float:
-        """True processing rate of the vertex (records/s over all tasks, mean-based)."""
-        return parallelism * 1e6 / self.service_us(parallelism, level)
+        """True processing rate of the vertex (records/s over all tasks, mean-based);
+        0 where the fit is degenerate (no positive, finite service time)."""
+        service = self.service_us(parallelism, level)
+        return parallelism * 1e6 / service if 0 < service < math.inf else 0.0
 
 
 def fit(points: Sequence[CapacityPoint], anchor: CapacityPoint, base_mib: float) -> Surface:

@@ -20,7 +20,7 @@ def _empty() -> Mapping[str, float]:
 
 @dataclass(frozen=True)
 class ScalingParams:
-    policy: Policy = Policy.JUSTIN
+    policy: Policy = Policy.CAPACITY
     cost: CostSpec = field(default_factory=CostSpec)
     # Expected downtime of one restart when spec.cost.restartDowntime is unset: the
     # controller fills in its estimate for how the deployment restarts, with its state
@@ -76,6 +76,14 @@ def price_per_hour(t: Totals, params: ScalingParams) -> float:
     """What the tasks cost per hour at spec.cost's prices: CPU cores and all task memory."""
     cost = params.cost
     return t.cpu_cores * cost.cpu_core_price + t.memory_mib / 1024.0 * cost.memory_gib_price
+
+
+def restart_cost(cost_per_hour: float, params: ScalingParams) -> float:
+    """A restart costs its downtime and the catch-up after it, at the new configuration's
+    price: the backlog of D seconds drains in D·u/(1−u) more at utilization u."""
+    u = params.cpu.utilization_target
+    seconds = params.restart_downtime_s * (1.0 + u / max(1e-9, 1.0 - u))
+    return cost_per_hour * seconds / 3600.0
 
 
 def within_limits(t: Totals, limits: Limits) -> bool:

@@ -166,6 +166,7 @@ def collect(
             for name in (
                 "busy_avg", "busy_max", "busy_sample_time", "backpressure", "records_in",
                 "records_out", "pending", "cache_hits", "cache_misses", "cache_capacity",
+                "state_bytes",
             )
         }
         latency_rows = source.query_range(q.state_latency, start, now, step)
@@ -192,6 +193,7 @@ def collect(
             continue
         pending = rows["pending"].get(v.id)
         hits, misses = rows["cache_hits"].get(v.id), rows["cache_misses"].get(v.id)
+        state_bytes = rows["state_bytes"].get(v.id)
         vertices[v.id] = VertexMetrics(
             busy_ms_per_s=_mean(rows["busy_avg"][v.id]),
             busy_ms_per_s_max=_mean(rows["busy_max"][v.id]),
@@ -206,6 +208,7 @@ def collect(
             has_state_backend_metrics=any(
                 v.id in rows[name] for name in ("cache_hits", "cache_misses", "cache_capacity")
             ) or v.id in latency,
+            state_bytes=state_bytes[-1][1] if state_bytes else None,
         )
     if problems:
         return MetricsUnavailable("metrics unavailable: " + "; ".join(problems))

@@ -25,6 +25,8 @@ CACHE_MISS = OPERATOR + "rocksdb_block_cache_miss"
 # column-family-as-variable, as `column_family_rocksdb_block_cache_capacity{column_family=..}`.
 CHECKPOINT_FULL_SIZE = "flink_jobmanager_job_lastCheckpointFullSize"
 CACHE_CAPACITY_NAME = OPERATOR + ".+_rocksdb_block_cache_capacity"
+# RocksDB's live data per column family, named as the capacity is.
+LIVE_DATA_NAME = OPERATOR + ".+_rocksdb_estimate_live_data_size"
 # Summaries such as `..._state_name_valueStateGetLatency{quantile=..}`; `_count` is excluded
 # by the anchored regex.
 STATE_LATENCY_NAME = OPERATOR + "state_name_[A-Za-z]+Latency"
@@ -75,6 +77,7 @@ class JobQueries:
     cache_hits: str
     cache_misses: str
     cache_capacity: str
+    state_bytes: str
     state_latency: str
     operator_ids: str
     checkpoint_size: str
@@ -98,6 +101,8 @@ def job_queries(job_id: str, resolution_s: float) -> JobQueries:
         cache_misses=f"sum by (task_id) (rate({selector(CACHE_MISS, job_id)}[{rw}]))",
         # The block cache is shared by all column families of a slot: max, never sum.
         cache_capacity=f"max by (task_id) ({selector(CACHE_CAPACITY_NAME, job_id, True)})",
+        # Each column family holds its own data: the state is their sum over every subtask.
+        state_bytes=f"sum by (task_id) ({selector(LIVE_DATA_NAME, job_id, True)})",
         state_latency=(
             "avg by (task_id, quantile) "
             f"({selector(STATE_LATENCY_NAME, job_id, True, 'quantile!=' + quote(''))})"

@@ -100,6 +100,12 @@ def test_golden_observation(source: Prometheus) -> None:
     # Every column family repeats the slot's cache size: max, not sum.
     capacity = golden["flink_taskmanager_job_task_operator_count_rocksdb_block_cache_capacity"]
     assert collected.cache_capacity_bytes == {COUNTER: pytest.approx(capacity[0][1])}
+    # Each column family holds its own data: the state size sums them over all subtasks.
+    live = [v for name, samples in golden.items()
+            if name.endswith("_rocksdb_estimate_live_data_size")
+            for labels, v in samples if labels["task_id"] == COUNTER]
+    assert live and counter.state_bytes == pytest.approx(sum(live))
+    assert src.state_bytes is None
 
     quantiles: dict[float, list[float]] = defaultdict(list)
     for name, samples in golden.items():

@@ -153,6 +153,8 @@ def flink_deployment(upgrade_mode: str = "savepoint", state: str = "RUNNING",
 
 
 def policy(mode: str = "Active", **spec: Any) -> HybridScalingPolicy:
+    """These tests follow Justin's branches (a scale-up, then a scale-out): policy justin."""
+    spec.setdefault("policy", "justin")
     return parse_policy({
         "apiVersion": "hybridscaler.dev/v1alpha1", "kind": "HybridScalingPolicy",
         "metadata": {"name": "p", "namespace": "ns"},
