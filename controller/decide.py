@@ -50,7 +50,7 @@ def decide(run: Run, graph: JobGraph, collected: Collected) -> Evaluation:
     # What a restart costs, for a policy that weighs it (unless spec.cost.restartDowntime
     # says): the measured model for how this deployment restarts, with its state.
     params = replace(run.spec.scaling_params(), expected_downtime_s=restart_downtime_s(
-        run.deployment or {}, collected.state_bytes))
+        run.deployment or {}, collected.checkpoint_bytes))
     evaluation = evaluate(graph, collected.observation, policy_state(run.status), params,
                           run.now)
     decision = evaluation.decision
@@ -84,7 +84,7 @@ def commit(run: Run, graph: JobGraph, collected: Collected, evaluation: Evaluati
     fields = desired(run, deployment, graph, evaluation, placed)
     run.status = with_enactment(
         with_policy_state(run.status, evaluation.state), decision.step, deployment, fields,
-        collected.state_bytes,
+        collected.checkpoint_bytes,
     ).model_copy(update={"placement": placed.status(), "target": as_target(decision.step, fields)})
     run.condition(ConditionType.SCALING, True, Reason.RECONFIGURING,
                   f"step {decision.step}: applying to FlinkDeployment {run.target}")

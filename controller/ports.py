@@ -88,7 +88,7 @@ class Collected:
     cache_capacity_bytes: Mapping[str, float] = field(default_factory=dict)
     # The last completed checkpoint's full size in bytes (what a restart restores);
     # None: no checkpoint completed, or not known.
-    state_bytes: float | None = None
+    checkpoint_bytes: float | None = None
 
 
 class Metrics(Protocol):

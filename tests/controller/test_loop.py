@@ -110,7 +110,7 @@ class FakeMetrics:
     observed: int = 0
     chain_reads: int = 0
     cache_capacity_bytes: dict[str, float] = field(default_factory=dict)
-    state_bytes: float | None = None
+    checkpoint_bytes: float | None = None
 
     def observe(self, graph: JobGraph, job_id: str, now: float, window_s: float,
                 resolution_s: float) -> Collected | MetricsUnavailable:
@@ -119,7 +119,7 @@ class FakeMetrics:
             return MetricsUnavailable("metrics unavailable: Prometheus unreachable")
         source = VertexMetrics(300, 300, 0, 0, 10_000)
         return Collected(Observation(now, window_s, {SOURCE: source, COUNTER: self.counter}),
-                         self.cache_capacity_bytes, self.state_bytes)
+                         self.cache_capacity_bytes, self.checkpoint_bytes)
 
     def operator_ids(self, job_id: str, now: float) -> Mapping[str, Iterable[str]]:
         self.chain_reads += 1
@@ -513,7 +513,7 @@ def test_counters_name_the_policy_and_are_forgotten_with_it() -> None:
 
 def test_a_step_records_its_enactment_expected_then_observed_downtime() -> None:
     world = World(deployments=FakeDeployments(flink_deployment("last-state")))
-    world.metrics.state_bytes = 100e6  # a checkpoint completed: last-state can restore it
+    world.metrics.checkpoint_bytes = 100e6  # a checkpoint completed: last-state can restore it
     world.run()
     [planned] = world.store.saved[0].enactments  # committed before the patch
     assert planned.kind == "last-state" and planned.state_bytes == 100_000_000
@@ -555,7 +555,7 @@ def test_without_a_checkpoint_a_last_state_step_is_priced_as_a_savepoint() -> No
 
 def test_an_adaptive_parallelism_only_step_is_priced_in_place() -> None:
     world = adaptive_world()
-    world.metrics.state_bytes = 100e6
+    world.metrics.checkpoint_bytes = 100e6
     world.run(policy(taskManager={"realization": "adaptive"}))
     [enactment] = world.store.last.enactments
     assert enactment.kind == "in-place"
@@ -573,7 +573,7 @@ def test_a_policy_weighs_the_measured_restart_downtime_unless_the_spec_says() ->
     from policies import evaluate
 
     world = World(deployments=FakeDeployments(flink_deployment("last-state")))
-    world.metrics.state_bytes = 200e6
+    world.metrics.checkpoint_bytes = 200e6
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(decide_stage, "evaluate", spy)
         world.run()
