@@ -332,6 +332,7 @@ class ConditionType(StrEnum):
     METRICS_AVAILABLE = "MetricsAvailable"  # every vertex had fresh metrics over the window
     SCALING = "Scaling"  # a reconfiguration is in progress or within stabilization
     LIMIT_REACHED = "LimitReached"  # spec.limits clipped the last decision
+    SKEWED = "Skewed"  # a vertex's busiest subtask is saturated and more tasks cannot help
 
 
 class ConditionStatus(StrEnum):
@@ -418,6 +419,14 @@ class Summary(StatusModel):
     last_action: str = Field("", description="e.g. 'scale-up count 4 (level 0→1)'")
 
 
+class ReplacedTarget(StatusModel):
+    """The FlinkDeployment this policy scaled before one of the same name replaced it."""
+
+    uid: str = Field(description="metadata.uid of the replaced FlinkDeployment")
+    step: int = Field(ge=0, description="the steps taken on it, now discarded")
+    time: Timestamp = Field(description="when the controller found the new object")
+
+
 class ScaleDownWait(StatusModel):
     vertex_id: str
     since: EpochTime = Field(description="when DS2 first wanted fewer tasks for this vertex")
@@ -482,6 +491,11 @@ class Status(StatusModel):
     enactments: tuple[StepEnactment, ...] = Field(
         (), max_length=ENACTMENTS_LIMIT,
         description=f"newest last, at most {ENACTMENTS_LIMIT}: expected and observed downtime")
+    # History belongs to one job: a FlinkDeployment deleted and recreated under the
+    # same name has a new uid, and starts a fresh history (controller/gate.py).
+    target_uid: str | None = Field(None, description="metadata.uid of the FlinkDeployment "
+                                   "this history belongs to")
+    replaced_target: ReplacedTarget | None = None
     summary: Summary = Summary()
 
     @model_validator(mode="before")

@@ -362,6 +362,9 @@ def realize(run: Run) -> Realized | None:
     if enactments and enactments[-1].step == target.step and enactments[-1].applied_time is None:
         run.status = _with_last(run.status, applied_time=epoch_seconds(run.now))
     if differences:
+        # Only a target from the current status may be applied: one held by a replica
+        # that lost a race would roll the job back (docs/controller.md, one writer).
+        run.ports.store.confirm()
         note = run.ports.deployments.apply(run.namespace, run.target,
                                            apply_body(run.target, run.namespace, desired))
         if note:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from controller.adapters.twin import flink_deployment, twin_ports
 from controller.api import (
+    ConditionType,
     HybridScalingPolicy,
     HybridScalingPolicySpec,
     MetricsSpec,
@@ -23,6 +24,7 @@ from controller.api import (
     TargetRef,
 )
 from controller.loop import reconcile
+from policies.decision import Decision
 from policies.spec import CpuScaling, MemoryScaling, ParallelismOverride, Policy
 from simulator.model import JobModel
 from simulator.results import (
@@ -63,6 +65,12 @@ def closed_loop_policy(model: JobModel, policy: PolicyName, window_s: float = WI
     return HybridScalingPolicy(metadata=ObjectMeta(name=NAME, namespace=NAMESPACE), spec=spec)
 
 
+def note_skew(result: RunResult, decision: Decision | None, time: float) -> None:
+    """When a decision first named each vertex skewed (its `skew` findings)."""
+    for finding in decision.skew if decision is not None else ():
+        result.skew_named.setdefault(finding.vertex_id, time)
+
+
 def run(model: JobModel, policy: PolicyName, duration_s: float = 1200.0, seed: int = 0,
         window_s: float = WINDOW_S, stabilization_s: float = STABILIZATION_S) -> RunResult:
     """Run `policy` against a fresh twin of `model` for `duration_s` of virtual time."""
@@ -79,6 +87,10 @@ def run(model: JobModel, policy: PolicyName, duration_s: float = 1200.0, seed: i
         result.samples.append(sample(twin))
         restarts = len(deployments.downtimes)
         status = reconcile(hsp, 1, status, ports).status
+        skewed = status.condition(ConditionType.SKEWED)
+        if result.skewed_at_s is None and skewed is not None and skewed.status == "True":
+            result.skewed_at_s = twin.time
+        note_skew(result, status.last_decision, twin.time)
         if len(deployments.downtimes) > restarts:
             # A pass takes no virtual time: the window before the step is still the last one.
             rate_before = twin.achieved_rate(window_s)

@@ -28,7 +28,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from types import MappingProxyType
 
-from policies import ds2, explain
+from policies import ds2, explain, skew
 from policies.decision import Branch, VertexDecision
 from policies.learning import (
     MIN_BUSYNESS,
@@ -46,6 +46,8 @@ from policies.params import PolicyState, ScalingParams, price_per_hour, restart_
 # Busiest / mean busyness up to this factor over the key groups' own imbalance is
 # noise (the max of p noisy subtasks sits above their mean), not a hot key.
 SKEW_TOLERANCE = 1.15
+# The busiest subtask is this busy or more: it is about to backpressure the job.
+SATURATED = 0.9
 # A step fell short when the measured capacity is this much below the prediction
 # (or twice the measured noise, if more).
 SHORT_BY = 0.10
@@ -73,6 +75,7 @@ class _Plan:
     metrics: VertexMetrics
     learning: VertexLearning
     surface: Surface | None
+    skew: _Skew
     rate: float  # records/s to sustain now: target, lag catch-up, restart catch-up
     need: float  # records/s (mean-based TPR) the chosen configuration must reach
     need_hottest: float  # ... and that its busiest subtask must keep up with
@@ -108,7 +111,9 @@ def evaluate(graph: JobGraph, observation: Observation, state: PolicyState,
                   for vid, p in plans.items()}
         triggered = any(chosen[vid] != p.current for vid, p in plans.items())
         reason = "capacity: " + ", ".join(
-            f"{p.vertex.name or p.vertex.id} busiest subtask at {p.hottest_now:.2f} > {high_u:.2f}"
+            f"{p.vertex.name or p.vertex.id} busiest subtask at {p.hottest_now:.2f} "
+            f"(mean {p.hottest_now / p.skew.ratio(p.vertex.parallelism):.2f}, "
+            f"utilizationMax {high_u:.2f})"
             for p in deficits)
     else:
         ready = [p for p in plans.values() if p.surplus and _waited(p, params, now)]
@@ -141,9 +146,11 @@ def evaluate(graph: JobGraph, observation: Observation, state: PolicyState,
         learning = _surplus_bookkeeping(p, now)
         if triggered and after != p.current:
             learning = learning.model_copy(update={
-                "predicted": Prediction(parallelism=after.parallelism,
-                                        memory_level=after.memory_level,
-                                        capacity=_predict(p, after), need=p.need),
+                "predicted": Prediction(
+                    parallelism=after.parallelism, memory_level=after.memory_level,
+                    capacity=_predict(p, after), need=p.need,
+                    hottest_capacity=_predict(p, after) / p.skew.ratio(after.parallelism),
+                    need_hottest=p.need_hottest),
                 "surplus_since": None, "surplus_peak_need": None})
         elif triggered:
             learning = learning.model_copy(update={"surplus_since": None,
@@ -170,6 +177,12 @@ def _learn(old: VertexLearning | None, v: Vertex, observation: Observation,
         measured = v.parallelism * 1e6 / point.service_us
         short_by = max(SHORT_BY, 2 * learning.noise)
         fell_short = measured < predicted.capacity * (1 - short_by) and measured < predicted.need
+        # ... or its busiest subtask, which saturates first, fell short of what it had to do.
+        busiest = measured / point.hottest_ratio
+        fell_short = fell_short or (
+            predicted.hottest_capacity is not None and predicted.need_hottest is not None
+            and busiest < predicted.hottest_capacity * (1 - short_by)
+            and busiest < predicted.need_hottest)
         shorts = learning.fell_short
         if fell_short:
             shorts = (*shorts, ShortConfiguration(parallelism=point.parallelism,
@@ -210,7 +223,8 @@ def _plan_vertex(graph: JobGraph, v: Vertex, m: VertexMetrics, learning: VertexL
     cpu = params.cpu
     current = VertexConfig(v.parallelism, v.memory_level)
     anchor = learning.point(v.parallelism, v.memory_level)
-    keep = _Plan(v, m, learning, None, 0.0, 0.0, 0.0, current, current, math.inf, 0.0, False,
+    none = _Skew(1.0, v.parallelism, 0, MappingProxyType({}))
+    keep = _Plan(v, m, learning, None, none, 0.0, 0.0, 0.0, current, current, math.inf, 0.0, False,
                  False, False, "")
     if cpu.excludes(v.id, v.operator_uids):
         return replace(keep, note="excluded from scaling")
@@ -223,13 +237,19 @@ def _plan_vertex(graph: JobGraph, v: Vertex, m: VertexMetrics, learning: VertexL
                                   "configuration")
     surface = fit(learning.points, anchor, params.memory.base_managed_memory)
     hashed = any(e.ship_strategy == ShipStrategy.HASH for e in graph.inputs(v.id))
-    skew = _Skew(anchor.hottest_ratio, v.parallelism, v.max_parallelism if hashed else 0)
+    measured = {pt.parallelism: pt.hottest_ratio for pt in learning.points}
+    spread = _Skew(anchor.hottest_ratio, v.parallelism, v.max_parallelism if hashed else 0,
+                 MappingProxyType(measured))
     restart = target * params.restart_downtime_s / cpu.catch_up_duration \
         if cpu.catch_up_duration > 0 else 0.0
     rate = target + catch_up + restart
     tpr = m.true_processing_rate
-    hottest_now = (target + catch_up) * skew.ratio(v.parallelism) / tpr if tpr > 0 else math.inf
-    deficit = hottest_now > high_u
+    mean_now = (target + catch_up) / tpr if tpr > 0 else math.inf
+    hottest_now = mean_now * spread.ratio(v.parallelism)
+    # The mean above utilizationMax, or the busiest subtask close to saturation: a hot
+    # subtask between the two is sized away in a step that happens anyway, but does not
+    # restart the job alone (its busyness moves more with noise and key placement).
+    deficit = mean_now > high_u or hottest_now > max(high_u, SATURATED)
 
     # Sized for the mean at the utilization target, and the busiest subtask below the
     # trigger by three times the measured noise (sizing it to the target would multiply
@@ -237,31 +257,34 @@ def _plan_vertex(graph: JobGraph, v: Vertex, m: VertexMetrics, learning: VertexL
     margin = 1.0 if deficit else 1.0 + 2.0 * learning.noise
     need = max(rate, learning.surplus_peak_need or 0.0) * margin
     hottest_u = max(cpu.utilization_target, high_u / (1.0 + 3.0 * learning.noise))
-    best, capacity, limited = _cheapest(v, surface, skew, need / cpu.utilization_target,
-                                        need / hottest_u, learning, params)
+    best, capacity, limited = _cheapest(v, surface, spread, need / cpu.utilization_target,
+                                        need / hottest_u, learning, params,
+                                        above=current if deficit else None)
     cost_best, cost_now = _cost(v, best, params), _cost(v, current, params)
     surplus = not deficit and best != current and cost_best < cost_now
     note = ""
     if limited:
-        note = (f"busiest subtask carries {skew.hot_share:.0%} of the load it cannot split: "
+        note = (f"busiest subtask carries {spread.hot_share:.0%} of the load it cannot split: "
                 f"scaling out stops at {best.parallelism} (skew)")
-    return _Plan(v, m, learning, surface, rate, need / cpu.utilization_target, need / hottest_u,
-                 current, best, capacity, hottest_now, deficit, surplus, limited, note)
+    return _Plan(v, m, learning, surface, spread, rate, need / cpu.utilization_target,
+                 need / hottest_u, current, best, capacity, hottest_now, deficit, surplus,
+                 limited, note)
 
 
 @dataclass(frozen=True)
 class _Skew:
-    """The busiest subtask's load over the mean: key-group rounding and a hot key.
+    """The busiest subtask's load over the mean at p tasks: key-group rounding, and a hot
+    key group (`policies.skew.hot_key_group_share`) that stays on one subtask however many
+    tasks there are. Where a configuration ran, what was measured there counts too.
 
-    Flink hashes keys into max-parallelism key groups and gives each subtask a
-    contiguous range: at p tasks the busiest gets ceil(K/p) of K groups. What the
-    busiest subtask carries beyond that is taken, pessimistically, to be one key: it
-    stays on one subtask however many tasks there are.
+    Flink hashes keys into K key groups and gives each subtask a contiguous range: at p
+    tasks the busiest gets ceil(K/p) of them.
     """
 
-    observed: float
+    observed: float  # busiest / mean now
     parallelism: int
     key_groups: int  # 0: input not hashed
+    measured: Mapping[int, float]  # parallelism -> busiest / mean seen there
 
     def rounding(self, p: int) -> float:
         if not self.key_groups:
@@ -270,17 +293,20 @@ class _Skew:
 
     @property
     def hot_share(self) -> float:
-        base = self.rounding(self.parallelism)
-        if self.observed <= base * SKEW_TOLERANCE:
+        if self.observed <= self.rounding(self.parallelism) * SKEW_TOLERANCE:
             return 0.0
-        # busiest share ρ/p = h + (1 − h)·base/p  ⇒  h = (ρ − base) / (p − base)
-        return min(1.0, (self.observed - base) / max(1e-9, self.parallelism - base))
+        share = min(1.0, self.observed / self.parallelism)
+        if not self.key_groups:
+            return share
+        return skew.hot_key_group_share(share, self.parallelism, self.key_groups)
 
     def ratio(self, p: int) -> float:
         h = self.hot_share
         if not self.key_groups and h > 0:
-            return min(float(p), self.observed)  # not hashed: the imbalance stays as it is
-        return max(self.rounding(p), p * h + (1.0 - h) * self.rounding(p))
+            modelled = min(float(p), self.observed)  # not hashed: the imbalance stays
+        else:
+            modelled = max(self.rounding(p), p * h + (1.0 - h) * self.rounding(p))
+        return max(modelled, self.measured.get(p, 1.0))
 
 
 def _levels(v: Vertex, surface: Surface, params: ScalingParams) -> list[int | None]:
@@ -308,8 +334,8 @@ def _parallelisms(v: Vertex, params: ScalingParams) -> list[int]:
     return sorted(set(dense + ladder + [v.parallelism]))
 
 
-def _cheapest(v: Vertex, surface: Surface, skew: _Skew, need: float, need_hottest: float,
-              learning: VertexLearning, params: ScalingParams
+def _cheapest(v: Vertex, surface: Surface, spread: _Skew, need: float, need_hottest: float,
+              learning: VertexLearning, params: ScalingParams, above: VertexConfig | None = None
               ) -> tuple[VertexConfig, float, bool]:
     """The cheapest configuration that reaches `need` and whose busiest subtask reaches
     `need_hottest`. Failing any, the busiest subtask cannot keep up (a hot key, or the
@@ -323,10 +349,13 @@ def _cheapest(v: Vertex, surface: Surface, skew: _Skew, need: float, need_hottes
             config = VertexConfig(p, level)
             if learning.excluded(p, level, need) is not None:
                 continue
+            if above is not None and p <= above.parallelism and (level or 0) <= (
+                    above.memory_level or 0):
+                continue  # in a deficit, what runs now (or less) is measured not to do
             tpr = surface.capacity(p, level)
             if not tpr > 0:  # NaN or nothing: a degenerate fit says nothing here
                 continue
-            hottest = tpr / skew.ratio(p)
+            hottest = tpr / spread.ratio(p)
             cost = _cost(v, config, params)
             if tpr >= need and hottest >= need_hottest:
                 key = (cost, 0 if config == current else 1, config, tpr)
@@ -342,7 +371,7 @@ def _cheapest(v: Vertex, surface: Surface, skew: _Skew, need: float, need_hottes
     plateau = [x for x in short if x[0] >= PLATEAU * top]
     enough = [x for x in plateau if x[1]] or plateau
     _, _, _, config, tpr = min(enough, key=lambda x: (x[2], x[3] != current))
-    return config, tpr, skew.hot_share > 0
+    return config, tpr, spread.hot_share > 0
 
 
 def _cost(v: Vertex, config: VertexConfig, params: ScalingParams) -> float:

@@ -123,6 +123,30 @@ class Totals(RecordModel):
     memory_mib: float
 
 
+class SkewFinding(RecordModel):
+    """One skewed vertex: the busiest subtask against the mean, and what more tasks can do."""
+
+    vertex_id: str
+    vertex_name: str = ""
+    parallelism: int
+    keyed: bool = Field(description="the vertex has a hashed (keyBy) input: its load is per key")
+    hottest_busyness: float = Field(description="busiest subtask's busyness over the window")
+    mean_busyness: float
+    ratio: float = Field(description="hottest / mean busyness")
+    hottest_share: float = Field(
+        description="the busiest subtask's share of the vertex's input (records when the "
+                    "per-subtask rates are collected, else estimated from busyness)")
+    from_records: bool = Field(description="hottest_share is measured from records, not busyness")
+    hot_key_group_share: float | None = Field(
+        None, description="estimated share of the hottest key group(s); None when not keyed")
+    best_hottest_busyness: float | None = Field(
+        None, description="the busiest subtask's busyness at max parallelism (estimate)")
+    saturated: bool = Field(description="the busiest subtask is at or above cpu.utilizationMax")
+    scale_out_helps: bool = Field(
+        description="more tasks can bring the busiest subtask below cpu.utilizationMax")
+    useful_parallelism: int | None = Field(
+        None, description="where scale-out stops relieving the busiest subtask (blocked only)")
+    message: str
 class Forecast(RecordModel):
     """What the capacity policy expects a decision to cost and save."""
 
@@ -144,6 +168,8 @@ class Decision(RecordModel):
     after: Totals
     clipped: bool = False
     clip_reason: str = ""
+    skew: tuple[SkewFinding, ...] = Field(
+        (), description="vertices whose busiest subtask is far above the mean (policies/skew.py)")
     forecast: Forecast | None = None
 
     def vertex(self, vertex_id: str) -> VertexDecision:

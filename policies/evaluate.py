@@ -7,13 +7,14 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from types import MappingProxyType
 
-from policies import capacity, ds2, explain, justin, limits
+from policies import capacity, ds2, explain, justin, limits, skew
 from policies.decision import (
     Action,
     Branch,
     Decision,
     Forecast,
     HistoryRecord,
+    SkewFinding,
     Totals,
     VertexDecision,
     VertexHistory,
@@ -44,6 +45,9 @@ def evaluate(
     """
     current = graph.configuration()
     before = totals(current, params)
+    # Skew is reported for every evaluation and every policy; it changes no DS2/Justin step.
+    skewed = skew.detect(graph, observation, params.cpu, state.skewed)
+    state = replace(state, skewed=frozenset(f.vertex_id for f in skewed))
 
     missing = observation.missing(graph)
     if missing:
@@ -57,13 +61,14 @@ def evaluate(
             )
             for v in graph.vertices
         )
-        return _unchanged(current, state, params, now, reason, decisions)
+        return _unchanged(current, state, params, now, reason, decisions, skewed)
 
     if params.policy == Policy.CAPACITY:
         planned = capacity.evaluate(graph, observation, state, params, now)
         state = replace(state, learned=planned.learned)
         if not planned.triggered:
-            return _unchanged(current, state, params, now, planned.reason, planned.vertices)
+            return _unchanged(current, state, params, now, planned.reason, planned.vertices,
+                              skewed)
         config, decisions, triggered_by = planned.configuration, planned.vertices, planned.reason
     else:
         proposal = ds2.propose(
@@ -80,7 +85,7 @@ def evaluate(
                 for v in graph.vertices
                 for vp in (proposal.vertices[v.id],)
             )
-            return _unchanged(current, state, params, now, proposal.reason, decisions)
+            return _unchanged(current, state, params, now, proposal.reason, decisions, skewed)
         config, decisions = _ds2_or_justin(graph, observation, proposal, state, params)
         triggered_by = proposal.reason
 
@@ -110,6 +115,7 @@ def evaluate(
         after=totals(config, params),
         clipped=clip.clipped,
         clip_reason=clip.reason,
+        skew=skewed,
         forecast=forecast,
     )
     if reconfigures:
@@ -189,6 +195,7 @@ def _record(
         history=(*state.history, record)[-HISTORY_LIMIT:],
         scale_down_wanted_since=MappingProxyType({}),
         last_reconfiguration_time=now,
+        skewed=state.skewed,
         learned=state.learned,
     )
 
@@ -200,10 +207,11 @@ def _unchanged(
     now: float,
     reason: str,
     decisions: Sequence[VertexDecision],
+    skewed: tuple[SkewFinding, ...] = (),
 ) -> Evaluation:
     t = totals(current, params)
     decision = Decision(
         time=now, step=state.step, reconfigures=False, reason=reason,
-        vertices=tuple(decisions), before=t, after=t,
+        vertices=tuple(decisions), before=t, after=t, skew=skewed,
     )
     return Evaluation(decision, current, state)

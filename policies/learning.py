@@ -117,6 +117,10 @@ class Prediction(RecordModel):
     memory_level: int | None
     capacity: float = Field(description="predicted true processing rate of the vertex, records/s")
     need: float = Field(description="records/s it had to sustain (mean-based)")
+    hottest_capacity: float | None = Field(
+        None, description="predicted records/s (mean-based) at which its busiest subtask "
+                          "saturates")
+    need_hottest: float | None = Field(None, description="what that had to reach")
 
 
 class VertexLearning(RecordModel):

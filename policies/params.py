@@ -49,6 +49,9 @@ class PolicyState:
     # vertex id -> first time DS2 wanted fewer tasks for it (the scale-down delay)
     scale_down_wanted_since: Mapping[str, float] = field(default_factory=_empty)
     last_reconfiguration_time: float | None = None
+    # vertex ids the last evaluation found skewed (their thresholds get hysteresis);
+    # the controller reads them back from status.lastDecision.skew
+    skewed: frozenset[str] = frozenset()
     # The capacity policy's per-vertex data points and judgements (policies/learning.py).
     learned: Mapping[str, VertexLearning] = field(default_factory=lambda: MappingProxyType({}))
 

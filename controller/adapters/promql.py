@@ -68,7 +68,8 @@ class JobQueries:
     """Every query for one job; each groups by `task_id` (the JobVertexID)."""
 
     busy_avg: str
-    busy_max: str
+    busy_max: str  # per subtask: the collector takes the max of their window means
+    records_in_max: str  # per subtask, likewise
     busy_sample_time: str
     backpressure: str
     records_in: str
@@ -88,7 +89,12 @@ def job_queries(job_id: str, resolution_s: float) -> JobQueries:
     busy = selector(BUSY, job_id)
     return JobQueries(
         busy_avg=f"avg by (task_id) ({busy})",
-        busy_max=f"max by (task_id) ({busy})",
+        # Per subtask (max merges a restart's attempts, never two live series): the busiest
+        # subtask is the one with the highest mean over the window. A max taken at each
+        # step instead would pick whichever subtask's noise is up at that step, and read
+        # a balanced vertex's noise as skew.
+        busy_max=f"max by (task_id, subtask_index) ({busy})",
+        records_in_max=f"sum by (task_id, subtask_index) ({selector(RECORDS_IN, job_id)})",
         # Range queries fill gaps from the last sample up to 5 min back; the age of the
         # oldest subtask's sample tells a fresh point from a stale one.
         busy_sample_time=f"min by (task_id) (timestamp({busy}))",

@@ -37,8 +37,8 @@ SOURCE, COUNTER = "a" * 32, "b" * 32
 T0 = 100_000.0
 
 
-class Killed(Exception):
-    """Stands for `kill -9` at this point of the pass."""
+class Killed(BaseException):
+    """Stands for `kill -9` at this point of the pass (no `except Exception` sees it)."""
 
 
 @dataclass
@@ -76,6 +76,12 @@ class FakeStore:
     @property
     def last(self) -> Status:
         return self.saved[-1] if self.saved else Status()
+
+    def confirm(self) -> None:
+        pass  # one replica: its status is always current
+
+    def latest(self) -> tuple[Mapping[str, Any], Status]:
+        return {}, self.last
 
 
 @dataclass
