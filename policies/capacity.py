@@ -361,6 +361,9 @@ def _cheapest(v: Vertex, surface: Surface, spread: _Skew, need: float, need_hott
             tpr = surface.capacity(p, level)
             if not tpr > 0:  # NaN or nothing: a degenerate fit says nothing here
                 continue
+            if (level or 0) > (current.memory_level or 0) and tpr < surface.capacity(
+                    p, current.memory_level) * (1 + max(SHORT_BY, 2 * learning.noise)):
+                continue  # more memory for a gain no measurement could confirm: never
             hottest = tpr / spread.ratio(p)
             cost = _cost(v, config, params)
             if tpr >= need and hottest >= need_hottest:
