@@ -200,7 +200,7 @@ def test_blackhole_tenants_do_not_stall_healthy_ones(
     # while no healthy pass waits, and gives them back within one pass budget.
     decisions, observed_resolutions = 2, 24
     decided: dict[str, list[float]] = {f"ok{i}": [] for i in range(3)}
-    held: list[tuple[int, int]] = []  # (hostile, all) threads at each poll
+    held: list[tuple[float, float]] = []  # (hostile, all) threads at each poll
     until = time.monotonic() + observed_resolutions * RESOLUTION_S
     while time.monotonic() < until and not all(len(t) > decisions for t in decided.values()):
         for name, times in decided.items():
@@ -211,7 +211,7 @@ def test_blackhole_tenants_do_not_stall_healthy_ones(
                 if not times or times[-1] != t:
                     times.append(t)
         busy = workers_busy(isolated_controller.metrics())
-        held.append((busy.get(hostile, 0), sum(busy.values())))
+        held.append((busy.get(hostile, 0.0), sum(busy.values(), 0.0)))
         time.sleep(1)
     gaps = [b - a for times in decided.values() for a, b in itertools.pairwise(times)]
     print(f"healthy decision gaps next to 12 blackhole tenants: {sorted(gaps)}; "
