@@ -156,9 +156,13 @@ class Fleet:
 
     def __init__(self, info: stack.StackInfo, policies: int, metrics: dict[str, str],
                  work: Path, workers: int = 8, also: str | None = None,
-                 scrape_s: float = 5) -> None:
+                 scrape_s: float = 5, twins: int | None = None) -> None:
         self.info, self.work, self.metrics = info, work, metrics
         self.names = [f"p{i:03d}" for i in range(policies)]
+        # Policy i targets deployment (and twin) i mod `twins`: a controller's work per
+        # policy is the same whether or not it shares its job, and one twin process
+        # cannot run 1,000 jobs on a small machine (a thread and ~1.5 MB each).
+        self.targets = self.names[:twins] if twins else self.names
         # A fresh namespace: the last run's may still be terminating.
         self.namespace = f"bench-controller-{os.getpid()}-{int(time.time()) % 100000}"
         self.namespaces = (self.namespace, *([also] if also else []))
@@ -191,7 +195,7 @@ class Fleet:
             self.twin = subprocess.Popen(
                 [str(Path(sys.executable).parent / "hybrid-scaler"), "twin", "serve", "--port",
                  self.twin_url.rsplit(":", 1)[1],
-                 *(a for i, n in enumerate(self.names) for a in (
+                 *(a for i, n in enumerate(self.targets) for a in (
                      "--job", f"{self.namespace}/{n}={MODELS[i % len(MODELS)]}")),
                  *(a for v in self.victims for a in ("--job", v))],
                 stdout=twin_log, stderr=subprocess.STDOUT)
@@ -209,12 +213,13 @@ class Fleet:
         for ns in self.namespaces:
             subprocess.run([*self.kubectl, "create", "namespace", ns], check=True,
                            capture_output=True)
-        docs: list[dict[str, Any]] = []
-        for n in self.names:
-            docs += [self.deployment(self.namespace, n),
-                     policy(self.namespace, n, n, mode="Recommend",
-                            metrics={"prometheusUrl": self.prometheus.url, **self.metrics})]
-        self.apply(docs)
+        docs: list[dict[str, Any]] = [self.deployment(self.namespace, n) for n in self.targets]
+        for i, n in enumerate(self.names):
+            docs.append(policy(self.namespace, n, self.targets[i % len(self.targets)],
+                               mode="Recommend",
+                               metrics={"prometheusUrl": self.prometheus.url, **self.metrics}))
+        for chunk in range(0, len(docs), 200):  # one huge apply times out on a busy server
+            self.apply(docs[chunk:chunk + 200])
         self.controller = ControllerProcess(
             self.info.controller_kubeconfig, self.prometheus.url, stack.proxy_env(self.twin_url),
             self.work / "controller.log", namespaces=self.namespaces,
@@ -251,7 +256,8 @@ class Fleet:
 
 
 def run(policies: int, window: float, resolution: float, seconds: float, warmup: float,
-        hostile: int = 12, workers: int = 8, scrape_s: float = 5) -> dict[str, Any]:
+        hostile: int = 12, workers: int = 8, scrape_s: float = 5,
+        twins: int | None = None) -> dict[str, Any]:
     timing = {"window": f"{window:g}s", "resolution": f"{resolution:g}s", "stabilization": "0s"}
     info, started = stack.up(echo=lambda line: print(line, file=sys.stderr, flush=True))
     work = Path(tempfile.mkdtemp(prefix="bench-controller-"))
@@ -259,10 +265,11 @@ def run(policies: int, window: float, resolution: float, seconds: float, warmup:
     hostile_namespace = f"bench-controller-{os.getpid()}-hostile"
     try:
         with Fleet(info, policies, timing, work, workers, also=hostile_namespace,
-                   scrape_s=scrape_s) as fleet:
+                   scrape_s=scrape_s, twins=twins) as fleet:
             return _measure(fleet, window, seconds, warmup, holes, timing) | {
                 "policies": policies, "window_s": window, "resolution_s": resolution,
-                "workers": workers, "scrape_s": scrape_s, "logs": str(work)}
+                "workers": workers, "scrape_s": scrape_s, "twins": len(fleet.targets),
+                "logs": str(work)}
     finally:
         for hole in holes:
             hole.close()
@@ -336,8 +343,10 @@ def main(
         help="spec.metrics.resolution, seconds (default: the window)")] = None,
     workers: Annotated[int, typer.Option(help="the controller's --workers")] = 8,
     scrape: Annotated[float, typer.Option(
-        help="seconds between the fleet Prometheus' scrapes of the twins (1,000 twins in "
-        "one process cannot be scraped every 5 s on a small machine)")] = 5,
+        help="seconds between the fleet Prometheus' scrapes of the twins")] = 5,
+    twins: Annotated[int | None, typer.Option(
+        help="twins (and FlinkDeployments) the policies are spread over (default: one "
+        "each); 1,000 twins in one process do not fit a small machine")] = None,
     seconds: Annotated[float, typer.Option(help="measurement time after warm-up")] = 120,
     warmup: Annotated[float, typer.Option(help="seconds before measuring")] = 60,
     hostile: Annotated[int, typer.Option(
@@ -346,7 +355,7 @@ def main(
 ) -> None:
     """Measure one controller process running many policies."""
     result = run(policies, window, window if resolution is None else resolution, seconds,
-                 warmup, hostile, workers, scrape)
+                 warmup, hostile, workers, scrape, twins)
     if as_json:
         typer.echo(json.dumps(result))
         return

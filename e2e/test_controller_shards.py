@@ -181,3 +181,20 @@ def test_two_shards_serve_every_policy_once_and_a_killed_shard_resumes_its_own(
         assert kept[:len(before.get("history") or [])] == (before.get("history") or []), key
     assert dead.evaluated() & set(every) == set(owned[dead.index])
     assert not alive.evaluated() & set(owned[dead.index])
+
+    # N changes (2 -> 1): one unsharded process takes every policy over from its status
+    # and removes the shards' finalizers, which no process would remove otherwise.
+    for shard in shards:
+        shard.process.kill9()
+    handed_over = {key: decided_at(cluster, key) for key in every}
+    alone = shards[0]
+    alone.process = ControllerProcess(str(alone.kubeconfig), alone.info.prometheus_url,
+                                      alone.info.controller_env(), alone.log).start()
+
+    def only_the_plain_finalizer() -> bool:
+        return all([f for f in hsp(cluster, *key.split("/"))["metadata"].get("finalizers", [])
+                    if f.startswith("hybridscaler.dev/")] == [finalizer(0, 1)] for key in every)
+
+    wait_until(only_the_plain_finalizer, FIRST_DECISION_S, "the shards' finalizers removed")
+    wait_until(lambda: decided_after(cluster, every, handed_over), FIRST_DECISION_S,
+               "every policy deciding under one process")
