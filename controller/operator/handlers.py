@@ -115,7 +115,8 @@ def drop_stale_finalizers(meta: Mapping[str, Any], namespace: str, name: str) ->
             ops += [{"op": "test", "path": path, "value": finalizers[i]},
                     {"op": "remove", "path": path}]
     _objects().patch_namespaced_custom_object(
-        api.GROUP, api.VERSION, namespace, api.PLURAL, name, ops)
+        api.GROUP, api.VERSION, namespace, api.PLURAL, name, ops,
+        _content_type="application/json-patch+json")
     log.info("%s/%s: removed finalizers of other shards: %s", namespace, name, sorted(stale))
 
 
