@@ -14,11 +14,12 @@ import socket
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from controller.operator import shard
+
 if TYPE_CHECKING:
     import kopf
 
-PREFIX = "hybridscaler.dev"
-FINALIZER = f"{PREFIX}/finalizer"
+PREFIX = "hybridscaler.dev"  # of kopf's annotations; its finalizer: controller/operator/shard.py
 DEFAULT_FLINK_REST = "http://{name}-rest.{namespace}.svc:8081"
 # Prometheus clients kept (one per distinct URL); the least recently used is dropped.
 PROMETHEUS_CLIENTS = 64
@@ -52,8 +53,6 @@ RUNTIME = Runtime()
 
 def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
     import kopf
-
-    from controller.operator import shard
 
     # Watches reconnect well before proxies or the API server drop them silently.
     settings.watching.server_timeout = 120

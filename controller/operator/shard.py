@@ -20,7 +20,9 @@ from collections.abc import Iterable
 
 import mmh3
 
-from controller.operator.settings import FINALIZER
+# kopf's finalizer on the policies an unsharded controller serves (the name predates
+# sharding; policies that carry it keep working).
+FINALIZER = "hybridscaler.dev/finalizer"
 
 
 def shard_of(namespace: str, shards: int) -> int:

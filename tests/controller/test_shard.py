@@ -7,7 +7,7 @@ from collections import Counter
 import pytest
 
 from controller.operator import shard
-from controller.operator.settings import FINALIZER
+from controller.operator.shard import FINALIZER
 
 
 def test_every_namespace_has_exactly_one_shard_for_any_count() -> None:
