@@ -31,7 +31,7 @@ def main() -> None:
     print(f"{args.seeds} seeds, {args.duration:.0f} s each; cells: min / median / max "
           "(one number: every seed agrees)\n")
     start = time.perf_counter()
-    rows = run_suite([load_model(j) for j in args.jobs], ["ds2", "justin"],
+    rows = run_suite([load_model(j) for j in args.jobs], ["ds2", "justin", "capacity"],
                      range(args.seeds), args.duration, run)
     print(summary_table(rows))
     print(f"\n{time.perf_counter() - start:.0f} s wall-clock")

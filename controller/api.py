@@ -37,16 +37,20 @@ from policies.decision import (
     EpochTime,
     HistoryRecord,
 )
+from policies.learning import POINTS_PER_VERTEX, VertexLearning
 from policies.params import HISTORY_LIMIT, ScalingParams
 from policies.spec import (
     DURATION_MAX_LENGTH,
+    HOUR,
     SAFE_DURATION_PATTERN,
+    CostSpec,
     CpuScaling,
     Duration,
     Limits,
     MemoryMiB,
     MemoryScaling,
     ParallelismOverride,
+    Policy,
     SpecModel,
     TaskFootprint,
     Within,
@@ -69,7 +73,6 @@ DESCRIPTION = (
 TARGET_API_VERSION = "flink.apache.org/v1beta1"
 TARGET_KIND = "FlinkDeployment"
 
-HOUR = 3600.0
 MIN_RESOLUTION = 5.0
 # Flink 1.20's default memory options need ~982 MiB of process memory before a
 # TaskManager has any task heap (packer.flink_memory: metaspace, overhead, framework,
@@ -198,10 +201,16 @@ class HybridScalingPolicySpec(SpecModel):
         Mode.RECOMMEND,
         description="Active patches the FlinkDeployment; Recommend (default) only records",
     )
+    policy: Policy = Field(
+        Policy.CAPACITY,
+        description="ds2 (parallelism only), justin (DS2 then Algorithm 1) or capacity "
+                    "(learned capacity surface, cheapest configuration in one jump)",
+    )
     metrics: MetricsSpec = MetricsSpec()
     cpu: CpuScaling = CpuScaling()
     memory: MemoryScaling = MemoryScaling()
     limits: Limits = Limits()
+    cost: CostSpec = CostSpec()
     task_manager: TaskManagerSpec = TaskManagerSpec()
     placement: PlacementSpec = PlacementSpec()
 
@@ -209,6 +218,7 @@ class HybridScalingPolicySpec(SpecModel):
         """The core's parameters; a task's CPU, heap and network are its share of a slot
         of the first allowed shape, whichever shape it is placed on."""
         return ScalingParams(
+            policy=self.policy, cost=self.cost,
             cpu=self.cpu, memory=self.memory, limits=self.limits,
             footprint=self.task_manager.shapes[0].slot_footprint(),
         )
@@ -322,6 +332,7 @@ class ConditionType(StrEnum):
     METRICS_AVAILABLE = "MetricsAvailable"  # every vertex had fresh metrics over the window
     SCALING = "Scaling"  # a reconfiguration is in progress or within stabilization
     LIMIT_REACHED = "LimitReached"  # spec.limits clipped the last decision
+    SKEWED = "Skewed"  # a vertex's busiest subtask is saturated and more tasks cannot help
 
 
 class ConditionStatus(StrEnum):
@@ -389,6 +400,14 @@ class Summary(StatusModel):
     last_action: str = Field("", description="e.g. 'scale-up count 4 (level 0→1)'")
 
 
+class ReplacedTarget(StatusModel):
+    """The FlinkDeployment this policy scaled before one of the same name replaced it."""
+
+    uid: str = Field(description="metadata.uid of the replaced FlinkDeployment")
+    step: int = Field(ge=0, description="the steps taken on it, now discarded")
+    time: Timestamp = Field(description="when the controller found the new object")
+
+
 class ScaleDownWait(StatusModel):
     vertex_id: str
     since: EpochTime = Field(description="when DS2 first wanted fewer tasks for this vertex")
@@ -444,8 +463,17 @@ class Status(StatusModel):
         (), max_length=1000, description="vertices waiting out cpu.scaleDownDelay"
     )
     last_reconfiguration_time: EpochTime | None = None
+    learned: tuple[VertexLearning, ...] = Field(
+        (), max_length=1000,
+        description="capacity policy: per vertex, the data points and judgements it learned "
+                    f"from (at most {POINTS_PER_VERTEX} configurations each)")
     placement: PlacementStatus | None = None
     target: Target | None = None
+    # History belongs to one job: a FlinkDeployment deleted and recreated under the
+    # same name has a new uid, and starts a fresh history (controller/gate.py).
+    target_uid: str | None = Field(None, description="metadata.uid of the FlinkDeployment "
+                                   "this history belongs to")
+    replaced_target: ReplacedTarget | None = None
     summary: Summary = Summary()
 
     @model_validator(mode="before")

@@ -26,6 +26,7 @@ from controller import api
 from controller.crd import crd_yaml
 from controller.operator.run import run
 from controller.record import policy_state
+from policies import skew
 from policies.decision import Decision
 from policies.levels import format_level
 from policies.model import JobGraph, Observation
@@ -143,6 +144,9 @@ def render_decision(decision: Decision, spec: api.HybridScalingPolicySpec) -> st
     ]
     if decision.clipped:
         lines.append(f"clipped: {decision.clip_reason}")
+    for f in decision.skew:
+        verdict = "skewed, more tasks cannot help" if skew.blocks_scale_out(f) else "skew"
+        lines.append(f"{verdict}: {f.message}")
     for v in decision.vertices:
         m_before, m_after = format_level(v.memory_level_before), format_level(v.memory_level_after)
         lines += [

@@ -32,6 +32,7 @@ from controller.record import (
     Run,
     Stop,
     policy_state,
+    record_skew,
     with_decision,
     with_operators,
     with_policy_state,
@@ -49,8 +50,10 @@ def decide(run: Run, graph: JobGraph, collected: Collected) -> Evaluation:
     decision = evaluation.decision
     telemetry.count(telemetry.EVALUATIONS, run.namespace, run.name,
                     "reconfigure" if decision.reconfigures else "unchanged")
+    previous = run.status.last_decision
     run.status = with_operators(with_decision(run.status, decision),
                                 operators(run, decision, graph))
+    record_skew(run, previous, decision)
     run.condition(ConditionType.LIMIT_REACHED, decision.clipped,
                   Reason.CLIPPED if decision.clipped else Reason.WITHIN_LIMITS,
                   decision.clip_reason or "the decision is within spec.limits")

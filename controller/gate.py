@@ -1,6 +1,7 @@
 """Gate: whether this pass evaluates at all.
 
-In order: the mode (Disabled evaluates nothing), the FlinkDeployment, its job on
+In order: the mode (Disabled evaluates nothing), the FlinkDeployment and its
+identity (a new object under the target's name starts a fresh history), its job on
 the JobManager, and the waiting rule: a full metrics window must lie after the
 job's start, after the last reconfiguration plus `spec.metrics.stabilization`, and
 after the last evaluation. Most passes stop here, having read only the
@@ -9,9 +10,11 @@ FlinkDeployment and `/jobs/overview`: no job graph, no Prometheus.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
-from controller.api import ConditionType, Mode
+from controller.api import ConditionType, Mode, ReplacedTarget, Status, timestamp
 from controller.ports import FlinkRestError, JobReader, JobSummary
 from controller.record import Reason, Run, Stop, now_text
 
@@ -35,6 +38,7 @@ def gate(run: Run) -> Seen:
         run.condition(ConditionType.READY, False, Reason.TARGET_NOT_FOUND,
                       f"FlinkDeployment {run.namespace}/{run.target} not found")
         raise Stop("target-not-found")
+    identify(run, run.deployment)
     reader = run.ports.flink(run.namespace, run.target)
     try:
         job = reader.job()
@@ -47,6 +51,34 @@ def gate(run: Run) -> Seen:
         run.condition(ConditionType.READY, True, Reason.EVALUATING, watching(run, job))
         raise Stop(wait)
     return Seen(job, reader)
+
+
+def identify(run: Run, deployment: Mapping[str, Any]) -> None:
+    """Bind the history to the FlinkDeployment's uid; a replaced object starts afresh.
+
+    The history, step counter, scale-down waits and committed target describe one
+    job: applied to a new deployment of the same name they would skip its waiting
+    rule, compare its cache against another job's, and patch it with another job's
+    target. So they go, and `status.replacedTarget` and an Event say why.
+    """
+    uid = (deployment.get("metadata") or {}).get("uid")
+    known = run.status.target_uid
+    if not uid or uid == known:
+        return
+    if known is None:  # first sight (or a status written before uids were tracked)
+        run.status = run.status.model_copy(update={"target_uid": uid})
+        return
+    old = run.status
+    run.status = Status(
+        observed_generation=old.observed_generation, conditions=old.conditions,
+        target_uid=uid,
+        replaced_target=ReplacedTarget(uid=known, step=old.step, time=timestamp(run.now)),
+    )
+    message = (f"FlinkDeployment {run.namespace}/{run.target} was replaced (uid {known} → "
+               f"{uid}): the {old.step} step(s) taken on the old one are dropped, and the "
+               f"new job starts a fresh history at step 0")
+    run.event("Normal", Reason.TARGET_REPLACED, message)
+    run.condition(ConditionType.SCALING, False, Reason.TARGET_REPLACED, message)
 
 
 def job_unavailable(run: Run, error: FlinkRestError) -> Stop:

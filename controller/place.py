@@ -25,7 +25,7 @@ from controller import telemetry
 from controller.api import ConditionType, Mode, PlacementStatus, Realization, TaskManagerSpec
 from controller.api import TaskManagerShape as SpecShape
 from controller.record import Reason, Run, Stop, policy_state, with_policy_state
-from policies import Evaluation
+from policies import Evaluation, explain
 from policies.model import Configuration, JobGraph
 from policies.spec import MemoryScaling, TaskFootprint
 
@@ -103,16 +103,20 @@ def place(run: Run, graph: JobGraph, evaluation: Evaluation) -> Placed:
     decision = evaluation.decision
     if spec.mode == Mode.RECOMMEND:
         # Recorded as advice only: Justin's history keeps what really runs, and a
-        # recommendation is no target a later switch to Active would apply.
+        # recommendation is no target a later switch to Active would apply. What the
+        # capacity policy measured is true of the running job: it is kept.
         state = policy_state(run.status)
         run.status = with_policy_state(run.status, replace(
-            state, scale_down_wanted_since=evaluation.state.scale_down_wanted_since))
+            state, scale_down_wanted_since=evaluation.state.scale_down_wanted_since,
+            learned=evaluation.state.learned))
         where = (f" on {placed.replicas} TaskManagers" if isinstance(placed, Placed)
                  else f" (unplaceable: {placed.reason})")
         run.event("Normal", Reason.RECOMMENDED, decision.reason + where)
         run.count(decision, "Recommend")
+        advice = ("" if decision.forecast is None else
+                  "; " + explain.forecast(decision.before, decision.after, decision.forecast))
         run.condition(ConditionType.SCALING, False, Reason.RECOMMENDED,
-                      "mode is Recommend: the decision is recorded, nothing is patched")
+                      "mode is Recommend: the decision is recorded, nothing is patched" + advice)
         raise Stop("recommended")
     if not isinstance(placed, Placed):
         raise run.refuse(Reason.UNPLACEABLE, placed.reason)

@@ -30,10 +30,29 @@ class Deployments(Protocol):
         ...
 
 
+class StatusConflict(RuntimeError):
+    """The policy changed since the status a pass decided from was read (HTTP 409)."""
+
+
 class StatusStore(Protocol):
-    """The policy's status subresource; a save replaces the whole status."""
+    """The policy's status subresource; a save replaces the whole status.
+
+    Saves are conditional: they succeed only if the policy is still the version last
+    read or saved through this store. Otherwise `save` re-reads it and raises
+    `StatusConflict`; `latest` then holds the policy as it is now.
+    """
 
     def save(self, status: Status) -> None: ...
+
+    def confirm(self) -> None:
+        """Raise `StatusConflict` (having re-read) unless the policy is still the version
+        last read or saved: a check before acting on the status without writing it."""
+        ...
+
+    def latest(self) -> tuple[Mapping[str, Any], Status]:
+        """The policy object and its status, as last read or saved (the version saves
+        are conditional on)."""
+        ...
 
 
 class Events(Protocol):

@@ -304,6 +304,9 @@ def realize(run: Run) -> Realized | None:
     desired = target_fields(target)
     differences = desired.differences(current_fields(deployment))
     if differences:
+        # Only a target from the current status may be applied: one held by a replica
+        # that lost a race would roll the job back (docs/controller.md, one writer).
+        run.ports.store.confirm()
         note = run.ports.deployments.apply(run.namespace, run.target,
                                            apply_body(run.target, run.namespace, desired))
         if note:

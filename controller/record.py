@@ -30,6 +30,7 @@ from controller.api import (
     timestamp,
 )
 from controller.ports import Ports
+from policies import skew
 from policies.decision import Action, Decision, Totals, VertexDecision, epoch_seconds
 from policies.levels import format_level
 from policies.params import HISTORY_LIMIT, PolicyState
@@ -45,6 +46,7 @@ class Reason(StrEnum):
     JOB_UNAVAILABLE = "JobUnavailable"  # Flink REST unreachable, or no job (also a Warning Event)
     EVALUATING = "Evaluating"  # the target and its job are readable
     INVALID_SPEC = "InvalidSpec"  # the model rejects a spec the CRD admitted
+    INTERNAL_ERROR = "InternalError"  # a pass raised (also a Warning Event per distinct error)
     # MetricsAvailable
     METRICS_UNAVAILABLE = "MetricsUnavailable"  # a vertex lacks a signal (also a Warning Event)
     METRICS_FRESH = "MetricsFresh"  # every vertex reported over the window
@@ -60,6 +62,9 @@ class Reason(StrEnum):
     UNPLACEABLE = "Unplaceable"  # no allowed TaskManager shape holds the tasks (Warning Refused)
     REFUSED = "Refused"  # the deployment cannot take a step now (also the Warning Event's reason)
     MEMORY_NOT_HONOURED = "MemoryNotHonoured"  # Flink ignores the managed memory written
+    # Skewed
+    HOT_SUBTASK = "HotSubtask"  # a hot key saturates one subtask; scale-out cannot relieve it
+    BALANCED = "Balanced"  # no busiest subtask is saturated beyond what more tasks spread
     # Events only
     SCALED_OUT = "ScaledOut"
     SCALED_IN = "ScaledIn"
@@ -69,6 +74,8 @@ class Reason(StrEnum):
     RESUMED = "Resumed"  # a committed step applied after a restart
     REAPPLIED = "Reapplied"  # the deployment had drifted from status.target; applied again
     FIELDS_TAKEN_OVER = "FieldsTakenOver"  # server-side apply conflict: our fields taken over
+    SKEWED = "Skewed"  # Warning: Skewed turned True, or its set of vertices changed
+    TARGET_REPLACED = "TargetReplaced"  # a new FlinkDeployment uid: fresh history (also Scaling)
 
 
 # One Event per changed vertex of an applied step (kubectl describe reads them as a log).
@@ -201,6 +208,26 @@ def record(run: Run, realized: Realized | None) -> Pass:
     return Pass(run.outcome, run.status, applied)
 
 
+def record_skew(run: Run, previous: Decision | None, decision: Decision) -> None:
+    """`Skewed`: True while a vertex's busiest subtask is saturated and more tasks cannot
+    relieve it (policies/skew.py); a Warning Event when it turns True or names other
+    vertices, never once per pass."""
+    blocked = [f for f in decision.skew if skew.blocks_scale_out(f)]
+    old = run.status.condition(ConditionType.SKEWED)
+    before = ({f.vertex_id for f in previous.skew if skew.blocks_scale_out(f)}
+              if previous is not None and old is not None
+              and old.status == ConditionStatus.TRUE else set())
+    if blocked:
+        message = "; ".join(f.message for f in blocked)
+        run.condition(ConditionType.SKEWED, True, Reason.HOT_SUBTASK, message)
+        if {f.vertex_id for f in blocked} != before:
+            run.event("Warning", Reason.SKEWED, message)
+        return
+    others = "; ".join(f.message for f in decision.skew)
+    run.condition(ConditionType.SKEWED, False, Reason.BALANCED,
+                  others or "no vertex's busiest subtask is far above its mean")
+
+
 def trim(message: str, limit: int = 1000) -> str:
     """Event messages are capped by the API server; keep the start, mark the cut."""
     return message if len(message) <= limit else message[: limit - 1] + "…"
@@ -249,6 +276,9 @@ def policy_state(status: Status) -> PolicyState:
             {w.vertex_id: w.since for w in status.scale_down_wanted_since}
         ),
         last_reconfiguration_time=status.last_reconfiguration_time,
+        skewed=frozenset(f.vertex_id for f in status.last_decision.skew)
+        if status.last_decision is not None else frozenset(),
+        learned=MappingProxyType({v.vertex_id: v for v in status.learned}),
     )
 
 
@@ -264,6 +294,7 @@ def with_policy_state(status: Status, state: PolicyState) -> Status:
         "last_reconfiguration_time": (None if state.last_reconfiguration_time is None
                                       else epoch_seconds(state.last_reconfiguration_time)),
         "summary": status.summary.model_copy(update={"step": state.step}),
+        "learned": tuple(v for _, v in sorted(state.learned.items())),
     })
 
 
@@ -340,7 +371,16 @@ def _tidy_decision(decision: Decision) -> Decision:
         })
         for v in decision.vertices
     )
+    findings = tuple(
+        f.model_copy(update={
+            name: _round(getattr(f, name), RATIO_DIGITS)
+            for name in ("hottest_busyness", "mean_busyness", "ratio", "hottest_share",
+                         "hot_key_group_share", "best_hottest_busyness")
+        })
+        for f in decision.skew
+    )
     return decision.model_copy(update={
+        "skew": findings,
         "vertices": vertices,
         "before": _tidy_totals(decision.before),
         "after": _tidy_totals(decision.after),

@@ -6,7 +6,7 @@ record) on the in-memory ports of `controller/adapters/twin.py`. So the waiting
 rules, the placement, the refusals and the applied fields are the ones users run;
 only the cluster is the twin. The policy is the paper's setup (§5): spec defaults
 (2-minute window, 1-minute stabilization), Active, sinks pinned, the paper's
-TaskManager, and for DS2 memory scaling off. The job has run for one stabilization
+TaskManager, and `spec.policy` the policy under test. The job has run for one stabilization
 when the experiment starts, so the first decision ends the first 2-minute window.
 """
 
@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from controller.adapters.twin import flink_deployment, twin_ports
 from controller.api import (
+    ConditionType,
     HybridScalingPolicy,
     HybridScalingPolicySpec,
     MetricsSpec,
@@ -23,7 +24,8 @@ from controller.api import (
     TargetRef,
 )
 from controller.loop import reconcile
-from policies.spec import CpuScaling, MemoryScaling, ParallelismOverride
+from policies.decision import Decision
+from policies.spec import CpuScaling, MemoryScaling, ParallelismOverride, Policy
 from simulator.model import JobModel
 from simulator.results import (
     GRANULARITY_S,
@@ -52,15 +54,21 @@ def closed_loop_policy(model: JobModel, policy: PolicyName, window_s: float = WI
     spec = HybridScalingPolicySpec(
         target_ref=TargetRef(name=NAME),
         mode=Mode.ACTIVE,
+        policy=Policy(policy),
         metrics=MetricsSpec(window=window_s, stabilization=stabilization_s,
                             resolution=GRANULARITY_S),
         # The paper's sources are generators capped at the target: they never catch up
         # on lag, so DS2 sizes for the target rate (seen through lag growth) only.
         cpu=CpuScaling(overrides=pinned, catch_up_duration=0),
-        memory=MemoryScaling(enabled=policy == "justin",
-                             base_managed_memory=f"{BASE_MANAGED_MIB:g}Mi"),
+        memory=MemoryScaling(base_managed_memory=f"{BASE_MANAGED_MIB:g}Mi"),
     )
     return HybridScalingPolicy(metadata=ObjectMeta(name=NAME, namespace=NAMESPACE), spec=spec)
+
+
+def note_skew(result: RunResult, decision: Decision | None, time: float) -> None:
+    """When a decision first named each vertex skewed (its `skew` findings)."""
+    for finding in decision.skew if decision is not None else ():
+        result.skew_named.setdefault(finding.vertex_id, time)
 
 
 def run(model: JobModel, policy: PolicyName, duration_s: float = 1200.0, seed: int = 0,
@@ -79,6 +87,10 @@ def run(model: JobModel, policy: PolicyName, duration_s: float = 1200.0, seed: i
         result.samples.append(sample(twin))
         restarts = len(deployments.downtimes)
         status = reconcile(hsp, 1, status, ports).status
+        skewed = status.condition(ConditionType.SKEWED)
+        if result.skewed_at_s is None and skewed is not None and skewed.status == "True":
+            result.skewed_at_s = twin.time
+        note_skew(result, status.last_decision, twin.time)
         if len(deployments.downtimes) > restarts:
             # A pass takes no virtual time: the window before the step is still the last one.
             rate_before = twin.achieved_rate(window_s)

@@ -7,7 +7,6 @@ restart downtime is scaled down, so each test takes a minute or two.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -16,6 +15,7 @@ import pytest
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
+from controller.operator.settings import HOLD_APPLY_ENV
 from controller.record import EVENT_REASONS
 from e2e.conftest import Cluster, Twin, wait_until
 from e2e.demo import ControllerProcess, flink_deployment, policy
@@ -177,22 +177,42 @@ def test_recommend_patches_nothing_and_a_kubectl_apply_retunes_the_next_decision
 
 
 def test_kill_9_mid_run_neither_repeats_nor_forgets_a_step(
-    controller: ControllerProcess, cluster: Cluster, twin: Twin, namespace: str
+    controller: ControllerProcess, cluster: Cluster, twin: Twin, namespace: str,
+    tmp_path: Path,
 ) -> None:
-    initial = scale_q11(cluster, namespace)["metadata"]["generation"]
-
-    def step() -> int:
-        return int((hsp(cluster, namespace, "q11").get("status") or {}).get("step") or 0)
-
-    wait_until(lambda: step() >= 1, 120, "the first step")
-    # Kill at varied points of the loop (deciding, patching, stabilizing, collecting).
-    for pause in (0.0, 3.1, 7.3):
-        time.sleep(pause)
-        controller.kill9()
+    # The test hook (controller/operator/settings.py) holds every FlinkDeployment patch
+    # after its step is committed: the kill lands inside the commit-to-apply window.
+    hold = tmp_path / "hold"
+    hold.mkdir()
+    held = hold / f"{namespace}.q11.held"
+    controller.kill9()
+    controller.proxy_env[HOLD_APPLY_ENV] = str(hold)
+    try:
         controller.start()
+        initial = scale_q11(cluster, namespace)["metadata"]["generation"]
+        wait_until(held.exists, 180, "the first step's patch, held by the test hook")
+        committed = hsp(cluster, namespace, "q11")["status"]
+        assert committed["step"] == 1 and committed["target"]["step"] == 1
+        assert condition({"status": committed}, "Scaling")["reason"] == "Reconfiguring"
+        assert generation(cluster, namespace, "q11") == initial  # not applied yet
+        controller.kill9()
+    finally:
+        del controller.proxy_env[HOLD_APPLY_ENV]
+        if controller.process is None:
+            controller.start()
+    # The restarted controller applies the committed step once, and says so.
+    resumed = wait_until(
+        lambda: [m for r, m in events(cluster, namespace, "q11") if r == "Resumed"], 60,
+        "a Resumed event")
+    assert resumed[0].startswith("step 1 was committed but not applied"), resumed
+    assert hsp(cluster, namespace, "q11")["status"]["history"][0] == committed["history"][0]
     wait_until(lambda: converged(twin, namespace, "q11"), 420, "q11 at its target rate")
     status = assert_steps_are_consecutive(cluster, namespace, "q11", initial)
     assert status["step"] >= 2
+    announced = [m for r, m in events(cluster, namespace, "q11") if r in EVENT_REASONS.values()]
+    # The pass that committed step 1 died before announcing it; the restart announced
+    # a resume, not a second decision.
+    assert not any(m.startswith("step 1:") for m in announced), announced
     history = status["history"]
     # Justin's memory of the previous step survived: each record after a scale-up
     # names the hit rate it compared against.
@@ -209,6 +229,35 @@ def test_invalid_policies_are_rejected_naming_the_field(
     bad = policy(namespace, "bad", "q11", memory={"maxLevel": 0})
     done = cluster.kubectl("apply", "-f", "-", stdin=yaml.safe_dump(bad), check=False)
     assert done.returncode != 0 and "maxLevel" in done.stderr, done.stderr
+
+
+def test_a_recreated_target_starts_a_fresh_history(
+    controller: ControllerProcess, cluster: Cluster, twin: Twin, namespace: str
+) -> None:
+    scale_q11(cluster, namespace)
+    old = wait_until(lambda: (hsp(cluster, namespace, "q11").get("status") or {})
+                     .get("step", 0) >= 1 and hsp(cluster, namespace, "q11")["status"], 180,
+                     "the first step")
+    old_uid = cluster.flink(namespace, "q11")["metadata"]["uid"]
+    assert old["targetUid"] == old_uid
+    cluster.kubectl("delete", "flinkdeployment", "-n", namespace, "q11", "--wait")
+    missing = wait_until(lambda: condition(hsp(cluster, namespace, "q11"), "Ready").get(
+        "reason") == "TargetNotFound" and hsp(cluster, namespace, "q11")["status"], 60,
+        "TargetNotFound")
+    assert missing["step"] == old["step"] and missing["targetUid"] == old_uid  # kept
+    deploy(cluster, flink_deployment(namespace, "q11"))  # the same name, a new object
+    cluster.wait_flink(namespace, "q11")
+    new_uid = cluster.flink(namespace, "q11")["metadata"]["uid"]
+    told = wait_until(
+        lambda: [m for r, m in events(cluster, namespace, "q11") if r == "TargetReplaced"],
+        60, "a TargetReplaced event")
+    assert old_uid in told[0] and new_uid in told[0], told
+    fresh = hsp(cluster, namespace, "q11")["status"]
+    assert fresh["targetUid"] == new_uid
+    assert fresh["replacedTarget"]["uid"] == old_uid
+    assert fresh["replacedTarget"]["step"] == missing["step"]
+    # The new job's first step is step 1 again, decided from its own window.
+    assert fresh.get("step", 0) <= 1 and all(r["step"] == 1 for r in fresh.get("history", []))
 
 
 def test_a_missing_target_is_reported(

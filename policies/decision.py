@@ -81,6 +81,14 @@ class Branch(StrEnum):
     NO_MEMORY_PRESSURE = "no-memory-pressure"  # line 16 false on thresholds: scale out
     CLIPPED = "clipped"  # spec.limits lowered what the policy asked for
     NO_METRICS = "no-metrics"  # the observation lacks this vertex: nothing is decided
+    # The capacity policy (policies/capacity.py):
+    DEFICIT = "deficit"  # busiest subtask above utilizationMax: cheapest sufficient config
+    SURPLUS = "surplus"  # a cheaper configuration sufficed over the delay and pays back
+    SURPLUS_WAITING = "surplus-waiting"  # cheaper would do: waiting out the delay
+    RIDE_ALONG = "ride-along"  # takes its plan in a restart that happens anyway
+    STEADY = "steady"  # the current configuration is the one to keep
+    SKEW_LIMITED = "skew-limited"  # a hot key: more tasks stopped helping
+    CAPACITY_UNKNOWN = "capacity-unknown"  # too idle to measure, or excluded
 
 
 class RecordModel(BaseModel):
@@ -106,11 +114,46 @@ class VertexDecision(RecordModel):
     )
     cache_hit_rate: float | None = None
     state_latency_ns: float | None = None
+    predicted_capacity: float | None = Field(
+        None, description="capacity policy: predicted true processing rate after the step")
 
 
 class Totals(RecordModel):
     cpu_cores: float
     memory_mib: float
+
+
+class SkewFinding(RecordModel):
+    """One skewed vertex: the busiest subtask against the mean, and what more tasks can do."""
+
+    vertex_id: str
+    vertex_name: str = ""
+    parallelism: int
+    keyed: bool = Field(description="the vertex has a hashed (keyBy) input: its load is per key")
+    hottest_busyness: float = Field(description="busiest subtask's busyness over the window")
+    mean_busyness: float
+    ratio: float = Field(description="hottest / mean busyness")
+    hottest_share: float = Field(
+        description="the busiest subtask's share of the vertex's input (records when the "
+                    "per-subtask rates are collected, else estimated from busyness)")
+    from_records: bool = Field(description="hottest_share is measured from records, not busyness")
+    hot_key_group_share: float | None = Field(
+        None, description="estimated share of the hottest key group(s); None when not keyed")
+    best_hottest_busyness: float | None = Field(
+        None, description="the busiest subtask's busyness at max parallelism (estimate)")
+    saturated: bool = Field(description="the busiest subtask is at or above cpu.utilizationMax")
+    scale_out_helps: bool = Field(
+        description="more tasks can bring the busiest subtask below cpu.utilizationMax")
+    useful_parallelism: int | None = Field(
+        None, description="where scale-out stops relieving the busiest subtask (blocked only)")
+    message: str
+class Forecast(RecordModel):
+    """What the capacity policy expects a decision to cost and save."""
+
+    cost_before_per_hour: float = Field(description="price of the tasks now (spec.cost)")
+    cost_after_per_hour: float = Field(description="price of the tasks after the step")
+    expected_downtime_s: float = Field(0.0, description="downtime the step is expected to cost")
+    restart_cost: float = Field(0.0, description="downtime and catch-up, in the same price")
 
 
 class Decision(RecordModel):
@@ -125,6 +168,9 @@ class Decision(RecordModel):
     after: Totals
     clipped: bool = False
     clip_reason: str = ""
+    skew: tuple[SkewFinding, ...] = Field(
+        (), description="vertices whose busiest subtask is far above the mean (policies/skew.py)")
+    forecast: Forecast | None = None
 
     def vertex(self, vertex_id: str) -> VertexDecision:
         for v in self.vertices:

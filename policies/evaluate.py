@@ -1,4 +1,5 @@
-"""One scaling step: DS2, then Justin, then the limits; the decision and the state to keep."""
+"""One scaling step: the chosen policy (DS2, DS2 then Justin, or capacity), then the limits;
+the decision and the state to keep."""
 
 from __future__ import annotations
 
@@ -6,17 +7,29 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from types import MappingProxyType
 
-from policies import ds2, explain, justin, limits
+from policies import capacity, ds2, explain, justin, limits, skew
 from policies.decision import (
     Action,
     Branch,
     Decision,
+    Forecast,
     HistoryRecord,
+    SkewFinding,
+    Totals,
     VertexDecision,
     VertexHistory,
 )
 from policies.model import Configuration, JobGraph, Observation, VertexConfig
-from policies.params import HISTORY_LIMIT, Evaluation, PolicyState, ScalingParams, totals
+from policies.params import (
+    HISTORY_LIMIT,
+    Evaluation,
+    PolicyState,
+    ScalingParams,
+    price_per_hour,
+    restart_cost,
+    totals,
+)
+from policies.spec import Policy
 
 
 def evaluate(
@@ -32,6 +45,9 @@ def evaluate(
     """
     current = graph.configuration()
     before = totals(current, params)
+    # Skew is reported for every evaluation and every policy; it changes no DS2/Justin step.
+    skewed = skew.detect(graph, observation, params.cpu, state.skewed)
+    state = replace(state, skewed=frozenset(f.vertex_id for f in skewed))
 
     missing = observation.missing(graph)
     if missing:
@@ -45,39 +61,33 @@ def evaluate(
             )
             for v in graph.vertices
         )
-        return _unchanged(current, state, params, now, reason, decisions)
+        return _unchanged(current, state, params, now, reason, decisions, skewed)
 
-    proposal = ds2.propose(
-        graph, observation, params.cpu,
-        scale_down_wanted_since=state.scale_down_wanted_since, now=now,
-    )
-    state = replace(state, scale_down_wanted_since=proposal.scale_down_wanted_since)
-    if not proposal.triggered:
-        decisions = tuple(
-            explain.vertex_decision(
-                v, observation.vertices[v.id], current[v.id], Branch.NOT_TRIGGERED,
-                vp.reason, target_rate=vp.target_rate, utilization=vp.utilization,
-            )
-            for v in graph.vertices
-            for vp in (proposal.vertices[v.id],)
-        )
-        return _unchanged(current, state, params, now, proposal.reason, decisions)
-
-    if params.memory.enabled:
-        previous = state.history[-1] if state.history else None
-        result = justin.apply(graph, observation, proposal, params.memory, previous)
-        decisions, config = result.vertices, result.configuration
+    if params.policy == Policy.CAPACITY:
+        planned = capacity.evaluate(graph, observation, state, params, now)
+        state = replace(state, learned=planned.learned)
+        if not planned.triggered:
+            return _unchanged(current, state, params, now, planned.reason, planned.vertices,
+                              skewed)
+        config, decisions, triggered_by = planned.configuration, planned.vertices, planned.reason
     else:
-        config = proposal.configuration(graph)
-        decisions = tuple(
-            explain.vertex_decision(
-                v, observation.vertices[v.id], config[v.id], Branch.MEMORY_DISABLED,
-                f"memory scaling disabled: DS2 only. {vp.reason}",
-                target_rate=vp.target_rate, utilization=vp.utilization,
-            )
-            for v in graph.vertices
-            for vp in (proposal.vertices[v.id],)
+        proposal = ds2.propose(
+            graph, observation, params.cpu,
+            scale_down_wanted_since=state.scale_down_wanted_since, now=now,
         )
+        state = replace(state, scale_down_wanted_since=proposal.scale_down_wanted_since)
+        if not proposal.triggered:
+            decisions = tuple(
+                explain.vertex_decision(
+                    v, observation.vertices[v.id], current[v.id], Branch.NOT_TRIGGERED,
+                    vp.reason, target_rate=vp.target_rate, utilization=vp.utilization,
+                )
+                for v in graph.vertices
+                for vp in (proposal.vertices[v.id],)
+            )
+            return _unchanged(current, state, params, now, proposal.reason, decisions, skewed)
+        config, decisions = _ds2_or_justin(graph, observation, proposal, state, params)
+        triggered_by = proposal.reason
 
     clip = limits.clip(graph, config, params)
     decisions = tuple(_clipped(d, clip.configuration[d.vertex_id], clip.notes) for d in decisions)
@@ -85,12 +95,15 @@ def evaluate(
 
     changed = [d for d in decisions if d.action is not Action.NONE]
     reconfigures = bool(changed)
-    reason = proposal.reason + "; " + (
+    reason = triggered_by + "; " + (
         ", ".join(f"{d.vertex_name or d.vertex_id} {d.action}" for d in changed)
         if changed else "no vertex changes"
     )
     if clip.clipped:
         reason += "; " + clip.reason
+    forecast = _forecast(before, totals(config, params), params) if reconfigures else None
+    if forecast is not None:
+        reason += "; " + explain.forecast(before, totals(config, params), forecast)
     step = state.step + 1 if reconfigures else state.step
     decision = Decision(
         time=now,
@@ -102,10 +115,45 @@ def evaluate(
         after=totals(config, params),
         clipped=clip.clipped,
         clip_reason=clip.reason,
+        skew=skewed,
+        forecast=forecast,
     )
     if reconfigures:
         state = _record(state, decision, observation, now)
     return Evaluation(decision, MappingProxyType(dict(config)), state)
+
+
+def _ds2_or_justin(graph: JobGraph, observation: Observation, proposal: ds2.Proposal,
+                   state: PolicyState, params: ScalingParams
+                   ) -> tuple[Configuration, tuple[VertexDecision, ...]]:
+    """DS2's proposal, through Algorithm 1 when the policy is Justin and memory scaling is on."""
+    if params.policy == Policy.JUSTIN and params.memory.enabled:
+        previous = state.history[-1] if state.history else None
+        result = justin.apply(graph, observation, proposal, params.memory, previous)
+        return result.configuration, result.vertices
+    config = proposal.configuration(graph)
+    why = ("DS2 only" if params.policy == Policy.DS2
+           else "memory scaling disabled: DS2 only")
+    decisions = tuple(
+        explain.vertex_decision(
+            v, observation.vertices[v.id], config[v.id], Branch.MEMORY_DISABLED,
+            f"{why}. {vp.reason}", target_rate=vp.target_rate, utilization=vp.utilization,
+        )
+        for v in graph.vertices
+        for vp in (proposal.vertices[v.id],)
+    )
+    return config, decisions
+
+
+def _forecast(before: Totals, after: Totals, params: ScalingParams) -> Forecast:
+    """What the step costs and saves at spec.cost's prices, and the downtime it costs."""
+    cost_after = price_per_hour(after, params)
+    return Forecast(
+        cost_before_per_hour=round(price_per_hour(before, params), 4),
+        cost_after_per_hour=round(cost_after, 4),
+        expected_downtime_s=params.restart_downtime_s,
+        restart_cost=round(restart_cost(cost_after, params), 4),
+    )
 
 
 def _clipped(d: VertexDecision, after: VertexConfig, notes: Mapping[str, str]) -> VertexDecision:
@@ -147,6 +195,8 @@ def _record(
         history=(*state.history, record)[-HISTORY_LIMIT:],
         scale_down_wanted_since=MappingProxyType({}),
         last_reconfiguration_time=now,
+        skewed=state.skewed,
+        learned=state.learned,
     )
 
 
@@ -157,10 +207,11 @@ def _unchanged(
     now: float,
     reason: str,
     decisions: Sequence[VertexDecision],
+    skewed: tuple[SkewFinding, ...] = (),
 ) -> Evaluation:
     t = totals(current, params)
     decision = Decision(
         time=now, step=state.step, reconfigures=False, reason=reason,
-        vertices=tuple(decisions), before=t, after=t,
+        vertices=tuple(decisions), before=t, after=t, skew=skewed,
     )
     return Evaluation(decision, current, state)

@@ -147,7 +147,8 @@ class VertexMetrics:
 
     Rates are whole-vertex sums (records/s over all subtasks); times are ms per
     second as Flink reports them (0..1000), averaged over subtasks, with the
-    busiest subtask's value kept too.
+    busiest subtask's value kept too (`busy_ms_per_s_max`: the highest of the
+    subtasks' window means, not the mean of each step's max, which noise inflates).
     """
 
     busy_ms_per_s: float
@@ -170,6 +171,13 @@ class VertexMetrics:
     # paper's test for "stateful" (Algorithm 1, line 3). A cache that never
     # misses still has this set.
     has_state_backend_metrics: bool = False
+    # The busiest subtask's records in/s (max over subtasks of each one's window mean;
+    # Flink's per-subtask numRecordsInPerSecond); None when not collected. Its share of
+    # records_in_per_s is how unevenly the keys spread (policies/skew.py).
+    records_in_per_s_max: float | None = None
+    # RocksDB's estimate-live-data-size over all subtasks and column families (bytes),
+    # None when not reported: the working set the cache model's prior needs.
+    state_bytes: float | None = None
 
     @property
     def busyness(self) -> float:

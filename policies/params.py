@@ -7,8 +7,9 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 
 from policies.decision import Decision, HistoryRecord, Totals
+from policies.learning import VertexLearning
 from policies.model import Configuration
-from policies.spec import CpuScaling, Limits, MemoryScaling, TaskFootprint
+from policies.spec import CostSpec, CpuScaling, Limits, MemoryScaling, Policy, TaskFootprint
 
 HISTORY_LIMIT = 10  # decision records kept in PolicyState (and in the policy's status)
 
@@ -19,11 +20,24 @@ def _empty() -> Mapping[str, float]:
 
 @dataclass(frozen=True)
 class ScalingParams:
+    policy: Policy = Policy.CAPACITY
+    cost: CostSpec = field(default_factory=CostSpec)
+    # Expected downtime of one restart when spec.cost.restartDowntime is unset: the
+    # controller's estimate for how the step is enacted (a stop-with-savepoint measured
+    # ~45-50 s on a small real job: docs/flink-plugin.md).
+    expected_downtime_s: float = 60.0
     cpu: CpuScaling = field(default_factory=CpuScaling)
     memory: MemoryScaling = field(default_factory=MemoryScaling)
     limits: Limits = field(default_factory=Limits)
     # cpu/heap/network per task, for totals and limits
     footprint: TaskFootprint = field(default_factory=TaskFootprint)
+
+    @property
+    def restart_downtime_s(self) -> float:
+        """What one restart is expected to cost in downtime: the spec's, else the estimate."""
+        if self.cost.restart_downtime is not None:
+            return self.cost.restart_downtime
+        return self.expected_downtime_s
 
 
 @dataclass(frozen=True)
@@ -35,6 +49,11 @@ class PolicyState:
     # vertex id -> first time DS2 wanted fewer tasks for it (the scale-down delay)
     scale_down_wanted_since: Mapping[str, float] = field(default_factory=_empty)
     last_reconfiguration_time: float | None = None
+    # vertex ids the last evaluation found skewed (their thresholds get hysteresis);
+    # the controller reads them back from status.lastDecision.skew
+    skewed: frozenset[str] = frozenset()
+    # The capacity policy's per-vertex data points and judgements (policies/learning.py).
+    learned: Mapping[str, VertexLearning] = field(default_factory=lambda: MappingProxyType({}))
 
 
 @dataclass(frozen=True)
@@ -54,6 +73,20 @@ def totals(configuration: Configuration, params: ScalingParams) -> Totals:
         managed = params.memory.managed_mib(c.memory_level)
         memory += c.parallelism * (fp.heap_mib + fp.network_mib + managed)
     return Totals(cpu_cores=cpu, memory_mib=memory)
+
+
+def price_per_hour(t: Totals, params: ScalingParams) -> float:
+    """What the tasks cost per hour at spec.cost's prices: CPU cores and all task memory."""
+    cost = params.cost
+    return t.cpu_cores * cost.cpu_core_price + t.memory_mib / 1024.0 * cost.memory_gib_price
+
+
+def restart_cost(cost_per_hour: float, params: ScalingParams) -> float:
+    """A restart costs its downtime and the catch-up after it, at the new configuration's
+    price: the backlog of D seconds drains in D·u/(1−u) more at utilization u."""
+    u = params.cpu.utilization_target
+    seconds = params.restart_downtime_s * (1.0 + u / max(1e-9, 1.0 - u))
+    return cost_per_hour * seconds / 3600.0
 
 
 def within_limits(t: Totals, limits: Limits) -> bool:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from enum import StrEnum
 from typing import Annotated, Any
 
 from pydantic import (
@@ -192,6 +193,7 @@ class Within:
 
 # Flink's upper bound of a vertex's max parallelism (KeyGroupRangeAssignment, 2^15).
 MAX_PARALLELISM = 32768
+HOUR = 3600.0
 DAY = 86400.0
 
 
@@ -317,6 +319,32 @@ class MemoryScaling(SpecModel):
 
     def managed_mib(self, level: int | None) -> float:
         return levels.managed_mib(level, self.base_managed_memory)
+
+
+class Policy(StrEnum):
+    """Which decision procedure runs (docs/policies.md compares them)."""
+
+    DS2 = "ds2"  # parallelism only, as the Flink autoscaler sizes it
+    JUSTIN = "justin"  # DS2, then Algorithm 1: scale up instead of out while the cache is short
+    CAPACITY = "capacity"  # learned capacity surface, cheapest (parallelism, memory) in one jump
+
+
+class CostSpec(SpecModel):
+    """What the capacity policy minimises, and what a restart costs it.
+
+    The default prices are a public cloud's on-demand ratio (one vCPU costs about as much
+    as 7.5 GiB of memory); only their ratio matters.
+    """
+
+    cpu_core_price: float = Field(1.0, gt=0, le=1e6, description="price of one CPU core per hour")
+    memory_gib_price: float = Field(
+        0.134, gt=0, le=1e6, description="price of one GiB of task memory per hour")
+    restart_downtime: Annotated[Duration, Within(high=HOUR)] | None = Field(
+        None, description="expected downtime of one restart; unset: the controller's estimate "
+                          "for how the step is enacted")
+    payback_period: Annotated[Duration, Within(60.0, DAY)] = Field(
+        3600.0, description="a restart that only saves resources must pay for its downtime "
+                            "within this time")
 
 
 class Limits(SpecModel):

@@ -75,7 +75,18 @@ class State(Strict):
     value_bytes: int = Field(gt=0, description="serialized value size per key")
     key_bytes: int = Field(40, gt=0, description="serialized key + RocksDB per-entry overhead")
     distribution: Uniform | Zipf = Field(default_factory=Uniform, discriminator="kind")
+    hot_key_share: float = Field(
+        0.0, ge=0, lt=1,
+        description="share of accesses (and of the vertex's records) that go to one hot key; "
+                    "the rest follow `distribution` over the other keys. Flink hashes that key "
+                    "to one key group, so one subtask gets it whatever the parallelism")
     access: Access
+
+    @model_validator(mode="after")
+    def _hot_key_among_others(self) -> State:
+        if self.hot_key_share > 0 and self.keys < 2:
+            raise ValueError("hot_key_share needs keys ≥ 2 (one hot key and the others)")
+        return self
 
     @property
     def total_bytes(self) -> float:

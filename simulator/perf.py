@@ -21,6 +21,8 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
+import mmh3
+
 from policies.model import ShipStrategy
 from simulator.model import JobModel, Operator, RocksDB, Scaling, State, Uniform
 
@@ -69,10 +71,19 @@ def data_hit_rate(state: State, parallelism: int, cache: float, rocksdb: RocksDB
     cached = max(0.0, cache) / entry
     if cached >= keys_per_task:
         return 1.0
+    hot = state.hot_key_share
+    if hot > 0:
+        # One always-hot key: the LRU cache keeps its block first, so its accesses hit once
+        # one entry fits; the other keys share what is left of the cache.
+        if cached < 1.0:
+            return 0.0
+        cached, keys_per_task = cached - 1.0, max(1.0, keys_per_task - 1.0)
     if isinstance(state.distribution, Uniform):
-        return cached / keys_per_task
-    s = state.distribution.s
-    return min(1.0, harmonic(cached, s) / harmonic(keys_per_task, s))
+        rest = cached / keys_per_task
+    else:
+        s = state.distribution.s
+        rest = harmonic(cached, s) / harmonic(keys_per_task, s)
+    return min(1.0, hot + (1.0 - hot) * rest)
 
 
 @dataclass(frozen=True)
@@ -182,20 +193,33 @@ def subtask_shares(parallelism: int, skew: float) -> tuple[float, ...]:
     return tuple(w / total for w in weights)
 
 
+def hot_key_group(uid: str, max_parallelism: int) -> int:
+    """The key group of an operator's hot key (State.hot_key_share).
+
+    Flink puts a key in key group murmur(key.hashCode()) mod maxParallelism: fixed by the
+    key, whatever the seed or the parallelism. The twin's hot key is named by the
+    operator's uid, so it lands in the same key group in every run.
+    """
+    return mmh3.hash(f"{uid}/hot-key", 0, signed=False) % max_parallelism
+
+
 @functools.lru_cache(maxsize=256)
-def key_group_weights(state: State | None, max_parallelism: int, seed: str) -> tuple[float, ...]:
+def key_group_weights(state: State | None, max_parallelism: int, seed: str,
+                      hot_group: int = 0) -> tuple[float, ...]:
     """Load per key group, as Flink hashes keys into `max_parallelism` key groups.
 
     The hottest keys (up to 2,000) land in random key groups (murmur spreads them as
     a seeded draw would); the other keys' load is spread evenly with the variance of
-    that many keys. Without a key distribution (a stateless keyed operator) every key
-    group gets the same load.
+    that many keys. A hot key (`state.hot_key_share`) adds its share to `hot_group`,
+    the others' shares scale by 1 − hot_key_share. Without a key distribution (a
+    stateless keyed operator) every key group gets the same load.
     """
     import random
 
     n = max_parallelism
     if state is None:
         return (1.0 / n,) * n
+    hot_share = state.hot_key_share
     rng = random.Random(seed)
     keys = state.keys
     top = min(keys, 2000)
@@ -215,7 +239,18 @@ def key_group_weights(state: State | None, max_parallelism: int, seed: str) -> t
     for g in range(n):
         weights[g] += max(0.0, tail / n + rng.gauss(0.0, sd))
     total = sum(weights)
-    return tuple(w / total for w in weights)
+    weights = [(1.0 - hot_share) * w / total for w in weights]
+    weights[hot_group % n] += hot_share
+    return tuple(weights)
+
+
+def hot_key_weights(state: State, max_parallelism: int, hot_group: int) -> tuple[float, ...]:
+    """Key-group loads with the hot key alone uneven: without `Noise.key_groups` the other
+    keys spread evenly, but one key still lives in one key group."""
+    n = max_parallelism
+    weights = [(1.0 - state.hot_key_share) / n] * n
+    weights[hot_group % n] += state.hot_key_share
+    return tuple(weights)
 
 
 def key_group_shares(weights: tuple[float, ...], parallelism: int) -> tuple[float, ...]:
@@ -233,12 +268,19 @@ def key_group_shares(weights: tuple[float, ...], parallelism: int) -> tuple[floa
 def vertex_shares(model: JobModel, op: Operator, parallelism: int, seed: int
                   ) -> tuple[float, ...]:
     """Share of the vertex's records per subtask: its key groups when its input is
-    hashed (Noise.key_groups), times the model's subtask_skew."""
+    hashed (Noise.key_groups, and always for a hot key), times the model's subtask_skew."""
     shares = subtask_shares(parallelism, op.subtask_skew)
     hashed = any(i.ship == ShipStrategy.HASH for i in op.inputs)
-    if not (model.noise.key_groups and hashed):
+    hot = op.state is not None and op.state.hot_key_share > 0
+    if not hashed or not (model.noise.key_groups or hot):
         return shares
-    weights = key_group_weights(op.state, op.max_parallelism, f"{seed}/keys/{op.uid}")
+    group = hot_key_group(op.uid, op.max_parallelism)
+    if model.noise.key_groups:
+        weights = key_group_weights(op.state, op.max_parallelism, f"{seed}/keys/{op.uid}",
+                                    group)
+    else:
+        assert op.state is not None
+        weights = hot_key_weights(op.state, op.max_parallelism, group)
     mixed = [a * b for a, b in zip(shares, key_group_shares(weights, parallelism), strict=True)]
     return tuple(x / sum(mixed) for x in mixed)
 

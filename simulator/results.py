@@ -28,7 +28,7 @@ from simulator.twin import (
     paper_resources,
 )
 
-PolicyName = Literal["justin", "ds2"]
+PolicyName = Literal["justin", "ds2", "capacity"]
 WINDOW_S = 120.0
 STABILIZATION_S = 60.0
 GRANULARITY_S = 5.0
@@ -170,6 +170,12 @@ class RunResult:
     cpu_cores: float = 0.0
     memory_mib: float = 0.0
     phases: list[PhaseReport] = field(default_factory=list)
+    # Virtual time the controller first named a hot key it cannot scale away (its
+    # Skewed condition turned True); None: never.
+    skewed_at_s: float | None = None
+    # Vertex id → when a decision first named it skewed (Decision.skew, where the policy
+    # reports skew findings).
+    skew_named: dict[str, float] = field(default_factory=dict)
 
     def steady_restarts_per_hour(self) -> float | None:
         """Restarts per hour over the phases whose target did not move (None: none)."""
@@ -185,11 +191,13 @@ class RunResult:
             "steps_to_target": self.steps_to_target,
             "converged": self.converged,
             "converged_at_s": self.converged_at_s,
+            "skewed_at_s": self.skewed_at_s,
             "achieved_rate": round(self.achieved_rate, 1),
             "cpu_cores": self.cpu_cores,
             "memory_mb": round(self.memory_mib, 1),
             "capacity": round(self.capacity, 1),
             "configuration": configuration_json(self.model, self.final),
+            "skew_named": dict(self.skew_named),
             "trajectory": [s.as_json() for s in self.samples],
         }
 

@@ -535,6 +535,11 @@ class Twin:
                          for v, b in zip(samples, bias, strict=True)])
         bp = mean([mean([s.backpressured for s in v.subtasks]) for v in samples])
         r_in = mean([self.noisy(v.records_in) for v in samples])
+        # The busiest subtask's numRecordsInPerSecond (a source's task reads no records).
+        # Shares are fixed within a configuration, so the busiest subtask is the same one
+        # at every scrape: the mean of each scrape's max is the max of the means.
+        r_in_max = None if op.is_source else mean(
+            [self.noisy(max(s.records_in for s in v.subtasks)) for v in samples])
         r_out = mean([self.noisy(v.records_out) for v in samples])
         pending = growth = None
         if op.is_source:
@@ -561,6 +566,9 @@ class Twin:
             cache_misses_per_s=misses,
             state_latency_ns=latency,
             has_state_backend_metrics=op.state is not None,
+            records_in_per_s_max=r_in_max,
+            # RocksDB's estimate-live-data-size summed over subtasks (flink_format emits it).
+            state_bytes=None if op.state is None else op.state.total_bytes,
         )
 
     def achieved_rate(self, window_s: float) -> float:

@@ -6,18 +6,22 @@ import logging
 import re
 import time
 from collections.abc import Callable, Mapping
+from pathlib import Path
 from typing import Any, TypeVar
 
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
+from pydantic import ValidationError
 
 from controller import api
 from controller.api import Status
+from controller.ports import StatusConflict
 from controller.realize import FIELD_MANAGER, FLINK_GROUP, FLINK_PLURAL, FLINK_VERSION
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 RETRIED = frozenset({409, 429, 500, 502, 503, 504})
+CAS_ATTEMPTS = 3  # status writes whose precondition failed on a change outside status
 
 
 def retrying(call: Callable[[], T], attempts: int = 5, backoff_s: float = 0.2,
@@ -37,8 +41,9 @@ def retrying(call: Callable[[], T], attempts: int = 5, backoff_s: float = 0.2,
 class KubeDeployments:
     """FlinkDeployments: read, and server-side apply of the fields we own."""
 
-    def __init__(self, objects: client.CustomObjectsApi) -> None:
+    def __init__(self, objects: client.CustomObjectsApi, hold: str | None = None) -> None:
         self.objects = objects
+        self.hold = hold  # TEST ONLY (settings.HOLD_APPLY_ENV): wait here before patching
 
     def get(self, namespace: str, name: str) -> Mapping[str, Any] | None:
         try:
@@ -56,6 +61,9 @@ class KubeDeployments:
         The apply document holds nothing but the owned fields, so forcing moves
         ownership of exactly those and leaves every other manager's fields alone.
         """
+        if self.hold:
+            hold_before_apply(Path(self.hold), namespace, name)
+
         def patch(force: bool) -> Any:
             return self.objects.patch_namespaced_custom_object(
                 FLINK_GROUP, FLINK_VERSION, namespace, FLINK_PLURAL, name, dict(body),
@@ -76,23 +84,101 @@ class KubeDeployments:
                 + " (server-side apply conflict)")
 
 
-class KubeStatusStore:
-    """Writes a policy's whole status through the status subresource."""
+def plain(value: Any) -> Any:
+    """A JSON-like value as plain dicts and lists (kopf's bodies are mapping views)."""
+    if isinstance(value, Mapping):
+        return {k: plain(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [plain(v) for v in value]
+    return value
 
-    def __init__(self, objects: client.CustomObjectsApi, namespace: str, name: str) -> None:
-        self.objects, self.namespace, self.name = objects, namespace, name
-        self.last: Status | None = None  # what the API server last accepted from us
+
+def hold_before_apply(directory: Path, namespace: str, name: str) -> None:
+    """TEST ONLY: announce `<namespace>.<name>.held` and wait for `.release`, so a test can
+    act (kill -9) between a step's commit and its patch, deterministically."""
+    held, release = (directory / f"{namespace}.{name}.held",
+                     directory / f"{namespace}.{name}.release")
+    held.write_text(str(time.time()))
+    log.warning("holding the patch of %s/%s until %s exists (test hook)", namespace, name,
+                release)
+    while not release.exists():
+        time.sleep(0.05)
+    release.unlink()
+    held.unlink()
+
+
+def status_of(obj: Mapping[str, Any]) -> Status:
+    """A policy's status as the loop reads it; never forgets history over one bad field."""
+    try:
+        return Status.model_validate(dict(obj.get("status") or {}))
+    except ValidationError as e:
+        log.warning("status does not parse (%s); starting from the parts that do", e)
+        raw = dict(obj.get("status") or {})
+        keep = {k: raw[k] for k in ("history", "step", "lastReconfigurationTime") if k in raw}
+        return Status.model_validate(keep)
+
+
+class KubeStatusStore:
+    """Writes a policy's whole status through the status subresource, on condition that
+    the policy is still at the resourceVersion this store last read or wrote."""
+
+    def __init__(self, objects: client.CustomObjectsApi, obj: Mapping[str, Any]) -> None:
+        meta = obj.get("metadata") or {}
+        self.objects = objects
+        self.namespace, self.name = meta.get("namespace") or "default", meta.get("name") or ""
+        self.obj: Mapping[str, Any] = dict(obj)
+        self.version: str | None = meta.get("resourceVersion")
+        self.last: Status = status_of(obj)  # the status at `version`
+
+    def latest(self) -> tuple[Mapping[str, Any], Status]:
+        return self.obj, self.last
 
     def save(self, status: Status) -> None:
         # Replace the whole status (a merge patch would keep map keys we dropped); unset
         # fields are left out, and read back as their defaults.
         value = status.model_dump(by_alias=True, mode="json", exclude_none=True)
-        body = [{"op": "add", "path": "/status", "value": value}]
-        retrying(lambda: self.objects.patch_namespaced_custom_object_status(
-            api.GROUP, api.VERSION, self.namespace, api.PLURAL, self.name, body,
-            _content_type="application/json-patch+json",
-        ))
+        self._patch([{"op": "add", "path": "/status", "value": value}])
         self.last = status
+
+    def confirm(self) -> None:
+        # The same precondition with nothing to change: the API server checks it and
+        # stores nothing (a no-op patch keeps the resourceVersion).
+        self._patch([])
+
+    def _patch(self, ops: list[dict[str, Any]]) -> None:
+        # Setting resourceVersion makes the patch a compare-and-swap: the API server
+        # answers 409 if the object moved on since. Only a change of the status makes
+        # the pass stale (another replica's write); a change elsewhere (a spec edit,
+        # kopf's finalizer and annotations) is retried at the new version.
+        def patch() -> Any:
+            body = ops if self.version is None else [
+                {"op": "replace", "path": "/metadata/resourceVersion",
+                 "value": self.version}, *ops]
+            return self.objects.patch_namespaced_custom_object_status(
+                api.GROUP, api.VERSION, self.namespace, api.PLURAL, self.name, body,
+                _content_type="application/json-patch+json")
+
+        for attempt in range(1, CAS_ATTEMPTS + 1):
+            try:
+                saved: Any = retrying(patch, retried=RETRIED - {409})
+                break
+            except ApiException as e:
+                if e.status != 409:
+                    raise
+                based_on = plain(self.obj.get("status"))
+                self.reload()
+                if plain(self.obj.get("status")) != based_on or attempt == CAS_ATTEMPTS:
+                    raise StatusConflict(f"the status of {self.namespace}/{self.name} "
+                                         f"changed since it was read") from None
+        self.obj = dict(saved)
+        self.version = (self.obj.get("metadata") or {}).get("resourceVersion")
+
+    def reload(self) -> None:
+        found: Any = retrying(lambda: self.objects.get_namespaced_custom_object(
+            api.GROUP, api.VERSION, self.namespace, api.PLURAL, self.name))
+        self.obj = dict(found)
+        self.version = (self.obj.get("metadata") or {}).get("resourceVersion")
+        self.last = status_of(self.obj)
 
 
 class KopfEvents:

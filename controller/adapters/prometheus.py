@@ -133,6 +133,16 @@ def _mean(points: Sequence[tuple[float, float]]) -> float:
     return sum(v for _, v in points) / len(points)
 
 
+def _busiest_subtask(result: Sequence[Series]) -> dict[str, float]:
+    """Per task_id, the highest window mean among its subtasks' series (max of means)."""
+    top: dict[str, float] = {}
+    for s in result:
+        if pts := _points(s):
+            task = str(s["metric"].get("task_id", ""))
+            top[task] = max(top.get(task, -math.inf), _mean(pts))
+    return top
+
+
 def _freshness_problem(
     sample_times: Sequence[tuple[float, float]], start: float, end: float, stale_after: float
 ) -> str | None:
@@ -164,10 +174,13 @@ def collect(
         rows = {
             name: _by_task(source.query_range(getattr(q, name), start, now, step))
             for name in (
-                "busy_avg", "busy_max", "busy_sample_time", "backpressure", "records_in",
+                "busy_avg", "busy_sample_time", "backpressure", "records_in",
                 "records_out", "pending", "cache_hits", "cache_misses", "cache_capacity",
+                "state_bytes",
             )
         }
+        busiest = {name: _busiest_subtask(source.query_range(getattr(q, name), start, now, step))
+                   for name in ("busy_max", "records_in_max")}
         latency_rows = source.query_range(q.state_latency, start, now, step)
     except MetricsError as e:
         return MetricsUnavailable(str(e))
@@ -185,16 +198,19 @@ def collect(
     vertices: dict[str, VertexMetrics] = {}
     for v in graph.vertices:
         why = _freshness_problem(rows["busy_sample_time"].get(v.id, []), start, now, stale_after)
-        needed = ("busy_avg", "busy_max", "backpressure", "records_in", "records_out")
+        needed = ("busy_avg", "backpressure", "records_in", "records_out")
         absent = [name for name in needed if v.id not in rows[name]]
+        if v.id not in busiest["busy_max"]:
+            absent.append("busy_max")
         if why or absent:
             problems.append(f"vertex {v.name!r} ({v.id}): {why or 'no ' + ', '.join(absent)}")
             continue
         pending = rows["pending"].get(v.id)
         hits, misses = rows["cache_hits"].get(v.id), rows["cache_misses"].get(v.id)
+        state_bytes = rows["state_bytes"].get(v.id)
         vertices[v.id] = VertexMetrics(
             busy_ms_per_s=_mean(rows["busy_avg"][v.id]),
-            busy_ms_per_s_max=_mean(rows["busy_max"][v.id]),
+            busy_ms_per_s_max=busiest["busy_max"][v.id],
             backpressured_ms_per_s=_mean(rows["backpressure"][v.id]),
             records_in_per_s=_mean(rows["records_in"][v.id]),
             records_out_per_s=_mean(rows["records_out"][v.id]),
@@ -203,9 +219,11 @@ def collect(
             cache_hits_per_s=_mean(hits) if hits else None,
             cache_misses_per_s=_mean(misses) if misses else None,
             state_latency_ns=estimate_mean_from_quantiles(latency.get(v.id, {})),
+            records_in_per_s_max=busiest["records_in_max"].get(v.id),
             has_state_backend_metrics=any(
                 v.id in rows[name] for name in ("cache_hits", "cache_misses", "cache_capacity")
             ) or v.id in latency,
+            state_bytes=state_bytes[-1][1] if state_bytes else None,
         )
     if problems:
         return MetricsUnavailable("metrics unavailable: " + "; ".join(problems))

@@ -24,6 +24,8 @@ CACHE_MISS = OPERATOR + "rocksdb_block_cache_miss"
 # Per column family, either in the name (`<cf>_rocksdb_block_cache_capacity`) or, with
 # column-family-as-variable, as `column_family_rocksdb_block_cache_capacity{column_family=..}`.
 CACHE_CAPACITY_NAME = OPERATOR + ".+_rocksdb_block_cache_capacity"
+# RocksDB's live data per column family, named as the capacity is.
+LIVE_DATA_NAME = OPERATOR + ".+_rocksdb_estimate_live_data_size"
 # Summaries such as `..._state_name_valueStateGetLatency{quantile=..}`; `_count` is excluded
 # by the anchored regex.
 STATE_LATENCY_NAME = OPERATOR + "state_name_[A-Za-z]+Latency"
@@ -65,7 +67,8 @@ class JobQueries:
     """Every query for one job; each groups by `task_id` (the JobVertexID)."""
 
     busy_avg: str
-    busy_max: str
+    busy_max: str  # per subtask: the collector takes the max of their window means
+    records_in_max: str  # per subtask, likewise
     busy_sample_time: str
     backpressure: str
     records_in: str
@@ -74,6 +77,7 @@ class JobQueries:
     cache_hits: str
     cache_misses: str
     cache_capacity: str
+    state_bytes: str
     state_latency: str
     operator_ids: str
 
@@ -83,7 +87,12 @@ def job_queries(job_id: str, resolution_s: float) -> JobQueries:
     busy = selector(BUSY, job_id)
     return JobQueries(
         busy_avg=f"avg by (task_id) ({busy})",
-        busy_max=f"max by (task_id) ({busy})",
+        # Per subtask (max merges a restart's attempts, never two live series): the busiest
+        # subtask is the one with the highest mean over the window. A max taken at each
+        # step instead would pick whichever subtask's noise is up at that step, and read
+        # a balanced vertex's noise as skew.
+        busy_max=f"max by (task_id, subtask_index) ({busy})",
+        records_in_max=f"sum by (task_id, subtask_index) ({selector(RECORDS_IN, job_id)})",
         # Range queries fill gaps from the last sample up to 5 min back; the age of the
         # oldest subtask's sample tells a fresh point from a stale one.
         busy_sample_time=f"min by (task_id) (timestamp({busy}))",
@@ -96,6 +105,8 @@ def job_queries(job_id: str, resolution_s: float) -> JobQueries:
         cache_misses=f"sum by (task_id) (rate({selector(CACHE_MISS, job_id)}[{rw}]))",
         # The block cache is shared by all column families of a slot: max, never sum.
         cache_capacity=f"max by (task_id) ({selector(CACHE_CAPACITY_NAME, job_id, True)})",
+        # Each column family holds its own data: the state is their sum over every subtask.
+        state_bytes=f"sum by (task_id) ({selector(LIVE_DATA_NAME, job_id, True)})",
         state_latency=(
             "avg by (task_id, quantile) "
             f"({selector(STATE_LATENCY_NAME, job_id, True, 'quantile!=' + quote(''))})"

@@ -83,7 +83,13 @@ class MemoryStatusStore:
     last: Status = field(default_factory=Status)
 
     def save(self, status: Status) -> None:
-        self.last = status
+        self.last = status  # one writer: never a conflict
+
+    def confirm(self) -> None:
+        pass
+
+    def latest(self) -> tuple[Mapping[str, Any], Status]:
+        return {}, self.last
 
 
 @dataclass

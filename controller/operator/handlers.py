@@ -76,24 +76,13 @@ def _flink(namespace: str, name: str) -> FlinkRest:
 
 def ports_for(body: Mapping[str, Any], store: KubeStatusStore) -> Ports:
     return Ports(
-        deployments=KubeDeployments(_objects()),
+        deployments=KubeDeployments(_objects(), hold=RUNTIME.hold_apply_dir),
         store=store,
         events=KopfEvents(body),
         flink=_flink,
         metrics=_metrics,
         default_prometheus_url=RUNTIME.prometheus_url,
     )
-
-
-def _status(body: Mapping[str, Any]) -> api.Status:
-    try:
-        return api.Status.model_validate(dict(body.get("status") or {}))
-    except ValidationError as e:
-        # Never forget history because of one bad field: keep what still parses.
-        log.warning("status does not parse (%s); starting from the parts that do", e)
-        raw = dict(body.get("status") or {})
-        keep = {k: raw[k] for k in ("history", "step", "lastReconfigurationTime") if k in raw}
-        return api.Status.model_validate(keep)
 
 
 def in_shard(namespace: str | None, **_: Any) -> bool:
@@ -128,8 +117,9 @@ async def policy_loop(body: kopf.Body, meta: kopf.Meta, namespace: str | None, n
                       stopped: kopf.DaemonStopped, **_: Any) -> None:
     key = f"{namespace}/{name}"
     RUNNING.add(key)
-    status = _status(body)
-    store = KubeStatusStore(_objects(), namespace or "default", name or "")
+    # The status and the resourceVersion its writes are conditional on, read together.
+    store = KubeStatusStore(_objects(), body)
+    status = store.last
     try:
         while not stopped:
             resolution = UNPARSED_PERIOD_S
@@ -162,11 +152,12 @@ async def policy_loop(body: kopf.Body, meta: kopf.Meta, namespace: str | None, n
                         status = invalid
                     except Exception:
                         log.exception("%s: could not record the invalid spec", key)
+                        status = store.last  # re-read if the write conflicted
             except Exception:
                 telemetry.count(telemetry.ERRORS, namespace or "default", name or "", "loop")
                 log.exception("%s: loop pass failed; retrying next period", key)
                 # A pass may have committed a step before failing: continue from that.
-                status = store.last or status
+                status = store.last
             await stopped.wait(resolution)
     finally:
         RUNNING.discard(key)

@@ -7,12 +7,13 @@ imported only when it runs, so the rest of the command line starts without them.
 from __future__ import annotations
 
 import logging
+import os
 import random
 from typing import Annotated
 
 import typer
 
-from controller.operator.settings import DEFAULT_FLINK_REST, DEFAULT_PROMETHEUS
+from controller.operator.settings import DEFAULT_FLINK_REST, DEFAULT_PROMETHEUS, HOLD_APPLY_ENV
 
 
 def run(
@@ -80,6 +81,7 @@ def run(
     RUNTIME.prometheus_ca_file = prometheus_ca_file
     RUNTIME.prometheus_token_file = prometheus_token_file
     RUNTIME.shard_index, RUNTIME.shards = shard_index, shards
+    RUNTIME.hold_apply_dir = os.environ.get(HOLD_APPLY_ENV) or None  # tests only
     telemetry.serve(metrics_port)
     kopf.run(
         clusterwide=not RUNTIME.namespaces,

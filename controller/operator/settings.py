@@ -24,6 +24,10 @@ DEFAULT_FLINK_REST = "http://{name}-rest.{namespace}.svc:8081"
 # Prometheus clients kept (one per distinct URL); the least recently used is dropped.
 PROMETHEUS_CLIENTS = 64
 DEFAULT_PROMETHEUS = "http://prometheus-operated.monitoring.svc:9090"
+# TEST ONLY, off unless set: a directory where every FlinkDeployment patch waits, after
+# the step is committed and before it is applied, until the test releases it (or kills
+# the process). e2e/test_controller.py's kill -9 test lands inside that window with it.
+HOLD_APPLY_ENV = "HYBRID_SCALER_TEST_HOLD_APPLY"
 
 
 @dataclass
@@ -46,6 +50,7 @@ class Runtime:
     # see controller/operator/shard.py.
     shard_index: int = 0
     shards: int = 1
+    hold_apply_dir: str | None = None  # TEST ONLY, from $HYBRID_SCALER_TEST_HOLD_APPLY
 
 
 RUNTIME = Runtime()

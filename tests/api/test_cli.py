@@ -138,3 +138,20 @@ def test_explain_names_bad_fields_of_a_recording(tmp_path: Path) -> None:
     result = runner.invoke(app, ["explain", str(path)])
     assert result.exit_code == 1
     assert "spec.cpu" in result.output
+
+
+def test_explain_names_a_hot_key_that_more_tasks_cannot_spread(tmp_path: Path) -> None:
+    """The counter's busiest of 4 subtasks takes 70 % of the records and is saturated."""
+    doc = yaml.safe_load(RECORDED.read_text())
+    doc["observation"]["vertices"][COUNT].update(
+        busy_ms_per_s=357.0, busy_ms_per_s_max=1000.0, records_in_per_s_max=28_000.0)
+    path = tmp_path / "hot-key.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    result = runner.invoke(app, ["explain", str(path)])
+    assert result.exit_code == 0, result.output
+    [line] = [x for x in result.output.splitlines() if x.startswith("skewed")]
+    assert "more tasks cannot help" in line and "pre-aggregate" in line
+    decision = Decision.model_validate(json.loads(
+        runner.invoke(app, ["explain", "--json", str(path)]).output))
+    [finding] = decision.skew
+    assert finding.vertex_id == COUNT and finding.from_records and not finding.scale_out_helps

@@ -25,6 +25,7 @@ from .conftest import (
     MISS_RATE,
     SAMPLES,
     Exporter,
+    lonely_job,
     wait_for,
 )
 from .promproc import PrometheusProcess
@@ -84,6 +85,9 @@ def test_golden_observation(source: Prometheus) -> None:
     counter, src = obs.vertices[COUNTER], obs.vertices[SOURCE]
     assert counter.busy_ms_per_s == pytest.approx(per_task(busy, "avg")[COUNTER])
     assert counter.busy_ms_per_s_max == pytest.approx(1000.0)
+    # The busiest subtask's records in, from the per-subtask numRecordsInPerSecond.
+    assert counter.records_in_per_s_max == pytest.approx(
+        per_task(golden["flink_taskmanager_job_task_numRecordsInPerSecond"], "max")[COUNTER])
     assert src.backpressured_ms_per_s == pytest.approx(1000.0)
     assert counter.records_in_per_s == pytest.approx(rates_in[COUNTER])
     assert src.records_out_per_s == pytest.approx(rates_out[SOURCE])
@@ -100,6 +104,12 @@ def test_golden_observation(source: Prometheus) -> None:
     # Every column family repeats the slot's cache size: max, not sum.
     capacity = golden["flink_taskmanager_job_task_operator_count_rocksdb_block_cache_capacity"]
     assert collected.cache_capacity_bytes == {COUNTER: pytest.approx(capacity[0][1])}
+    # Each column family holds its own data: the state size sums them over all subtasks.
+    live = [v for name, samples in golden.items()
+            if name.endswith("_rocksdb_estimate_live_data_size")
+            for labels, v in samples if labels["task_id"] == COUNTER]
+    assert live and counter.state_bytes == pytest.approx(sum(live))
+    assert src.state_bytes is None
 
     quantiles: dict[float, list[float]] = defaultdict(list)
     for name, samples in golden.items():
@@ -168,3 +178,78 @@ def test_operator_ids_of_each_chain(source: Prometheus) -> None:
         SOURCE: tuple(sorted((SOURCE, "eb8adfa29a499c04cb21f456def833f2"))),
         COUNTER: tuple(sorted((COUNTER, "944a180b15f418fe526e0a41072d55d4"))),
     }
+
+
+class Alternating:
+    """A MetricsSource whose two subtasks per vertex take turns at 900 and 100 (busy ms/s,
+    records/s); every whole-vertex signal is flat and fresh."""
+
+    def query_range(self, query: str, start: float, end: float, step: float) -> list[dict]:
+        times = [start + i * step for i in range(int((end - start) / step) + 1)]
+        if "subtask_index" in query:
+            return [{"metric": {"task_id": t, "subtask_index": str(i)},
+                     "values": [[x, str(900.0 if (n + i) % 2 else 100.0)]
+                                for n, x in enumerate(times)]}
+                    for t in (SOURCE, COUNTER) for i in (0, 1)]
+        fresh = "timestamp(" in query  # the sample times: each point sampled just now
+        return [{"metric": {"task_id": t},
+                 "values": [[x, str(x if fresh else 500.0)] for x in times]}
+                for t in (SOURCE, COUNTER)]
+
+    def query(self, query: str, time: float) -> list[dict]:
+        return []
+
+
+def test_the_busiest_subtask_is_the_max_of_window_means() -> None:
+    """Two subtasks equally busy over the window, each ahead at every other step: the
+    mean of each step's max would read 900 (and call noise skew); the busiest mean is 500."""
+    result = collect(Alternating(), golden_graph(), JID, 1_000.0, WINDOW, RESOLUTION)
+    assert isinstance(result, Collected), result
+    counter = result.observation.vertices[COUNTER]
+    assert counter.busy_ms_per_s_max == pytest.approx(500.0, rel=0.1)
+    assert counter.records_in_per_s_max == pytest.approx(500.0, rel=0.1)
+
+
+def test_a_twin_hot_key_through_prometheus(source: Prometheus, exporter: Exporter) -> None:
+    """The twin's exposition (per-subtask series, Flink's names and labels) through a real
+    Prometheus: the busiest subtask's busyness and records in are the twin's, and the hot
+    key is named from them."""
+    from policies import skew
+    from policies.spec import CpuScaling
+    from simulator.flink_format import DeployedJob, Scrape, add_job_metrics
+    from simulator.model import Noise
+    from simulator.twin import Twin
+
+    from .test_skewed import keyed_job
+
+    model = keyed_job({"kind": "zipf", "s": 1.4}, 50)
+    # Noise on measurements only: no gaps, stale series or pauses while the twin stands still.
+    model = model.model_copy(update={"noise": Noise.off().model_copy(update={
+        "sample_sd": 0.02, "key_groups": True})})
+    twin = Twin(model, seed=0)
+    twin.advance(30)  # the twin stands still from here: every scrape shows this tick
+    job = DeployedJob("ns", "hot", "a1" * 16, "hot", 0, 4, 2, 4.0, 2048.0, 0)
+
+    def body() -> str:
+        scrape = Scrape()
+        add_job_metrics(scrape, job, twin, int(time.time() * 1000))
+        return scrape.render()
+
+    started = time.time()
+    exporter.bodies["/dynamic"] = body
+    try:
+        wait_for(lambda: time.time() - started > WINDOW + 3, 30, "a window of the twin")
+        graph = twin.job_graph()
+        result = collect(source, graph, job.job_id, time.time(), WINDOW, RESOLUTION)
+    finally:
+        exporter.bodies["/dynamic"] = lonely_job
+    assert isinstance(result, Collected), result
+    count = next(v.id for v in graph.vertices if v.name == "Count")
+    got = result.observation.vertices[count]
+    subtasks = twin.last_tick().vertices[count].subtasks  # type: ignore[union-attr]
+    assert got.busy_ms_per_s_max == pytest.approx(max(s.busy for s in subtasks), rel=0.05)
+    assert got.records_in_per_s_max == pytest.approx(max(s.records_in for s in subtasks),
+                                                     rel=0.05)
+    assert got.records_in_per_s == pytest.approx(sum(s.records_in for s in subtasks), rel=0.05)
+    [finding] = skew.detect(graph, result.observation, CpuScaling())
+    assert finding.vertex_id == count and finding.from_records and finding.saturated

@@ -36,8 +36,8 @@ SOURCE, COUNTER = "a" * 32, "b" * 32
 T0 = 100_000.0
 
 
-class Killed(Exception):
-    """Stands for `kill -9` at this point of the pass."""
+class Killed(BaseException):
+    """Stands for `kill -9` at this point of the pass (no `except Exception` sees it)."""
 
 
 @dataclass
@@ -75,6 +75,12 @@ class FakeStore:
     @property
     def last(self) -> Status:
         return self.saved[-1] if self.saved else Status()
+
+    def confirm(self) -> None:
+        pass  # one replica: its status is always current
+
+    def latest(self) -> tuple[Mapping[str, Any], Status]:
+        return {}, self.last
 
 
 @dataclass
@@ -151,6 +157,8 @@ def flink_deployment(upgrade_mode: str = "savepoint", state: str = "RUNNING",
 
 
 def policy(mode: str = "Active", **spec: Any) -> HybridScalingPolicy:
+    """These tests follow Justin's branches (a scale-up, then a scale-out): policy justin."""
+    spec.setdefault("policy", "justin")
     return parse_policy({
         "apiVersion": "hybridscaler.dev/v1alpha1", "kind": "HybridScalingPolicy",
         "metadata": {"name": "p", "namespace": "ns"},

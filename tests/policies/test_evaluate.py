@@ -9,10 +9,11 @@ import pytest
 from policies import Evaluation, PolicyState, ScalingParams, evaluate
 from policies.decision import Action, Branch
 from policies.model import JobGraph, Observation, VertexMetrics
-from policies.spec import CpuScaling, Limits, MemoryScaling
+from policies.spec import CpuScaling, Limits, MemoryScaling, Policy
 from tests.policies.builders import NOW, chain, metrics, observe, source, vertex
 
-PARAMS = ScalingParams(cpu=CpuScaling(scale_down_delay=0))
+# Justin over several steps: the capacity policy has its own tests (test_capacity.py).
+PARAMS = ScalingParams(policy=Policy.JUSTIN, cpu=CpuScaling(scale_down_delay=0))
 GRAPH = chain(vertex("src", 2), vertex("counter", 2, 0), vertex("sink", 2))
 
 
@@ -123,7 +124,7 @@ def test_history_is_bounded() -> None:
 
 
 def test_scale_down_delay_survives_between_evaluations() -> None:
-    params = ScalingParams(cpu=CpuScaling(scale_down_delay=120))
+    params = ScalingParams(policy=Policy.JUSTIN, cpu=CpuScaling(scale_down_delay=120))
     graph = chain(vertex("src", 1, None), vertex("sink", 8, None))
     calm = {"src": source(500, 1000), "sink": metrics(50, 1000, 0)}  # sink wants fewer than 8
     first = evaluate(graph, observe(NOW, **calm), PolicyState(), params, NOW)

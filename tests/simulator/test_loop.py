@@ -3,15 +3,16 @@
 from __future__ import annotations
 
 import json
+from types import SimpleNamespace
 
 import pytest
 from typer.testing import CliRunner
 
 from controller.cli import app
-from controller.simulate import run
+from controller.simulate import note_skew, run
 from policies.model import VertexConfig
 from simulator.model import load_model
-from simulator.results import capacity, oracle
+from simulator.results import RunResult, capacity, oracle
 
 
 @pytest.fixture(scope="module")
@@ -214,3 +215,13 @@ def test_a_suite_reports_every_bad_model(tmp_path):
     assert out.exit_code == 2
     assert "a.yaml" in out.output and "b.yaml" in out.output and "step_rate" in out.output
     assert CliRunner().invoke(app, ["simulate"]).exit_code == 2
+
+
+def test_the_first_time_a_decision_names_a_vertex_skewed_is_kept():
+    result = RunResult("capacity", load_model("q11"))
+    hot = SimpleNamespace(vertex_id="a")
+    note_skew(result, SimpleNamespace(skew=()), 100.0)
+    note_skew(result, SimpleNamespace(skew=(hot,)), 240.0)
+    note_skew(result, SimpleNamespace(skew=(hot, SimpleNamespace(vertex_id="b"))), 360.0)
+    note_skew(result, None, 600.0)  # no decision yet
+    assert result.skew_named == {"a": 240.0, "b": 360.0}

@@ -1,0 +1,626 @@
+"""Issue 14's benchmark: every policy on a generated suite of job models, against the oracle
+and the upstream Flink autoscaler, and where each of the issue's targets is missed.
+
+    .venv/bin/python -m bench.suite                 # 40 models, ~20-30 min on 2 shared cores
+    .venv/bin/python -m bench.suite --quick         # 2 models, 10 virtual min, no peer
+    .venv/bin/python -m bench.suite --update-doc    # also rewrite docs/policies.md, README.md
+
+Models come from `bench.jobgen.generate(seed)` for the seed list (SEEDS). Each policy of
+`simulator.results.PolicyName` runs through the controller's own pass
+(`controller.simulate.run`) for DESIGN_DURATION_S of virtual time per model and run
+seed (RUN_SEEDS). The oracle (`simulator.results.oracle`) is sized for the highest
+target of the run's last load phase (what the final configuration has to sustain), at
+100 % busyness and at the utilization target (0.5; where key skew puts 0.5 out of
+reach, at the lowest reachable utilization, `jobgen.oracle_at_target`). The upstream
+autoscaler (bench/peer) runs on the first PEER_MODELS constant-load models for
+PEER_DURATION_S (its 15-min window, 5-min stabilization and 1-h scale-down interval
+need hours, not the suite's 40 minutes), beside our policies for the same time.
+
+Definitions (the targets, `evaluate`):
+* **reconfigurations to target**: `RunResult.steps_to_target` (steps up to the first
+  configuration from which every later one sustains the target); a run that never
+  gets there counts as infinitely many. Median over models ≤ 2, and never more than
+  `ds2` on the same model and seed.
+* **cores, memory ≤ 1.10 × oracle** at the utilization target, final configuration, as
+  the paper counts them; each on ≥ 90 % of the runs.
+* **steady-phase reconfigurations**: in each load phase whose target does not move
+  (`PhaseReport.steady`), every reconfiguration except (a) the phase's first one (the
+  policy adapting to the phase: convergence in the first phase, the answer to a step
+  later) and (b) those made while the running configuration could not sustain the
+  phase's target (capacity < KEEP_UP × target, the twin's truth). Target: 0 on every run.
+* **write-dominated operators** (access.write ≥ 0.8): memory scale-ups tried = steps
+  that raise the vertex's memory level over the configuration before them (each step's
+  configuration is the twin's, `Step.configuration`); kept = levels it ends above its
+  initial level. Target: tried ≤ 1 and kept = 0 per operator.
+* **skew named**: a keyed vertex must be named when key skew puts the utilization
+  target out of its reach (the most one can sustain at 0.5 busyness over every
+  parallelism and memory level is below its load): from the first time the target rate
+  crosses that (onset), a decision's `skew` findings (`RunResult.skew_named`) must name
+  it within two windows (2 × WINDOW_S). n/a when decisions carry no `skew`.
+* **peer**: cores and memory ≤ the upstream autoscaler's, final configuration, on
+  every peer job.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import math
+import os
+import statistics
+import sys
+import tempfile
+import time
+import typing
+from collections.abc import Iterable
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from datetime import UTC, datetime
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+from bench import jobgen
+from bench.peer.__main__ import _json_default  # non-finite floats as null
+from policies.decision import Decision
+from policies.model import ShipStrategy
+from policies.spec import MemoryScaling
+from simulator.model import JobModel
+from simulator.perf import channels, vertex_limit, vertex_shares
+from simulator.results import (
+    KEEP_UP,
+    WINDOW_S,
+    PolicyName,
+    RunResult,
+    capacity,
+    oracle,
+    unit_loads,
+)
+from simulator.twin import managed_mib
+
+POLICIES: tuple[str, ...] = typing.get_args(PolicyName)
+REFERENCE = "ds2"  # "no more reconfigurations than the aligned DS2"
+SEEDS = tuple(range(40))
+RUN_SEEDS = (0,)
+QUICK_SEEDS = (0, 3)  # a constant-load chain and a daily-peak join
+QUICK_DURATION_S = 600.0
+PEER_MODELS = 3
+PEER_DURATION_S = 6000.0  # 100 min: upstream's scale-up (~20 min) and one scale-down (+1 h)
+MEDIAN_STEPS = 2
+RESOURCE_FACTOR = 1.10
+RESOURCE_SHARE = 0.90
+WRITE_DOMINATED = 0.8
+SKEW_WINDOWS = 2
+ROOT = Path(__file__).resolve().parent.parent
+RESULTS = ROOT / "bench" / "results" / "suite.json"
+DOC = ROOT / "docs" / "policies.md"
+README = ROOT / "README.md"
+BEGIN, END = "<!-- suite:begin -->", "<!-- suite:end -->"
+SUMMARY_BEGIN, SUMMARY_END = "<!-- suite-summary:begin -->", "<!-- suite-summary:end -->"
+SKEW_REPORTED = "skew" in Decision.model_fields
+
+
+@lru_cache(maxsize=64)
+def model_for(seed: int) -> JobModel:
+    return jobgen.generate(seed)
+
+
+# ---- measuring one run -------------------------------------------------------------------
+
+def _level(level: int | None) -> int:
+    return -1 if level is None else level  # ⊥ (no managed memory) below level 0
+
+
+def steady_restarts(result: RunResult, seed: int) -> list[float]:
+    """Times of the steady-phase reconfigurations (the module's definition)."""
+    model = result.model
+    configs = [model.job_graph().configuration()] + [s.configuration for s in result.steps]
+    found = []
+    for phase in result.phases:
+        if not phase.steady:
+            continue
+        inside = [n for n, s in enumerate(result.steps) if phase.start_s <= s.time < phase.end_s]
+        for n in inside[1:]:
+            before = configs[n]  # the configuration running when step n was decided
+            if capacity(model, before, seed=seed) >= KEEP_UP * phase.peak_target:
+                found.append(result.steps[n].time)
+    return found
+
+
+def write_memory(result: RunResult) -> dict[str, dict[str, int]]:
+    """Per write-dominated operator: memory scale-ups tried and levels kept."""
+    model = result.model
+    initial = model.job_graph().configuration()
+    configs = [initial] + [s.configuration for s in result.steps]
+    out = {}
+    for op in model.operators:
+        if op.state is None or op.state.access.write < WRITE_DOMINATED:
+            continue
+        vid = op.vertex_id
+        tried = sum(_level(b[vid].memory_level) > _level(a[vid].memory_level)
+                    for a, b in itertools.pairwise(configs))
+        final = result.final[vid] if vid in result.final else configs[-1][vid]
+        kept = max(0, _level(final.memory_level) - _level(initial[vid].memory_level))
+        out[op.uid] = {"tried": tried, "kept": kept}
+    return out
+
+
+def skew_onsets(model: JobModel, seed: int, duration_s: float,
+                utilization: float = jobgen.UTILIZATION_TARGET) -> dict[str, float]:
+    """Keyed vertices that key skew puts out of the utilization target's reach, and when
+    (the first 5-s sample time the target rate exceeds what they sustain at it)."""
+    loads = unit_loads(model)
+    base = {o.vertex_id: o.initial_parallelism for o in model.operators}
+    levels = range(MemoryScaling().max_level)
+    out = {}
+    for op in model.operators:
+        if op.state is None or op.fixed_parallelism or loads[op.vertex_id] <= 0:
+            continue
+        if not any(i.ship == ShipStrategy.HASH for i in op.inputs):
+            continue
+        best = 0.0
+        for p in range(1, op.max_parallelism + 1):
+            shares = vertex_shares(model, op, p, seed)
+            io = channels(model, {**base, op.vertex_id: p}, op.vertex_id)
+            for level in levels:
+                best = max(best, vertex_limit(op, p, managed_mib(level), model.rocksdb,
+                                              model.scaling, *io, shares=shares))
+        reach = best * utilization / loads[op.vertex_id]
+        for n in range(int(duration_s / 5.0) + 1):
+            if model.target_at(5.0 * n) > reach:
+                out[op.uid] = 5.0 * n
+                break
+    return out
+
+
+def last_phase_target(model: JobModel, duration_s: float) -> float:
+    """The highest target of the run's last load phase: what the final configuration needs."""
+    start = max(t for t in model.boundaries(duration_s) if t < duration_s)
+    n = max(1, int((duration_s - start) / 5.0))
+    return max(model.target_at(start + (duration_s - start) * k / n) for k in range(n + 1))
+
+
+def measure(result: RunResult, seed: int, onsets: dict[str, float]) -> dict[str, Any]:
+    """One run's numbers for the targets (JSON-able)."""
+    model = result.model
+    uid = {o.vertex_id: o.uid for o in model.operators}
+    named = {uid[v]: t for v, t in result.skew_named.items() if v in uid}
+    return {
+        "policy": result.policy,
+        "steps": len(result.steps),
+        "steps_to_target": result.steps_to_target,
+        "converged": result.converged,
+        "converged_at_s": result.converged_at_s,
+        "cpu_cores": result.cpu_cores,
+        "memory_mb": round(result.memory_mib, 1),
+        "peak_lag": round(max((s.lag for s in result.samples), default=0.0)),
+        "steady_restarts_at_s": steady_restarts(result, seed),
+        "write_memory": write_memory(result),
+        "skew": {u: {"onset_s": t, "named_s": named.get(u)} for u, t in onsets.items()},
+        "skew_named": named,
+        "final": _describe(model, result.final),
+        "phases": [p.as_json() for p in result.phases],
+        "step_log": [{"t": s.time, "downtime_s": round(s.downtime_s, 1), "cores": s.cpu_cores,
+                      "memory_mb": round(s.memory_mib), "reason": s.reason,
+                      "configuration": _describe(model, s.configuration)}
+                     for s in result.steps],
+    }
+
+
+def _describe(model: JobModel, configuration: Any) -> str:
+    from simulator.cli import describe
+    return describe(model, configuration) if configuration else ""
+
+
+# ---- work items (run in worker processes) ------------------------------------------------
+
+def oracle_item(seed: int, run_seed: int, duration_s: float) -> dict[str, Any]:
+    model = model_for(seed)
+    target = last_phase_target(model, duration_s)
+    full = oracle(model, target, seed=run_seed)
+    aimed = jobgen.oracle_at_target(model, target, seed=run_seed)
+    return {
+        "model": seed, "run_seed": run_seed, "target_rate": round(target, 1),
+        "oracle": {"cpu_cores": full.cpu_cores, "memory_mb": round(full.memory_mib, 1),
+                   "feasible": full.feasible, "final": _describe(model, full.configuration)},
+        "oracle_at_target": None if aimed is None else {
+            "utilization": aimed.utilization, "cpu_cores": aimed.cpu_cores,
+            "memory_mb": round(aimed.memory_mib, 1),
+            "final": _describe(model, aimed.configuration)},
+        "skew_onsets": skew_onsets(model, run_seed, duration_s),
+    }
+
+
+def run_item(seed: int, policy: str, run_seed: int, duration_s: float,
+             onsets: dict[str, float]) -> dict[str, Any]:
+    from controller.simulate import run  # the controller's pass (bench may import it)
+
+    started = time.perf_counter()
+    result = run(model_for(seed), typing.cast(PolicyName, policy), duration_s, seed=run_seed)
+    out = measure(result, run_seed, onsets)
+    out.update(model=seed, run_seed=run_seed, wall_s=round(time.perf_counter() - started, 2))
+    return out
+
+
+def _call(item: tuple[Any, ...]) -> dict[str, Any]:
+    kind, *args = item
+    return oracle_item(*args) if kind == "oracle" else run_item(*args)
+
+
+def _map(items: list[tuple[Any, ...]], workers: int, partial: Path | None = None
+         ) -> list[dict[str, Any]]:
+    """Every item's result; with `partial`, each result is appended to that JSON-lines file
+    as it arrives and items already there (same item) are not run again (`--resume`)."""
+    done: dict[str, dict[str, Any]] = {}
+    if partial is not None and partial.exists():
+        for line in partial.read_text().splitlines():
+            entry = json.loads(line)
+            done[entry["item"]] = entry["result"]
+    keys = [json.dumps(list(i)) for i in items]
+    todo = [i for i, k in zip(items, keys, strict=True) if k not in done]
+    if len(todo) < len(items):
+        print(f"  {len(items) - len(todo)} of {len(items)} items from {partial}", flush=True)
+
+    def keep(item: tuple[Any, ...], result: dict[str, Any], n: int) -> None:
+        done[json.dumps(list(item))] = result
+        if partial is not None:
+            with partial.open("a") as f:
+                f.write(json.dumps({"item": json.dumps(list(item)), "result": result},
+                                   default=_json_default) + "\n")
+        print(f"  {n}/{len(todo)} {item[0]} gen-{item[1]:03d}"
+              + (f" {item[2]}" if item[0] == "run" else ""), flush=True)
+
+    if workers <= 1:
+        for n, item in enumerate(todo, 1):
+            keep(item, _call(item), n)
+    else:
+        with ProcessPoolExecutor(max_workers=workers) as pool:
+            futures = {pool.submit(_call, item): item for item in todo}
+            for n, future in enumerate(as_completed(futures), 1):
+                keep(futures[future], future.result(), n)
+    return [done[k] for k in keys]
+
+
+# ---- the targets -------------------------------------------------------------------------
+
+def _steps(row: dict[str, Any]) -> float:
+    return math.inf if row["steps_to_target"] is None else float(row["steps_to_target"])
+
+
+def _fmt(x: float) -> str:
+    return "never" if math.isinf(x) else f"{x:g}"
+
+
+def evaluate(runs: list[dict[str, Any]], oracles: dict[tuple[int, int], dict[str, Any]],
+             peer: dict[str, Any] | None = None, skew_reported: bool = SKEW_REPORTED
+             ) -> dict[str, dict[str, Any]]:
+    """Per policy and target: the value, pass or miss, and every miss with its amount."""
+    by_key = {(r["model"], r["run_seed"], r["policy"]): r for r in runs}
+    report: dict[str, dict[str, Any]] = {}
+    for policy in sorted({r["policy"] for r in runs}, key=_policy_order):
+        mine = [r for r in runs if r["policy"] == policy]
+        targets: dict[str, Any] = {}
+        # 1. reconfigurations to target
+        steps = [_steps(r) for r in mine]
+        median = statistics.median(steps) if steps else math.nan
+        targets["median steps to target ≤ 2"] = {
+            "value": _fmt(median), "pass": median <= MEDIAN_STEPS,
+            "misses": [] if median <= MEDIAN_STEPS else
+            ["median: never (more than half the runs never converged)" if math.isinf(median)
+             else f"median {_fmt(median)} > {MEDIAN_STEPS} (by {_fmt(median - MEDIAN_STEPS)})"]}
+        worse = []
+        for r in mine:
+            ref = by_key.get((r["model"], r["run_seed"], REFERENCE))
+            if ref is None:
+                continue
+            if _steps(r) > _steps(ref):
+                extra = "never converged" if math.isinf(_steps(r)) else \
+                    f"+{_fmt(_steps(r) - _steps(ref))}"
+                worse.append(f"{_name(r)}: {_fmt(_steps(r))} vs {REFERENCE} "
+                             f"{_fmt(_steps(ref))} ({extra})")
+        compared = sum((r["model"], r["run_seed"], REFERENCE) in by_key for r in mine)
+        targets[f"steps ≤ {REFERENCE} on every model"] = {
+            "value": f"{compared - len(worse)}/{compared}", "pass": not worse,
+            "misses": worse}
+        # 2. resources against the oracle at the utilization target
+        for what, key in (("cores", "cpu_cores"), ("memory", "memory_mb")):
+            within, misses, counted = 0, [], 0
+            for r in mine:
+                aimed = oracles[(r["model"], r["run_seed"])]["oracle_at_target"]
+                if aimed is None or not aimed[key]:
+                    continue
+                counted += 1
+                ratio = r[key] / aimed[key]
+                if ratio <= RESOURCE_FACTOR + 1e-9:
+                    within += 1
+                else:
+                    misses.append(f"{_name(r)}: {ratio:.2f}× oracle "
+                                  f"({r[key]:,.0f} vs {aimed[key]:,.0f})")
+            share = within / counted if counted else math.nan
+            targets[f"{what} ≤ 1.10× oracle on ≥ 90 %"] = {
+                "value": f"{100 * share:.0f} % ({within}/{counted})",
+                "pass": share >= RESOURCE_SHARE,
+                "misses": ([f"{100 * share:.0f} % < 90 % (short by "
+                            f"{math.ceil(RESOURCE_SHARE * counted - within)} models)"]
+                           if share < RESOURCE_SHARE else []) + misses}
+        # 3. steady phases
+        steady = [(r, len(r["steady_restarts_at_s"])) for r in mine]
+        total = sum(n for _, n in steady)
+        targets["0 steady-phase reconfigurations"] = {
+            "value": f"{total} on {sum(n > 0 for _, n in steady)}/{len(steady)} runs",
+            "pass": total == 0,
+            "misses": [f"{_name(r)}: {n} (at "
+                       f"{', '.join(f'{t:.0f}' for t in r['steady_restarts_at_s'])} s)"
+                       for r, n in steady if n]}
+        # 4. write-dominated operators
+        ops = [(r, uid, w) for r in mine for uid, w in r["write_memory"].items()]
+        bad = [(r, uid, w) for r, uid, w in ops if w["tried"] > 1 or w["kept"] > 0]
+        targets["write-dominated: ≤ 1 memory scale-up tried, 0 kept"] = {
+            "value": f"{len(ops) - len(bad)}/{len(ops)} operators", "pass": not bad,
+            "misses": [f"{_name(r)} {uid}: tried {w['tried']}, kept {w['kept']} level(s)"
+                       for r, uid, w in bad]}
+        # 5. skew named within two windows
+        due = [(r, uid, s) for r in mine for uid, s in r["skew"].items()]
+        if not skew_reported:
+            targets["skew named within 2 windows"] = {
+                "value": f"n/a ({len(due)} vertices)", "pass": None,
+                "misses": ["decisions carry no skew findings (Decision.skew)"] if due else []}
+        else:
+            late = []
+            limit = SKEW_WINDOWS * WINDOW_S
+            for r, uid, s in due:
+                delay = None if s["named_s"] is None else s["named_s"] - s["onset_s"]
+                if delay is None or delay > limit:
+                    late.append(f"{_name(r)} {uid}: " + (
+                        "never named" if delay is None else
+                        f"named after {delay:.0f} s (> {limit:.0f} s by {delay - limit:.0f} s)"))
+            targets["skew named within 2 windows"] = {
+                "value": f"{len(due) - len(late)}/{len(due)} vertices", "pass": not late,
+                "misses": late}
+        # 6. peer
+        if peer:
+            misses, jobs = [], 0
+            for job, rows in peer["jobs"].items():
+                if policy not in rows:
+                    continue
+                jobs += 1
+                up, me = rows["flink-autoscaler"], rows[policy]
+                for what, key in (("cores", "cpu_cores"), ("memory", "memory_mb")):
+                    if me[key] > up[key] + 1e-9:
+                        misses.append(f"{job}: {what} {me[key]:,.0f} vs upstream "
+                                      f"{up[key]:,.0f} ({me[key] / up[key]:.2f}×)")
+            targets["peer: cores and memory ≤ upstream"] = {
+                "value": f"{jobs} jobs, {len(misses)} misses", "pass": not misses,
+                "misses": misses}
+        report[policy] = targets
+    return report
+
+
+def _name(row: dict[str, Any]) -> str:
+    seed = f"/{row['run_seed']}" if row.get("run_seed") else ""
+    return f"gen-{row['model']:03d}{seed}"
+
+
+def _policy_order(policy: str) -> tuple[int, str]:
+    return (POLICIES.index(policy) if policy in POLICIES else len(POLICIES), policy)
+
+
+# ---- tables ------------------------------------------------------------------------------
+
+def summary_table(report: dict[str, dict[str, Any]]) -> str:
+    targets = list(dict.fromkeys(t for p in report.values() for t in p))
+    lines = ["| target | " + " | ".join(report) + " |", "|---|" + "---|" * len(report)]
+    for target in targets:
+        cells = []
+        for policy in report:
+            t = report[policy].get(target)
+            if t is None:
+                cells.append("-")
+                continue
+            mark = "n/a" if t["pass"] is None else "pass" if t["pass"] else "**miss**"
+            cells.append(f"{t['value']} ({mark})")
+        lines.append(f"| {target} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def misses_text(report: dict[str, dict[str, Any]], limit: int = 12) -> str:
+    lines = []
+    for policy, targets in report.items():
+        for target, t in targets.items():
+            if not t["misses"]:
+                continue
+            shown = t["misses"][:limit]
+            more = len(t["misses"]) - len(shown)
+            lines.append(f"* **{policy}**, {target}: " + "; ".join(shown)
+                         + (f"; … and {more} more" if more > 0 else ""))
+    return "\n".join(lines)
+
+
+def _short_features(model: JobModel) -> str:
+    f = jobgen.features(model)
+    pattern = next(p for p in jobgen.PATTERNS if p in f)
+    keep = [k for k in ("join", "hot key", "write-dominated", "read-heavy", "zipf>=1",
+                        "state>=2GB") if k in f]
+    return ", ".join([f"{len(model.operators)} ops", pattern, *keep])
+
+
+def model_table(runs: list[dict[str, Any]], oracles: dict[tuple[int, int], dict[str, Any]],
+                run_seed: int = 0) -> str:
+    """Per model: each policy's steps, resources against the oracle, steady restarts."""
+    lines = ["| model | features | oracle @0.5 (cores; MB) | policy | steps to target (all) "
+             "| cores (× oracle) | memory MB (× oracle) | steady reconfigs | write mem tried/kept "
+             "| skew named |", "|---|---|---|---|---|---|---|---|---|---|"]
+    seeds = sorted({r["model"] for r in runs})
+    for seed in seeds:
+        o = oracles[(seed, run_seed)]
+        aimed = o["oracle_at_target"]
+        head = (f"{aimed['cpu_cores']:.0f}; {aimed['memory_mb']:,.0f}"
+                + ("" if aimed["utilization"] == jobgen.UTILIZATION_TARGET
+                   else f" (@{aimed['utilization']:.1f})")) if aimed else "-"
+        rows = sorted((r for r in runs if r["model"] == seed and r["run_seed"] == run_seed),
+                      key=lambda r: _policy_order(r["policy"]))
+        for n, r in enumerate(rows):
+            to = "-" if r["steps_to_target"] is None else str(r["steps_to_target"])
+            xc = f" ({r['cpu_cores'] / aimed['cpu_cores']:.2f})" if aimed else ""
+            xm = f" ({r['memory_mb'] / aimed['memory_mb']:.2f})" if aimed else ""
+            writes = ", ".join(f"{w['tried']}/{w['kept']}" for w in r["write_memory"].values())
+            skew = ", ".join("-" if s["named_s"] is None else f"{s['named_s'] - s['onset_s']:.0f} s"
+                             for s in r["skew"].values())
+            lines.append(
+                f"| {f'gen-{seed:03d}' if n == 0 else ''} | "
+                f"{_short_features(model_for(seed)) if n == 0 else ''} | "
+                f"{head if n == 0 else ''} | {r['policy']} | {to} ({r['steps']}) | "
+                f"{r['cpu_cores']:.0f}{xc} | {r['memory_mb']:,.0f}{xm} | "
+                f"{len(r['steady_restarts_at_s'])} | {writes or '-'} | "
+                f"{(skew if SKEW_REPORTED else 'n/a') if r['skew'] else '-'} |")
+    return "\n".join(lines)
+
+
+def peer_table(peer: dict[str, Any]) -> str:
+    lines = ["| model | autoscaler | reconfigs (to target) | cores | memory MB | final |",
+             "|---|---|---|---|---|---|"]
+    for job, rows in peer["jobs"].items():
+        for n, (name, e) in enumerate(rows.items()):
+            to = "-" if e.get("steps_to_target") is None else e["steps_to_target"]
+            lines.append(f"| {job if n == 0 else ''} | {name} | {e.get('steps', '-')} ({to}) | "
+                         f"{e['cpu_cores']:.0f} | {e['memory_mb']:,.0f} | {e.get('final', '')} |")
+    return "\n".join(lines)
+
+
+# ---- the peer ----------------------------------------------------------------------------
+
+def run_peer(seeds: list[int], duration_s: float, workers: int, log: Any,
+             partial: Path | None = None) -> dict[str, Any]:
+    """The upstream autoscaler (bench/peer, lockstep) and our policies on the same models."""
+    from bench.peer.__main__ import entry, run_upstream
+
+    names = {seed: model_for(seed).name for seed in seeds}
+    with tempfile.TemporaryDirectory(prefix="suite-peer-") as tmp:
+        paths = {}
+        for seed in seeds:
+            path = Path(tmp) / f"{names[seed]}.yaml"
+            path.write_text(jobgen.to_yaml(model_for(seed)))
+            paths[seed] = str(path)
+        upstream, _ = run_upstream(list(paths.values()), time_scale=None,
+                                   duration_s=duration_s, interval_s=60.0, seed=RUN_SEEDS[0],
+                                   defaults=False, window=None, stabilization=None, log=log)
+    ours = _map([("run", seed, policy, RUN_SEEDS[0], duration_s, {}) for seed in seeds
+                 for policy in POLICIES], workers, partial)
+    jobs: dict[str, Any] = {}
+    for seed in seeds:
+        up = entry(upstream[paths[seed]])
+        rows = {"flink-autoscaler": {k: up[k] for k in ("steps", "steps_to_target",
+                                                         "cpu_cores", "memory_mb", "final")}}
+        for r in ours:
+            if r["model"] == seed:
+                rows[r["policy"]] = {k: r[k] for k in ("steps", "steps_to_target", "cpu_cores",
+                                                       "memory_mb", "final")}
+        jobs[names[seed]] = rows
+    return {"duration_s": duration_s, "models": seeds, "jobs": jobs}
+
+
+# ---- main --------------------------------------------------------------------------------
+
+def run_suite(seeds: Iterable[int], run_seeds: Iterable[int], duration_s: float, workers: int,
+              partial: Path | None = None
+              ) -> tuple[list[dict[str, Any]], dict[tuple[int, int], dict[str, Any]]]:
+    seeds, run_seeds = list(seeds), list(run_seeds)
+    oracle_rows = _map([("oracle", s, r, duration_s) for s in seeds for r in run_seeds],
+                       workers, partial)
+    oracles = {(o["model"], o["run_seed"]): o for o in oracle_rows}
+    items = [("run", s, p, r, duration_s, oracles[(s, r)]["skew_onsets"])
+             for s in seeds for r in run_seeds for p in POLICIES]
+    # Longest first: the pool's last minutes are not spent on one straggler.
+    items.sort(key=lambda i: -len(model_for(i[1]).operators))
+    return _map(items, workers, partial), oracles
+
+
+def _replace(path: Path, begin: str, end: str, body: str) -> None:
+    text = path.read_text()
+    if begin not in text:
+        raise SystemExit(f"{path}: no {begin} marker")
+    head, rest = text.split(begin, 1)
+    path.write_text(f"{head}{begin}\n{body}\n{end}{rest.split(end, 1)[1]}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true",
+                        help=f"models {QUICK_SEEDS}, {QUICK_DURATION_S:.0f} s, no peer")
+    parser.add_argument("--seeds", type=int, nargs="*", help="model seeds (default 0..39)")
+    parser.add_argument("--run-seeds", type=int, nargs="*", help="twin seeds (default 0)")
+    parser.add_argument("--duration", type=float, help="virtual seconds per run")
+    parser.add_argument("--workers", type=int, default=min(2, os.cpu_count() or 1))
+    parser.add_argument("--peer", type=int, default=None,
+                        help=f"constant-load models for the upstream autoscaler "
+                             f"(default {PEER_MODELS}; 0: none)")
+    parser.add_argument("--peer-duration", type=float, default=PEER_DURATION_S)
+    parser.add_argument("--out", type=Path, default=RESULTS)
+    parser.add_argument("--resume", action="store_true",
+                        help="reuse the runs an interrupted run left in OUT.partial.jsonl "
+                             "(only when neither the code nor the options changed)")
+    parser.add_argument("--update-doc", action="store_true",
+                        help="rewrite the tables in docs/policies.md and README.md")
+    args = parser.parse_args(argv)
+    seeds = args.seeds if args.seeds else list(QUICK_SEEDS if args.quick else SEEDS)
+    run_seeds = args.run_seeds if args.run_seeds else list(RUN_SEEDS)
+    duration = args.duration or (QUICK_DURATION_S if args.quick else jobgen.DESIGN_DURATION_S)
+    n_peer = args.peer if args.peer is not None else (0 if args.quick else PEER_MODELS)
+    started = time.monotonic()
+    print(f"{len(seeds)} models x {len(run_seeds)} seed(s) x {', '.join(POLICIES)}, "
+          f"{duration:.0f} virtual s each, {args.workers} worker(s)", flush=True)
+    partial = args.out.with_suffix(".partial.jsonl")
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    if not args.resume:
+        partial.unlink(missing_ok=True)
+    runs, oracles = run_suite(seeds, run_seeds, duration, args.workers, partial)
+    wall_suite = time.monotonic() - started
+    peer = None
+    if n_peer:
+        constant = [s for s in seeds if "constant" in jobgen.features(model_for(s))][:n_peer]
+        print(f"peer: the upstream autoscaler on {', '.join(f'gen-{s:03d}' for s in constant)}"
+              f" for {args.peer_duration / 60:.0f} virtual min", flush=True)
+        peer = run_peer(constant, args.peer_duration, args.workers, sys.stdout, partial)
+    report = evaluate(runs, oracles, peer)
+    wall = time.monotonic() - started
+    summary = summary_table(report)
+    models = model_table(runs, oracles, run_seeds[0])
+    misses = misses_text(report)
+    print("\n" + summary + "\n\nwhere the targets are missed:\n" + (misses or "nowhere")
+          + "\n\n" + models)
+    if peer:
+        print("\n" + peer_table(peer))
+    print(f"\nwall time: {wall_suite:.0f} s suite, {wall:.0f} s total")
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    command = " ".join(["python -m bench.suite", *(argv if argv is not None else sys.argv[1:])])
+    payload = {
+        "date": datetime.now(UTC).strftime("%Y-%m-%d"),
+        "command": command,
+        "policies": list(POLICIES), "seeds": seeds, "run_seeds": run_seeds,
+        "duration_s": duration, "wall_s": round(wall, 1), "skew_reported": SKEW_REPORTED,
+        "models": {f"gen-{s:03d}": {"features": sorted(jobgen.features(model_for(s))),
+                                    "model": model_for(s).model_dump(mode="json", by_alias=True,
+                                                                     exclude_defaults=True)}
+                   for s in seeds},
+        "oracles": [o for o in oracles.values()], "runs": runs, "peer": peer,
+        "targets": report,
+    }
+    args.out.write_text(json.dumps(payload, default=_json_default, indent=1) + "\n")
+    partial.unlink(missing_ok=True)
+    print(f"written {args.out}")
+    if args.update_doc:
+        when = (f"{payload['date']}, `{command}`, {len(seeds)} models × "
+                f"{len(run_seeds)} seed(s), {duration / 60:.0f} virtual min, "
+                f"{wall / 60:.0f} min wall")
+        body = f"_{when}_\n\n{summary}\n\nWhere the targets are missed:\n\n{misses or 'nowhere'}"
+        if peer:
+            body += (f"\n\nThe upstream autoscaler on {len(peer['jobs'])} constant-load models, "
+                     f"{peer['duration_s'] / 60:.0f} virtual min:\n\n{peer_table(peer)}")
+        _replace(DOC, BEGIN, END, body + "\n\nPer model (run seed 0):\n\n" + models)
+        _replace(README, SUMMARY_BEGIN, SUMMARY_END, f"_{when}_\n\n{summary}")
+        print(f"updated {DOC.relative_to(ROOT)} and {README.relative_to(ROOT)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,450 @@
+"""The capacity policy: learn each vertex's capacity surface, plan the cheapest
+(parallelism, memory level) that sustains the target, and move in one jump.
+
+Per vertex, every window adds a data point (`policies.learning`) and refits the
+surface s(p, m). Then, with DS2's target rates (sources' input plus lag growth,
+carried downstream by output ratios):
+
+- **deficit**: the busiest subtask's utilization is above `cpu.utilizationMax` →
+  the job restarts into the cheapest configuration predicted to run every vertex's
+  busiest subtask at `cpu.utilizationTarget`, memory and parallelism together;
+- **surplus**: a configuration cheaper by more than the restart costs within
+  `cost.paybackPeriod` has sufficed for `cpu.scaleDownDelay` → it is sized for the
+  highest need over that delay (plus the measured noise) and taken;
+- otherwise nothing moves (SASO: a steady load means no restart).
+
+A step is judged by capacity: once the vertex runs at the configuration a step
+chose, the measured true processing rate is compared with the predicted one. A
+configuration that fell short (and every one it dominates) is never chosen again
+for that need. Skew is part of the surface: the busiest subtask's share is modelled
+as an indivisible hot key plus evenly hashed key groups, so scaling out stops where
+it stops helping (`Branch.SKEW_LIMITED`).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from types import MappingProxyType
+
+from policies import ds2, explain, skew
+from policies.decision import Branch, VertexDecision
+from policies.learning import (
+    MIN_BUSYNESS,
+    CapacityPoint,
+    Prediction,
+    ShortConfiguration,
+    Surface,
+    VertexLearning,
+    fit,
+    merge,
+)
+from policies.model import JobGraph, Observation, ShipStrategy, Vertex, VertexConfig, VertexMetrics
+from policies.params import PolicyState, ScalingParams, price_per_hour, restart_cost, totals
+
+# Busiest / mean busyness up to this factor over the key groups' own imbalance is
+# noise (the max of p noisy subtasks sits above their mean), not a hot key.
+SKEW_TOLERANCE = 1.15
+# The busiest subtask is this busy or more: it is about to backpressure the job.
+SATURATED = 0.9
+# A step fell short when the measured capacity is this much below the prediction
+# (or twice the measured noise, if more).
+SHORT_BY = 0.10
+# With a hot key the busiest subtask's capacity approaches a plateau as tasks are added;
+# past this share of it, each task buys little (the hot key is then most of its load).
+PLATEAU = 0.8
+# A record that takes a task more than an hour is no measurement (and would overflow).
+MAX_SERVICE_US = 3.6e9
+# Most parallelisms tried per level: every one up to this many, then a geometric ladder.
+DENSE_CANDIDATES = 512
+
+
+@dataclass(frozen=True)
+class Result:
+    triggered: bool
+    reason: str
+    vertices: tuple[VertexDecision, ...]
+    configuration: Mapping[str, VertexConfig]
+    learned: Mapping[str, VertexLearning]
+
+
+@dataclass(frozen=True)
+class _Plan:
+    vertex: Vertex
+    metrics: VertexMetrics
+    learning: VertexLearning
+    surface: Surface | None
+    skew: _Skew
+    rate: float  # records/s to sustain now: target, lag catch-up, restart catch-up
+    need: float  # records/s (mean-based TPR) the chosen configuration must reach
+    need_hottest: float  # ... and that its busiest subtask must keep up with
+    current: VertexConfig
+    best: VertexConfig
+    capacity: float  # predicted TPR at `best`
+    hottest_now: float  # the busiest subtask's utilization now (target / its capacity)
+    deficit: bool
+    surplus: bool  # `best` is cheaper and enough for the peak need with margin
+    skew_limited: bool
+    note: str
+
+
+def evaluate(graph: JobGraph, observation: Observation, state: PolicyState,
+             params: ScalingParams, now: float) -> Result:
+    """One evaluation of the capacity policy (every vertex has metrics)."""
+    cpu = params.cpu
+    rates = ds2.target_rates(graph, observation)
+    catch_up = ds2.catch_up_rates(graph, observation, cpu)
+    backlog = ds2.processing_backlog(graph, observation, cpu)
+    high_u = 1.0 if backlog else cpu.utilization_max
+
+    plans: dict[str, _Plan] = {}
+    for v in graph.vertices:
+        learning = _learn(state.learned.get(v.id), v, observation, params)
+        plans[v.id] = _plan_vertex(graph, v, observation.vertices[v.id], learning, rates[v.id],
+                                   catch_up[v.id], high_u, params, now)
+
+    deficits = [p for p in plans.values() if p.deficit]
+    cost_now = sum(_cost(p.vertex, p.current, params) for p in plans.values())
+    if deficits:
+        chosen = {vid: (p.best if p.deficit or _rides_along(p, params, now) else p.current)
+                  for vid, p in plans.items()}
+        triggered = any(chosen[vid] != p.current for vid, p in plans.items())
+        reason = "capacity: " + ", ".join(
+            f"{p.vertex.name or p.vertex.id} busiest subtask at {p.hottest_now:.2f} "
+            f"(mean {p.hottest_now / p.skew.ratio(p.vertex.parallelism):.2f}, "
+            f"utilizationMax {high_u:.2f})"
+            for p in deficits)
+    else:
+        ready = [p for p in plans.values() if p.surplus and _waited(p, params, now)]
+        chosen = {vid: (p.best if p in ready else p.current) for vid, p in plans.items()}
+        cost_new = sum(_cost(p.vertex, chosen[p.vertex.id], params) for p in plans.values())
+        pays = _pays_back(cost_now, cost_new, params)
+        triggered = bool(ready) and pays and cost_new < cost_now
+        if not triggered:
+            chosen = {vid: p.current for vid, p in plans.items()}
+        waiting = [p for p in plans.values() if p.surplus and not _waited(p, params, now)]
+        if triggered:
+            reason = (f"capacity: a cheaper configuration has sufficed for "
+                      f"{cpu.scale_down_delay:.0f}s and pays its restart back within "
+                      f"{params.cost.payback_period:.0f}s")
+        elif ready and not pays:
+            reason = ("capacity: steady; a cheaper configuration would not pay its restart "
+                      f"back within {params.cost.payback_period:.0f}s")
+        elif waiting:
+            reason = "capacity: steady; a cheaper configuration is waiting out cpu.scaleDownDelay"
+        else:
+            reason = (f"capacity: steady; every busiest subtask within {high_u:.2f} "
+                      "and no cheaper configuration that pays its restart back")
+    cost_new = sum(_cost(p.vertex, chosen[p.vertex.id], params) for p in plans.values())
+
+    learned: dict[str, VertexLearning] = {}
+    decisions = []
+    for v in graph.vertices:
+        p = plans[v.id]
+        after = chosen[v.id]
+        learning = _surplus_bookkeeping(p, now)
+        if triggered and after != p.current:
+            learning = learning.model_copy(update={
+                "predicted": Prediction(
+                    parallelism=after.parallelism, memory_level=after.memory_level,
+                    capacity=_predict(p, after), need=p.need,
+                    hottest_capacity=_predict(p, after) / p.skew.ratio(after.parallelism),
+                    need_hottest=p.need_hottest),
+                "surplus_since": None, "surplus_peak_need": None})
+        elif triggered:
+            learning = learning.model_copy(update={"surplus_since": None,
+                                                   "surplus_peak_need": None})
+        learned[v.id] = learning
+        decisions.append(_vertex_decision(p, after, rates[v.id], params))
+
+    return Result(triggered, reason, tuple(decisions), MappingProxyType(chosen),
+                  MappingProxyType(learned))
+
+
+def _learn(old: VertexLearning | None, v: Vertex, observation: Observation,
+           params: ScalingParams) -> VertexLearning:
+    """Add this window's point; judge the last step once its configuration has run."""
+    learning = old or VertexLearning(vertex_id=v.id)
+    m = observation.vertices[v.id]
+    point = point_of(v, m, observation.time)
+    if point is None:
+        return learning
+    learning = learning.model_copy(update={
+        "points": merge(learning.points, point, observation.window_s)})
+    predicted = learning.predicted
+    if predicted is not None and (predicted.parallelism, predicted.memory_level) == point.key:
+        measured = v.parallelism * 1e6 / point.service_us
+        short_by = max(SHORT_BY, 2 * learning.noise)
+        fell_short = measured < predicted.capacity * (1 - short_by) and measured < predicted.need
+        # ... or its busiest subtask, which saturates first, fell short of what it had to do.
+        busiest = measured / point.hottest_ratio
+        fell_short = fell_short or (
+            predicted.hottest_capacity is not None and predicted.need_hottest is not None
+            and busiest < predicted.hottest_capacity * (1 - short_by)
+            and busiest < predicted.need_hottest)
+        shorts = learning.fell_short
+        if fell_short:
+            shorts = (*shorts, ShortConfiguration(parallelism=point.parallelism,
+                                                  memory_level=point.memory_level,
+                                                  need=predicted.need))[-8:]
+        learning = learning.model_copy(update={"predicted": None, "fell_short": shorts})
+    return learning
+
+
+def point_of(v: Vertex, m: VertexMetrics, time: float) -> CapacityPoint | None:
+    """This window as a data point, or None when the vertex was too idle to measure."""
+    tpr = m.true_processing_rate
+    if m.busyness < MIN_BUSYNESS or not math.isfinite(tpr) or tpr <= 0:
+        return None
+    service_us = v.parallelism * 1e6 / tpr
+    if not service_us < MAX_SERVICE_US:
+        return None
+    theta = m.cache_hit_rate if m.has_state_backend_metrics else None
+    accesses = None
+    if m.cache_hits_per_s is not None or m.cache_misses_per_s is not None:
+        records = m.records_in_per_s if m.records_in_per_s > 0 else m.records_out_per_s
+        if records > 0:
+            accesses = ((m.cache_hits_per_s or 0.0) + (m.cache_misses_per_s or 0.0)) / records
+    hottest = m.busy_ms_per_s_max / m.busy_ms_per_s if m.busy_ms_per_s > 0 else 1.0
+    return CapacityPoint(
+        parallelism=v.parallelism, memory_level=v.memory_level, time=time,
+        service_us=service_us,
+        hottest_ratio=min(float(v.parallelism), max(1.0, hottest)),
+        miss_ratio=None if theta is None else min(1.0, max(0.0, 1.0 - theta)),
+        cache_accesses_per_record=accesses, state_latency_ns=m.state_latency_ns,
+        state_bytes=m.state_bytes,
+    )
+
+
+def _plan_vertex(graph: JobGraph, v: Vertex, m: VertexMetrics, learning: VertexLearning,
+                 target: float, catch_up: float, high_u: float, params: ScalingParams,
+                 now: float) -> _Plan:
+    cpu = params.cpu
+    current = VertexConfig(v.parallelism, v.memory_level)
+    anchor = learning.point(v.parallelism, v.memory_level)
+    none = _Skew(1.0, v.parallelism, 0, MappingProxyType({}))
+    keep = _Plan(v, m, learning, None, none, 0.0, 0.0, 0.0, current, current, math.inf, 0.0, False,
+                 False, False, "")
+    if cpu.excludes(v.id, v.operator_uids):
+        return replace(keep, note="excluded from scaling")
+    if anchor is None:
+        if not m.has_state_backend_metrics and v.memory_level is not None:
+            # Idle and stateless: it keeps its tasks, and needs no managed memory.
+            return replace(keep, best=VertexConfig(v.parallelism, None), surplus=True,
+                           note="too idle to measure; stateless: no managed memory")
+        return replace(keep, note="capacity unknown (too idle to measure): keeps its "
+                                  "configuration")
+    surface = fit(learning.points, anchor, params.memory.base_managed_memory)
+    hashed = any(e.ship_strategy == ShipStrategy.HASH for e in graph.inputs(v.id))
+    measured = {pt.parallelism: pt.hottest_ratio for pt in learning.points}
+    spread = _Skew(anchor.hottest_ratio, v.parallelism, v.max_parallelism if hashed else 0,
+                 MappingProxyType(measured))
+    restart = target * params.restart_downtime_s / cpu.catch_up_duration \
+        if cpu.catch_up_duration > 0 else 0.0
+    rate = target + catch_up + restart
+    tpr = m.true_processing_rate
+    mean_now = (target + catch_up) / tpr if tpr > 0 else math.inf
+    hottest_now = mean_now * spread.ratio(v.parallelism)
+    # The mean above utilizationMax, or the busiest subtask close to saturation: a hot
+    # subtask between the two is sized away in a step that happens anyway, but does not
+    # restart the job alone (its busyness moves more with noise and key placement).
+    deficit = mean_now > high_u or hottest_now > max(high_u, SATURATED)
+
+    # Sized for the mean at the utilization target, and the busiest subtask below the
+    # trigger by three times the measured noise (sizing it to the target would multiply
+    # a hot key's cost; sizing it to the trigger would let noise fire the next step).
+    margin = 1.0 if deficit else 1.0 + 2.0 * learning.noise
+    need = max(rate, learning.surplus_peak_need or 0.0) * margin
+    hottest_u = max(cpu.utilization_target, high_u / (1.0 + 3.0 * learning.noise))
+    best, capacity, limited = _cheapest(v, surface, spread, need / cpu.utilization_target,
+                                        need / hottest_u, learning, params,
+                                        above=current if deficit else None)
+    cost_best, cost_now = _cost(v, best, params), _cost(v, current, params)
+    surplus = not deficit and best != current and cost_best < cost_now
+    note = ""
+    if limited:
+        note = (f"busiest subtask carries {spread.hot_share:.0%} of the load it cannot split: "
+                f"scaling out stops at {best.parallelism} (skew)")
+    return _Plan(v, m, learning, surface, spread, rate, need / cpu.utilization_target,
+                 need / hottest_u, current, best, capacity, hottest_now, deficit, surplus,
+                 limited, note)
+
+
+@dataclass(frozen=True)
+class _Skew:
+    """The busiest subtask's load over the mean at p tasks: key-group rounding, and a hot
+    key group (`policies.skew.hot_key_group_share`) that stays on one subtask however many
+    tasks there are. Where a configuration ran, what was measured there counts too.
+
+    Flink hashes keys into K key groups and gives each subtask a contiguous range: at p
+    tasks the busiest gets ceil(K/p) of them.
+    """
+
+    observed: float  # busiest / mean now
+    parallelism: int
+    key_groups: int  # 0: input not hashed
+    measured: Mapping[int, float]  # parallelism -> busiest / mean seen there
+
+    def rounding(self, p: int) -> float:
+        if not self.key_groups:
+            return 1.0
+        return math.ceil(self.key_groups / p) * p / self.key_groups
+
+    @property
+    def hot_share(self) -> float:
+        if self.observed <= self.rounding(self.parallelism) * SKEW_TOLERANCE:
+            return 0.0
+        share = min(1.0, self.observed / self.parallelism)
+        if not self.key_groups:
+            return share
+        return skew.hot_key_group_share(share, self.parallelism, self.key_groups)
+
+    def ratio(self, p: int) -> float:
+        h = self.hot_share
+        if not self.key_groups and h > 0:
+            modelled = min(float(p), self.observed)  # not hashed: the imbalance stays
+        else:
+            modelled = max(self.rounding(p), p * h + (1.0 - h) * self.rounding(p))
+        return max(modelled, self.measured.get(p, 1.0))
+
+
+def _levels(v: Vertex, surface: Surface, params: ScalingParams) -> list[int | None]:
+    if surface.curve is None:
+        return [v.memory_level] if v.memory_level is None else [None]
+    current = v.memory_level if v.memory_level is not None else 0
+    if not params.memory.enabled:
+        return [current]
+    return list(range(params.memory.max_level))
+
+
+def _parallelisms(v: Vertex, params: ScalingParams) -> list[int]:
+    cpu = params.cpu
+    low, high = cpu.bounds_for(v.id, v.operator_uids)
+    upper = min(high, v.max_parallelism,
+                math.ceil(v.parallelism * (1 + cpu.max_scale_up_factor)))
+    lower = max(min(low, upper), math.ceil(v.parallelism * (1 - cpu.max_scale_down_factor)))
+    lower = min(lower, v.parallelism, upper) if lower > upper else lower
+    dense = list(range(lower, min(upper, lower + DENSE_CANDIDATES) + 1))
+    ladder = []
+    p = float(dense[-1]) if dense else float(lower)
+    while p < upper:
+        p *= 1.05
+        ladder.append(min(upper, math.ceil(p)))
+    return sorted(set(dense + ladder + [v.parallelism]))
+
+
+def _cheapest(v: Vertex, surface: Surface, spread: _Skew, need: float, need_hottest: float,
+              learning: VertexLearning, params: ScalingParams, above: VertexConfig | None = None
+              ) -> tuple[VertexConfig, float, bool]:
+    """The cheapest configuration that reaches `need` and whose busiest subtask reaches
+    `need_hottest`. Failing any, the busiest subtask cannot keep up (a hot key, or the
+    bounds): the cheapest configuration that reaches `need` and `PLATEAU` of the most the
+    busiest subtask can reach, flagged skew-limited when a hot key is why."""
+    current = VertexConfig(v.parallelism, v.memory_level)
+    best: tuple[float, int, VertexConfig, float] | None = None
+    short: list[tuple[float, bool, float, VertexConfig, float]] = []
+    for level in _levels(v, surface, params):
+        for p in _parallelisms(v, params):
+            config = VertexConfig(p, level)
+            if learning.excluded(p, level, need) is not None:
+                continue
+            if above is not None and p <= above.parallelism and (level or 0) <= (
+                    above.memory_level or 0):
+                continue  # in a deficit, what runs now (or less) is measured not to do
+            tpr = surface.capacity(p, level)
+            if not tpr > 0:  # NaN or nothing: a degenerate fit says nothing here
+                continue
+            hottest = tpr / spread.ratio(p)
+            cost = _cost(v, config, params)
+            if tpr >= need and hottest >= need_hottest:
+                key = (cost, 0 if config == current else 1, config, tpr)
+                if best is None or key[:2] < best[:2]:
+                    best = key
+                break  # more tasks at this level only cost more
+            short.append((hottest, tpr >= need, cost, config, tpr))
+    if best is not None:
+        return best[2], best[3], False
+    if not short:  # every candidate fell short before: keep what runs
+        return current, surface.capacity(current.parallelism, current.memory_level), False
+    top = max(h for h, *_ in short)
+    plateau = [x for x in short if x[0] >= PLATEAU * top]
+    enough = [x for x in plateau if x[1]] or plateau
+    _, _, _, config, tpr = min(enough, key=lambda x: (x[2], x[3] != current))
+    return config, tpr, spread.hot_share > 0
+
+
+def _cost(v: Vertex, config: VertexConfig, params: ScalingParams) -> float:
+    """Price per hour of the vertex's tasks: CPU cores, and heap, network and managed memory."""
+    return price_per_hour(totals({v.id: config}, params), params)
+
+
+def _pays_back(cost_now: float, cost_new: float, params: ScalingParams) -> bool:
+    saving = (cost_now - cost_new) * params.cost.payback_period / 3600.0
+    return saving > restart_cost(cost_new, params)
+
+
+def _waited(p: _Plan, params: ScalingParams, now: float) -> bool:
+    since = p.learning.surplus_since
+    return since is not None and now - since >= params.cpu.scale_down_delay
+
+
+def _rides_along(p: _Plan, params: ScalingParams, now: float) -> bool:
+    """In a restart that happens anyway, every vertex takes its plan: a scale-down sized
+    for the highest need seen so far costs no extra restart (DS2 lets it ride along too)."""
+    return p.best != p.current
+
+
+def _surplus_bookkeeping(p: _Plan, now: float) -> VertexLearning:
+    """Start, extend or end the scale-down wait; keep the highest need seen during it."""
+    learning = p.learning
+    if not p.surplus:
+        return learning.model_copy(update={"surplus_since": None, "surplus_peak_need": None})
+    peak = max(learning.surplus_peak_need or 0.0, p.rate)
+    return learning.model_copy(update={
+        "surplus_since": learning.surplus_since if learning.surplus_since is not None else now,
+        "surplus_peak_need": peak})
+
+
+def _predict(p: _Plan, config: VertexConfig) -> float:
+    if p.surface is None:
+        return math.inf
+    return p.surface.capacity(config.parallelism, config.memory_level)
+
+
+def _vertex_decision(p: _Plan, after: VertexConfig, target: float,
+                     params: ScalingParams) -> VertexDecision:
+    memory = params.memory
+    if p.surface is None:
+        branch, why = Branch.CAPACITY_UNKNOWN, p.note
+    elif after == p.current:
+        if p.surplus:
+            branch = Branch.SURPLUS_WAITING
+            why = (f"{explain.level(memory, p.best.memory_level)} × {p.best.parallelism} "
+                   f"would suffice: waiting")
+        else:
+            branch, why = Branch.STEADY, "the current configuration is the one to keep"
+    elif p.deficit:
+        branch, why = Branch.DEFICIT, "cheapest configuration predicted to sustain the target"
+    elif p.surplus:
+        branch, why = Branch.SURPLUS, "a cheaper configuration suffices"
+    else:
+        branch, why = Branch.RIDE_ALONG, "rides along with the restart"
+    if p.skew_limited:
+        branch, why = Branch.SKEW_LIMITED, p.note
+    predicted = _predict(p, after)
+    text = (f"{why}: p {p.current.parallelism}→{after.parallelism}, "
+            f"{explain.level(memory, p.current.memory_level)}→"
+            f"{explain.level(memory, after.memory_level)}; target {explain.rate(target)}, "
+            f"busiest subtask at {p.hottest_now:.2f} now, predicted capacity "
+            f"{explain.rate(predicted)} for a need of {explain.rate(p.need)}")
+    if p.learning.fell_short:
+        text += f"; {len(p.learning.fell_short)} configuration(s) fell short before"
+    decision = explain.vertex_decision(
+        p.vertex, p.metrics, after, branch, text,
+        scaled_up=(after.memory_level or 0) > (p.current.memory_level or 0)
+        and after.memory_level is not None,
+        target_rate=target,
+        utilization=p.hottest_now if math.isfinite(p.hottest_now) else None,
+    )
+    return decision.model_copy(update={"predicted_capacity": explain.finite(predicted)})

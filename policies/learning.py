@@ -1,0 +1,334 @@
+"""What the capacity policy learns about each vertex, and the capacity surface it fits.
+
+Every metrics window is a data point: a vertex's true processing rate per task at
+its (parallelism, memory level), with the block-cache miss ratio (1 − θ), the
+block-cache accesses per record, τ and the state size. The points of one vertex
+(at most `POINTS_PER_VERTEX` configurations, newest kept) are stored in the
+policy's status, so a restarted controller keeps what it learned.
+
+The surface is the per-record service time of one task (µs, the inverse of its true
+processing rate):
+
+    s(p, m) = (a + b · μ(T)) · (1 + γ · (p − 1)),    T = cache(m) · p
+
+- `μ(T)` is the block-cache miss ratio as a function of the job's *total* cache for
+  the vertex: keys are hashed over the tasks, so each task holds 1/p of the state,
+  and p tasks with a cache of C each cache what one task with p · C would. This is
+  why DS2's linear model is wrong for stateful vertices: scaling out also grows
+  the cache per key. The curve is the hit ratio of a skewed key space,
+  θ = (T / full)^e (e = 1 for uniform keys, ≈ 1 − s for Zipf s), where `full` is
+  the cache that holds everything. Two points with different caches fit both (a
+  line in log-log); before that, the prior takes `full` from the state size W
+  (RocksDB's estimate-live-data-size × the cache bytes one state byte needs) and
+  calibrates e on the observed θ; without W, e = 0.5.
+- `b` is what misses cost per record: from two points with different miss ratios,
+  a least-squares fit; before that, a prior from τ (the mean state access latency
+  above a cache hit's, times the gets per record). Write-dominated vertices touch
+  the cache little, so their b, and their predicted gain from memory, is small.
+- `γ` is the per-task loss as tasks are added (coordination, channels, shared
+  TaskManagers): 0 until two parallelisms were seen, then fitted (clamped).
+
+The fit is anchored at the current configuration: the prediction there equals
+what was measured, and elsewhere the surface's shape carries it.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from pydantic import Field
+
+from policies.decision import EpochTime, RecordModel
+from policies.levels import managed_mib
+
+POINTS_PER_VERTEX = 8
+SHORT_CONFIGURATIONS_PER_VERTEX = 8
+# Below this busyness a window's true processing rate is mostly noise.
+MIN_BUSYNESS = 0.05
+# Flink's RocksDB memory sharing: the block cache gets (3 − r) / 3 of managed memory,
+# r the write buffer ratio (state.backend.rocksdb.memory.write-buffer-ratio, 0.5).
+WRITE_BUFFER_RATIO = 0.5
+MIB = 1024.0 * 1024.0
+# A get served from the block cache, including Flink's (de)serialization: ~2 µs.
+HIT_NS = 2_000.0
+# A point lookup reads a filter, an index and a data block: three cache accesses.
+BLOCKS_PER_GET = 3.0
+# Cache bytes that hold one byte of RocksDB live data (SST, compressed): uncompressed
+# blocks with block and LRU overheads; fitted as 2.7 on real RocksDB (docs/simulator.md,
+# Figure 4).
+CACHE_BYTES_PER_STATE_BYTE = 2.7
+# θ = (T/full)^e: e = 1 is uniform keys, Zipf s gives e ≈ 1 − s. Without the state size
+# the prior is a moderately skewed key space.
+PRIOR_HIT_EXPONENT = 0.5
+MIN_HIT_EXPONENT, MAX_HIT_EXPONENT = 0.05, 1.5
+MIN_CPU_SHARE = 0.05  # of the cheapest point's service time: a record's CPU
+MAX_CONTENTION = 0.05  # γ: at most 5 % more per record for each added task
+MIN_NOISE = 0.02  # a window's TPR is never trusted below ±2 %
+
+
+def block_cache_bytes(level: int | None, base_mib: float) -> float:
+    """One task's RocksDB block cache at a memory level (0 at ⊥)."""
+    return managed_mib(level, base_mib) * MIB * (3.0 - WRITE_BUFFER_RATIO) / 3.0
+
+
+class CapacityPoint(RecordModel):
+    """One vertex at one configuration: the mean over the windows seen there."""
+
+    parallelism: int = Field(ge=1)
+    memory_level: int | None
+    time: EpochTime = Field(description="end of the last window merged into this point")
+    windows: int = Field(1, ge=1)
+    service_us: float = Field(gt=0, description="µs one task spends per input record")
+    service_sq: float = Field(0.0, ge=0, description="mean of squared service_us (noise)")
+    hottest_ratio: float = Field(1.0, ge=1, description="busiest subtask / mean busyness")
+    miss_ratio: float | None = Field(None, ge=0, le=1, description="1 − θ")
+    cache_accesses_per_record: float | None = Field(None, ge=0)
+    state_latency_ns: float | None = Field(None, ge=0)
+    state_bytes: float | None = Field(None, ge=0, description="RocksDB live data, all tasks")
+
+    @property
+    def key(self) -> tuple[int, int | None]:
+        return self.parallelism, self.memory_level
+
+    @property
+    def noise(self) -> float:
+        """Relative sd of the per-window service time at this configuration."""
+        if self.windows < 2:
+            return 0.0
+        var = max(0.0, self.service_sq - self.service_us**2)
+        return math.sqrt(var * self.windows / (self.windows - 1)) / self.service_us
+
+
+class ShortConfiguration(RecordModel):
+    """A configuration that fell short of what was predicted and needed: never again
+    for a need at least this high."""
+
+    parallelism: int
+    memory_level: int | None
+    need: float = Field(description="records/s (mean-based TPR) it was chosen to sustain")
+
+
+class Prediction(RecordModel):
+    """What a step predicted for a vertex, to judge the step by once it runs."""
+
+    parallelism: int
+    memory_level: int | None
+    capacity: float = Field(description="predicted true processing rate of the vertex, records/s")
+    need: float = Field(description="records/s it had to sustain (mean-based)")
+    hottest_capacity: float | None = Field(
+        None, description="predicted records/s (mean-based) at which its busiest subtask "
+                          "saturates")
+    need_hottest: float | None = Field(None, description="what that had to reach")
+
+
+class VertexLearning(RecordModel):
+    vertex_id: str
+    points: tuple[CapacityPoint, ...] = Field((), max_length=POINTS_PER_VERTEX)
+    fell_short: tuple[ShortConfiguration, ...] = Field(
+        (), max_length=SHORT_CONFIGURATIONS_PER_VERTEX)
+    predicted: Prediction | None = None
+    # The scale-down wait: since when a cheaper configuration suffices, and the
+    # highest need seen since (a scale-down sizes for it).
+    surplus_since: EpochTime | None = None
+    surplus_peak_need: float | None = None
+
+    def point(self, parallelism: int, level: int | None) -> CapacityPoint | None:
+        for p in self.points:
+            if p.key == (parallelism, level):
+                return p
+        return None
+
+    @property
+    def noise(self) -> float:
+        """The measured noise of a window's TPR: the largest sd seen at any configuration."""
+        return max([MIN_NOISE, *(p.noise for p in self.points)])
+
+    def excluded(self, parallelism: int, level: int | None, need: float
+                 ) -> ShortConfiguration | None:
+        """A configuration that fell short and dominates this one (no more tasks, no more
+        memory) at a need no higher: it cannot do better."""
+        for s in self.fell_short:
+            if (parallelism <= s.parallelism and (level or 0) <= (s.memory_level or 0)
+                    and need >= s.need * 0.95):
+                return s
+        return None
+
+
+def merge(points: Sequence[CapacityPoint], new: CapacityPoint, window_s: float
+          ) -> tuple[CapacityPoint, ...]:
+    """Add a window: it updates the point at its configuration when it does not overlap
+    the last window merged there; the newest `POINTS_PER_VERTEX` configurations stay."""
+    old = next((p for p in points if p.key == new.key), None)
+    rest = [p for p in points if p.key != new.key]
+    if old is not None:
+        if new.time - old.time < window_s * 0.999:
+            return tuple(points)  # the same window again (or mostly): not a new data point
+        n = old.windows + 1
+        new = new.model_copy(update={
+            "windows": n,
+            "service_us": old.service_us + (new.service_us - old.service_us) / n,
+            "service_sq": old.service_sq + (new.service_us**2 - old.service_sq) / n,
+            "hottest_ratio": old.hottest_ratio + (new.hottest_ratio - old.hottest_ratio) / n,
+            "miss_ratio": _mean_of(old.miss_ratio, new.miss_ratio, n),
+            "cache_accesses_per_record": _mean_of(
+                old.cache_accesses_per_record, new.cache_accesses_per_record, n),
+            "state_latency_ns": _mean_of(old.state_latency_ns, new.state_latency_ns, n),
+            "state_bytes": new.state_bytes if new.state_bytes is not None else old.state_bytes,
+        })
+    else:
+        new = new.model_copy(update={"service_sq": new.service_us**2})
+    merged = sorted([*rest, new], key=lambda p: p.time)
+    return tuple(merged[-POINTS_PER_VERTEX:])
+
+
+def _mean_of(old: float | None, new: float | None, n: int) -> float | None:
+    if old is None or new is None:
+        return new if new is not None else old
+    return old + (new - old) / n
+
+
+@dataclass(frozen=True)
+class MissCurve:
+    """μ(T), the block-cache miss ratio at T bytes of cache over all tasks: the hit
+    ratio of a Zipf-like key space, θ = (T / full)^e below `full`, where all is cached."""
+
+    exponent: float  # e: 1 for uniform keys, less the more skewed
+    full: float  # cache bytes (all tasks) that hold the whole working set
+
+    def miss(self, cache: float) -> float:
+        if cache <= 0:
+            return 1.0
+        return 1.0 - math.pow(min(1.0, cache / self.full), self.exponent)
+
+
+@dataclass(frozen=True)
+class Surface:
+    """The fitted per-task service time of one vertex; see the module docstring."""
+
+    a: float
+    b: float
+    contention: float
+    curve: MissCurve | None  # None: stateless
+    base_mib: float
+    correction: float = 1.0  # measured / fitted at the current configuration
+
+    def service_us(self, parallelism: int, level: int | None) -> float:
+        miss = 0.0
+        if self.curve is not None:
+            miss = self.curve.miss(block_cache_bytes(level, self.base_mib) * parallelism)
+        return ((self.a + self.b * miss) * (1.0 + self.contention * (parallelism - 1))
+                * self.correction)
+
+    def capacity(self, parallelism: int, level: int | None) -> float:
+        """True processing rate of the vertex (records/s over all tasks, mean-based);
+        0 where the fit is degenerate (no positive, finite service time)."""
+        service = self.service_us(parallelism, level)
+        return parallelism * 1e6 / service if 0 < service < math.inf else 0.0
+
+
+def fit(points: Sequence[CapacityPoint], anchor: CapacityPoint, base_mib: float) -> Surface:
+    """The surface through `points`, anchored at `anchor` (the current configuration)."""
+    pts = list(points) or [anchor]
+    stateful = any(p.miss_ratio is not None for p in pts)
+    curve = _miss_curve(pts, anchor, base_mib) if stateful else None
+
+    def miss_at(p: CapacityPoint) -> float:
+        if curve is None:
+            return 0.0
+        return curve.miss(block_cache_bytes(p.memory_level, base_mib) * p.parallelism)
+
+    contention = 0.0
+    a, b = _prior_split(anchor, miss_at(anchor))
+    for _ in range(2):  # a, b given γ; then γ (and a common scale) given a, b
+        scaled = [(miss_at(p), p.service_us / (1.0 + contention * (p.parallelism - 1)))
+                  for p in pts]
+        fitted = _line(scaled) if curve is not None else None
+        if fitted is not None:
+            a, b = _positive(fitted, scaled)
+        elif curve is None:
+            a, b = sum(s for _, s in scaled) / len(scaled), 0.0
+        relative = [(p.parallelism - 1.0, p.service_us / (a + b * miss_at(p))) for p in pts]
+        line = _line(relative)
+        if line is not None and line[0] > 0:
+            scale, slope = line
+            contention = min(MAX_CONTENTION, max(0.0, slope / scale))
+            a, b = a * scale, b * scale
+    surface = Surface(a, b, contention, curve, base_mib)
+    correction = anchor.service_us / surface.service_us(anchor.parallelism, anchor.memory_level)
+    return Surface(a, b, contention, curve, base_mib, correction)
+
+
+def _miss_curve(pts: Sequence[CapacityPoint], anchor: CapacityPoint, base_mib: float) -> MissCurve:
+    """θ = (T / full)^e: a log-log line through the points once two caches differ; before
+    that, through the anchor with `full` from the state size (or e from the prior)."""
+    seen = [(math.log(block_cache_bytes(p.memory_level, base_mib) * p.parallelism),
+             math.log(1.0 - p.miss_ratio))
+            for p in pts if p.miss_ratio is not None and 0.0 < p.miss_ratio < 1.0
+            and block_cache_bytes(p.memory_level, base_mib) > 0]
+    line = _line(seen)
+    if line is not None and line[1] > 0:
+        e = line[1]
+        e = min(MAX_HIT_EXPONENT, max(MIN_HIT_EXPONENT, e))
+        mean_x = sum(x for x, _ in seen) / len(seen)
+        mean_y = sum(y for _, y in seen) / len(seen)
+        return MissCurve(e, math.exp(mean_x - mean_y / e))
+    t0 = block_cache_bytes(anchor.memory_level, base_mib) * anchor.parallelism
+    theta0 = 1.0 - (anchor.miss_ratio if anchor.miss_ratio is not None else 1.0)
+    size = anchor.state_bytes or max((p.state_bytes or 0.0 for p in pts), default=0.0)
+    if t0 <= 0 or not 0.0 < theta0 < 1.0:
+        # Nothing to calibrate on (no cache, or all hits/all misses): the state size
+        # alone, uniform keys; without it, everything cached at ten times this cache.
+        full = CACHE_BYTES_PER_STATE_BYTE * size if size else max(t0, 1.0) * 10.0
+        return MissCurve(1.0, full)
+    if size and t0 < CACHE_BYTES_PER_STATE_BYTE * size:
+        full = CACHE_BYTES_PER_STATE_BYTE * size
+        e = math.log(theta0) / math.log(t0 / full)
+        return MissCurve(min(MAX_HIT_EXPONENT, max(MIN_HIT_EXPONENT, e)), full)
+    return MissCurve(PRIOR_HIT_EXPONENT, t0 * math.pow(theta0, -1.0 / PRIOR_HIT_EXPONENT))
+
+
+def _prior_split(anchor: CapacityPoint, miss: float) -> tuple[float, float]:
+    """a and b from one point: misses cost (τ − a hit) per get, gets = cache accesses / 3.
+
+    Without τ or cache accesses, no gain from memory is predicted (b = 0): a scale-up
+    is then tried only once measured data says it helps.
+    """
+    s = anchor.service_us
+    tau, accesses = anchor.state_latency_ns, anchor.cache_accesses_per_record
+    if tau is None or accesses is None or miss <= 0:
+        return s, 0.0
+    miss_us = accesses / BLOCKS_PER_GET * max(0.0, tau - HIT_NS) / 1000.0
+    miss_us = min(miss_us, 0.9 * s)
+    return s - miss_us, miss_us / miss
+
+
+def _positive(line: tuple[float, float], xy: Sequence[tuple[float, float]]
+              ) -> tuple[float, float]:
+    """A record always costs some CPU: an intercept below `MIN_CPU_SHARE` of the cheapest
+    point (misses dearer than linear, as at RocksDB's index cliff) is raised to it, and
+    the slope refitted through the remaining cost."""
+    a, b = line
+    floor = MIN_CPU_SHARE * min(y for _, y in xy)
+    if a >= floor:
+        return a, b
+    sxx = sum(x * x for x, _ in xy)
+    slope = sum(x * (y - floor) for x, y in xy) / sxx if sxx > 0 else 0.0
+    return floor, max(0.0, slope)
+
+
+def _line(xy: Sequence[tuple[float, float]]) -> tuple[float, float] | None:
+    """Least-squares intercept and slope, or None without two distinct x (Δx ≥ 0.05)."""
+    if len(xy) < 2:
+        return None
+    xs = [x for x, _ in xy]
+    if max(xs) - min(xs) < 0.05:
+        return None
+    mx = sum(xs) / len(xs)
+    my = sum(y for _, y in xy) / len(xy)
+    sxx = sum((x - mx) ** 2 for x in xs)
+    slope = sum((x - mx) * (y - my) for x, y in xy) / sxx
+    if slope < 0:  # more misses never make a record cheaper: noise; keep the mean
+        return my, 0.0
+    return my - slope * mx, slope

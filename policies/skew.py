@@ -1,0 +1,203 @@
+"""Skew: the busiest subtask of a vertex against its mean, and whether more tasks can help.
+
+A keyed input is hashed to key groups (max parallelism of them); each subtask owns a
+contiguous range. A hot key lives in one key group, so on one subtask: scale-out
+divides the other key groups but never splits a key. DS2 sizes a vertex by its mean
+busyness and keeps adding tasks while the hottest subtask stays saturated; this module
+names that case so the controller can say it, and a planner can stop paying for tasks
+that do not help.
+
+What the metrics tell (and what they do not):
+
+* The hottest subtask's share of the vertex's input, `s = max/(mean·p)`: exact from the
+  per-subtask records-in rates (`VertexMetrics.records_in_per_s_max`), else estimated
+  from busyness (`busy_max/(busy·p)`), which assumes a record costs every subtask the
+  same (a hot key's cache hits make its records cheaper, so this underestimates s).
+* Key groups are not observable one by one. A subtask owns about K/p of the K key
+  groups; the hottest key group's share `h` is estimated as the busiest subtask's share
+  less its other key groups at the mean load of the key groups the other subtasks own:
+  `h = s − (g − 1)(1 − s)/(K − g)`. A subtask owns ⌊K/p⌋ or ⌈K/p⌉ key groups; taking
+  g = ⌈K/p⌉ errs towards "more tasks help" (DS2's answer) by up to one key group's load
+  (about 1/K of the input), which also keeps the uneven key-group counts of p close to
+  K from passing for a hot key. When the excess
+  comes from several hot keys that share a subtask, `h` overestimates the hottest one
+  and scale-out helps more than estimated. At p = 1 there is no spread to see: skew
+  shows after the first scale-out.
+* With p' tasks, the hottest subtask carries about `h + (1 − h)/p'` and, at the vertex's
+  max parallelism K (one key group each), `max(h, 1/K)`. At the same cost per
+  record its busyness scales with that share, and with DS2's target rate over the observed
+  input (a saturated hottest subtask throttles the vertex; the sources' lag growth shows
+  the rest of the need). When the sources report no lag, a throttled vertex's need is
+  unseen: "cannot help" stays sound, "helps" may be optimistic.
+* A vertex with no hashed input (sources, FORWARD, REBALANCE, RESCALE) has no key groups:
+  its imbalance comes from elsewhere (uneven source partitions, a skewed upstream chained
+  by FORWARD, a slow TaskManager, GC) and is reported, never said to block scale-out.
+  Likewise a keyed vertex whose records are balanced while its busyness is not.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Collection, Iterable, Mapping
+from types import MappingProxyType
+
+from policies import ds2
+from policies.decision import SkewFinding
+from policies.model import JobGraph, Observation, ShipStrategy, Vertex, VertexMetrics
+from policies.spec import CpuScaling
+
+__all__ = ["SkewFinding", "blocks_scale_out", "caps", "detect", "hot_key_group_share"]
+
+# Enter: the hottest subtask carries ≥ 1.5× the mean. Noise is far below that: a window
+# mean of the twin's 2 % white noise per 5-s sample is ~0.4 %, and its 5 % drifting
+# busy-time error multiplies max and mean alike; on real Flink, p subtasks with ~5 %
+# independent error give a max/mean of ~1 + 2.6·0.05 ≈ 1.13 even at p = 128. Hashing
+# alone gives subtasks ⌈K/p⌉ or ⌊K/p⌋ key groups, a ratio ≤ 1 + p/K, so ≤ 1.5 up to p = K/2.
+SKEW_RATIO = 1.5
+# A vertex found skewed in the previous evaluation stays skewed until each test misses by
+# more than this relative margin (exit at 1.35, at 0.9 × the busyness bounds), so a
+# ratio or busyness hovering at a threshold does not flap the condition.
+HYSTERESIS = 0.1
+# Below this hottest busyness an imbalance hurts nobody (and ratios of near-idle tasks
+# are mostly noise): not reported.
+MIN_HOTTEST_BUSYNESS = 0.2
+# A capacity planner's cap: beyond the parallelism at which the non-hot key groups add at
+# most this share of the hot key group's load to the hottest subtask, more tasks do not
+# relieve it.
+DIMINISHING = 0.1
+
+
+def detect(graph: JobGraph, observation: Observation, cpu: CpuScaling,
+           previous: Collection[str] = ()) -> tuple[SkewFinding, ...]:
+    """The skewed vertices of one window, in the graph's order.
+
+    `previous`: ids of the vertices found skewed last time; their thresholds are
+    relaxed by HYSTERESIS so that noise does not flap the finding.
+    """
+    # A saturated hottest subtask throttles the vertex: DS2's target rate (the sources'
+    # rate plus lag growth, propagated) says how much more than the observed input it needs.
+    targets = ds2.target_rates(graph, observation) if not observation.missing(graph) else {}
+    findings = []
+    for v in graph.vertices:
+        m = observation.vertices.get(v.id)
+        if m is None:
+            continue
+        keyed = any(e.ship_strategy is ShipStrategy.HASH for e in graph.inputs(v.id))
+        demand = 1.0
+        if v.id in targets and m.records_in_per_s > 0:
+            demand = max(1.0, targets[v.id] / m.records_in_per_s)
+        finding = _finding(v, m, keyed, cpu, v.id in previous, demand)
+        if finding is not None:
+            findings.append(finding)
+    return tuple(findings)
+
+
+def blocks_scale_out(finding: SkewFinding) -> bool:
+    """The busiest subtask is saturated and more tasks cannot relieve it: do not scale out."""
+    return finding.saturated and not finding.scale_out_helps
+
+
+def caps(findings: Iterable[SkewFinding]) -> Mapping[str, int]:
+    """Per vertex whose scale-out is blocked, the most tasks still worth paying for.
+
+    Never below the current parallelism (a cap is not a scale-in); vertices absent from
+    the map are not capped by skew.
+    """
+    return MappingProxyType({
+        f.vertex_id: f.useful_parallelism or f.parallelism
+        for f in findings if blocks_scale_out(f)
+    })
+
+
+def _finding(v: Vertex, m: VertexMetrics, keyed: bool, cpu: CpuScaling,
+             was_skewed: bool, demand: float) -> SkewFinding | None:
+    p = v.parallelism
+    if not (math.isfinite(m.busy_ms_per_s) and math.isfinite(m.busy_ms_per_s_max)
+            and math.isfinite(m.records_in_per_s) and math.isfinite(demand)):
+        return None  # a recording may carry anything: no finding on numbers that are not
+    slack = 1.0 - HYSTERESIS if was_skewed else 1.0
+    hottest = min(max(m.busy_ms_per_s_max / 1000.0, 0.0), 1.0)
+    mean = m.busyness
+    if p < 2 or mean <= 0 or hottest < MIN_HOTTEST_BUSYNESS * slack:
+        return None
+    ratio = hottest / mean
+    busy_share = min(1.0, ratio / p)
+    records_share = _records_share(m)
+    share = records_share if records_share is not None else busy_share
+    if ratio < SKEW_RATIO * slack:
+        return None
+    saturated = hottest >= cpu.utilization_max * slack
+    name = v.name or v.id
+    head = (f"{name}: busiest of {p} subtasks {hottest:.0%} busy, mean {mean:.0%} "
+            f"(×{ratio:.2f}); it takes {share:.0%} of the input")
+    common = dict(vertex_id=v.id, vertex_name=v.name, parallelism=p, keyed=keyed,
+                  hottest_busyness=hottest, mean_busyness=mean, ratio=ratio,
+                  hottest_share=share, from_records=records_share is not None,
+                  saturated=saturated)
+    even_records = records_share is not None and records_share * p < SKEW_RATIO * slack
+    if not keyed or even_records:
+        cause = ("its records are spread evenly: a slow TaskManager, GC pauses or records of "
+                 "unequal cost, not the keys" if keyed else
+                 "its input is not keyed: uneven source partitions, a skewed upstream "
+                 "forwarded to it, or a slow TaskManager")
+        return SkewFinding(**common, scale_out_helps=True,
+                           message=f"{head}; {cause}")
+    k = v.max_parallelism
+    hot = hot_key_group_share(share, p, k)
+    # At K tasks each subtask owns one key group: the busiest owns the hottest one.
+    best_share = min(share, max(hot, 1.0 / k))
+    # Busyness scales with the records a task gets: its share, and the target over the input.
+    best = (hottest * best_share / share if share > 0 else hottest) * demand
+    # A vertex skewed last time stays blocked until the estimate clears the bound by the margin.
+    helps = p < k and best < cpu.utilization_max * slack
+    useful = None
+    if saturated and not helps:
+        useful = _useful_parallelism(hot, p, k)
+    if not saturated:
+        tail = "not saturated: scaling by the mean is still sound"
+    elif helps:
+        tail = (f"more tasks can spread it: at {k} tasks the busiest would be about "
+                f"{best:.0%} busy")
+    else:
+        tail = (f"its excess over a typical subtask, about {hot:.0%} of the input, is taken "
+                f"for one hot key (several hot keys on this subtask would look the same), "
+                f"so even at {k} tasks the busiest subtask would need about {best:.0%} of a "
+                f"task: more than {useful} tasks do not relieve it. Remedies: buffer records "
+                f"in memory and "
+                f"update the keyed state once per key and batch (mini-batch), or "
+                f"pre-aggregate before the keyBy (local/two-phase aggregation)")
+    return SkewFinding(**common, hot_key_group_share=hot, best_hottest_busyness=best,
+                       scale_out_helps=helps, useful_parallelism=useful,
+                       message=f"{head}; {tail}")
+
+
+def hot_key_group_share(share: float, parallelism: int, key_groups: int) -> float:
+    """The hottest key group's share of a keyed vertex's input, from its busiest subtask's.
+
+    The busiest subtask's share less its other key groups, each at the mean of the key
+    groups the other subtasks own. It owns ⌊K/p⌋ or ⌈K/p⌉ of the K key groups; taking
+    ⌈K/p⌉ errs towards "more tasks help" (DS2's answer) by up to one key group's load.
+    At p ≥ K a subtask owns one key group: its share is that group's.
+    """
+    if parallelism >= key_groups:
+        return share
+    groups = -(-key_groups // parallelism)
+    others = (groups - 1) * (1.0 - share) / (key_groups - groups) if groups < key_groups else 0.0
+    return max(share - others, 0.0)
+
+
+def _records_share(m: VertexMetrics) -> float | None:
+    """The busiest subtask's share of the records in, when the collector measured it."""
+    top = m.records_in_per_s_max
+    if top is None or m.records_in_per_s <= 0 or not math.isfinite(top):
+        return None
+    return min(1.0, max(top, 0.0) / m.records_in_per_s)
+
+
+def _useful_parallelism(hot: float, p: int, k: int) -> int:
+    """Smallest p' whose non-hot part on the busiest subtask, (1 − h)/p', is within
+    DIMINISHING of the hot key group's h; never below p, never above K."""
+    if hot <= 0:
+        return k
+    wanted = math.ceil((1.0 - hot) / (DIMINISHING * hot) - 1e-9)
+    return max(p, min(k, wanted))

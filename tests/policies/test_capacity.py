@@ -1,0 +1,297 @@
+"""The capacity policy: learning, the one-jump plan, judging steps, staying still, skew.
+
+A small world stands in for Flink: one keyed stateful vertex whose per-record cost is
+CPU plus block-cache misses, where the miss ratio follows the total cache over all
+tasks (keys hashed over them), as RocksDB's does. The policy never sees the world's
+formula, only the metrics it produces.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, replace
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from policies import PolicyState, ScalingParams, evaluate
+from policies.decision import Branch
+from policies.learning import (
+    CapacityPoint,
+    ShortConfiguration,
+    VertexLearning,
+    block_cache_bytes,
+    fit,
+    merge,
+)
+from policies.model import JobGraph, Observation, ShipStrategy, VertexMetrics
+from policies.spec import CpuScaling, MemoryScaling, Policy
+from tests.policies.builders import chain, metrics, source, vertex
+
+BASE = 158.0
+PARAMS = ScalingParams(policy=Policy.CAPACITY,
+                       cpu=CpuScaling(scale_down_delay=300, catch_up_duration=0),
+                       memory=MemoryScaling(base_managed_memory=f"{BASE:g}Mi"))
+
+
+@dataclass(frozen=True)
+class World:
+    """One keyed vertex: `cpu_us` per record, `gets` per record, each a filter, an index
+    and a data block lookup; a get costs 2 µs, plus `miss_us` when it misses."""
+
+    cpu_us: float = 20.0
+    miss_us: float = 60.0
+    gets: float = 1.0
+    state_bytes: float = 2e9
+    skew: float = 0.7  # θ = (T / full)^skew
+    hot_share: float = 0.0  # one key's share of the records
+    reported_miss_us: float | None = None  # what state latency says a miss costs
+
+    def latency_ns(self, miss: float) -> float:
+        reported = self.miss_us if self.reported_miss_us is None else self.reported_miss_us
+        return 2_000 + miss * reported * 1000
+
+    def miss(self, p: int, level: int | None) -> float:
+        full = 2.7 * self.state_bytes
+        return 1.0 - min(1.0, block_cache_bytes(level, BASE) * p / full) ** self.skew
+
+    def service_us(self, p: int, level: int | None) -> float:
+        return self.cpu_us + self.gets * (2.0 + self.miss(p, level) * self.miss_us)
+
+    def counter(self, p: int, level: int | None, rate: float) -> VertexMetrics:
+        """The vertex at `p` tasks and `level` receiving `rate` records/s (throttled at its
+        capacity, the rest shows as lag growth at the source)."""
+        tpr = p * 1e6 / self.service_us(p, level)
+        hottest = max(1.0 / p, self.hot_share + (1 - self.hot_share) / p)
+        processed = min(rate, tpr / (hottest * p))
+        busy = 1000.0 * processed / tpr
+        miss = self.miss(p, level)
+        return replace(
+            metrics(busy, processed, 0.0, hits=processed * 3 * self.gets * (1 - miss),
+                    misses=processed * 3 * self.gets * miss,
+                    latency_ns=self.latency_ns(miss)),
+            busy_ms_per_s_max=min(1000.0, busy * hottest * p), state_bytes=self.state_bytes)
+
+    def observe(self, graph: JobGraph, rate: float, now: float) -> Observation:
+        c = graph.vertex("counter")
+        counter = self.counter(c.parallelism, c.memory_level, rate)
+        growth = rate - counter.records_in_per_s
+        # A source task reads 500k records/s when never idle.
+        src_busy = 1000.0 * counter.records_in_per_s / 500_000
+        return Observation(time=now, window_s=120.0, vertices={
+            "src": source(src_busy, counter.records_in_per_s, lag_growth=growth),
+            "counter": counter})
+
+
+def graph(p: int = 1, level: int | None = 0) -> JobGraph:
+    return chain(vertex("src", 1, None), vertex("counter", p, level, max_p=128),
+                 ship=ShipStrategy.HASH)
+
+
+def run(world: World, rate: float | list[float], windows: int = 30,
+        params: ScalingParams = PARAMS, start: JobGraph | None = None
+        ) -> tuple[JobGraph, list[tuple[int, int | None]], PolicyState]:
+    """Evaluate every window (120 s) for `windows` windows; the steps' configurations."""
+    g, state, steps = start or graph(), PolicyState(), []
+    rates = rate if isinstance(rate, list) else [rate] * windows
+    for n, r in enumerate(rates):
+        now = 120.0 * (n + 1)
+        e = evaluate(g, world.observe(g, r, now), state, params, now)
+        state = e.state
+        if e.decision.reconfigures:
+            g = g.with_configuration(e.configuration)
+            c = g.vertex("counter")
+            steps.append((c.parallelism, c.memory_level))
+    return g, steps, state
+
+
+def oracle(world: World, rate: float, utilization: float = 0.5) -> tuple[int, int]:
+    """The cheapest (p, level) running the vertex at `utilization` at PARAMS' prices."""
+    best = None
+    for level in range(3):
+        for p in range(1, 129):
+            if p * 1e6 / world.service_us(p, level) * utilization >= rate:
+                cost = p * (1 + (BASE * 2**level) / 1024 * 0.134)
+                best = min(best or (math.inf, 0, 0), (cost, p, level))
+                break
+    assert best is not None
+    return best[1], best[2]
+
+
+def test_one_jump_reaches_the_target_near_the_cheapest_configuration() -> None:
+    world = World()
+    g, steps, _ = run(world, 60_000)
+    c = g.vertex("counter")
+    assert len(steps) <= 2, steps
+    p_best, level_best = oracle(world, 60_000)
+    cost = c.parallelism * (1 + BASE * 2 ** (c.memory_level or 0) / 1024 * 0.134)
+    best = p_best * (1 + BASE * 2**level_best / 1024 * 0.134)
+    assert cost <= 1.10 * best, (steps, (p_best, level_best))
+    assert world.counter(c.parallelism, c.memory_level, 60_000).busyness <= 0.8
+
+
+def test_memory_and_parallelism_change_in_the_same_step() -> None:
+    _, steps, _ = run(World(), 60_000, windows=3)
+    p, level = steps[0]
+    assert p > 1 and level is not None and level > 0, steps
+
+
+def test_a_steady_load_means_no_restart_after_convergence() -> None:
+    _, steps, _ = run(World(), 60_000, windows=40)
+    _, steps_short, _ = run(World(), 60_000, windows=10)
+    assert steps == steps_short  # nothing after the first ten windows
+
+
+def test_a_write_dominated_vertex_is_not_scaled_up() -> None:
+    """Few cache accesses per record: memory cannot buy capacity, so no scale-up."""
+    world = World(gets=0.02, cpu_us=40.0)
+    g, steps, _ = run(world, 60_000)
+    assert all(level == 0 for _, level in steps), steps
+    assert g.vertex("counter").memory_level == 0
+
+
+def test_a_scale_down_waits_and_sizes_for_the_peak_over_its_delay() -> None:
+    world = World()
+    # Converge at 60k, then the load drops to 20k with one spike to 40k mid-delay.
+    rates = [60_000.0] * 10 + [20_000.0] * 2 + [40_000.0] + [20_000.0] * 12
+    g, state, times = graph(), PolicyState(), []
+    for n, r in enumerate(rates):
+        now = 120.0 * (n + 1)
+        e = evaluate(g, world.observe(g, r, now), state, PARAMS, now)
+        state = e.state
+        if e.decision.reconfigures:
+            g = g.with_configuration(e.configuration)
+            c = g.vertex("counter")
+            times.append((now, c.parallelism, c.memory_level))
+    drop = 120.0 * 11
+    first_down = next(t for t in times if t[0] >= drop)
+    # It waited cpu.scaleDownDelay (300 s) from the first window that wanted it ...
+    assert first_down[0] - drop >= 300
+    # ... and sized for the 40k peak seen during the delay, not for 20k.
+    assert world.counter(first_down[1], first_down[2], 40_000).busyness <= 0.8
+    # Once the peak has aged out of a whole delay, it comes down further.
+    last = times[-1]
+    assert world.counter(last[1], last[2], 20_000).busyness <= 0.8
+    assert (last[1], last[2]) != (first_down[1], first_down[2])
+
+
+def test_a_configuration_that_fell_short_is_never_chosen_again() -> None:
+    """State latency overstates what a miss costs (40x): the prior promises a big gain
+    from memory, the first jump falls short, and the policy never returns to it (or to
+    anything it dominates), and ends where the vertex keeps up."""
+    world = World(miss_us=10.0, reported_miss_us=400.0, cpu_us=60.0)
+    g, steps, state = run(world, 80_000)
+    learned = state.learned["counter"]
+    assert learned.fell_short, steps
+    for short in learned.fell_short:
+        later = steps[steps.index((short.parallelism, short.memory_level)) + 1:]
+        assert later, steps
+        assert all(not (p <= short.parallelism and (m or 0) <= (short.memory_level or 0))
+                   for p, m in later), (short, steps)
+    c = g.vertex("counter")
+    assert world.counter(c.parallelism, c.memory_level, 80_000).busyness <= 0.8
+
+
+def test_a_hot_key_stops_the_scale_out_and_says_so() -> None:
+    """One key carries 20 % of the records: the busiest subtask can never drop below that,
+    so past ~16 tasks more buy almost nothing; the policy stops and names the skew."""
+    world = World(hot_share=0.2, gets=0.0, cpu_us=50.0)
+    g, steps, _ = run(world, 80_000, windows=3)
+    e = evaluate(g, world.observe(g, 80_000, 120.0 * 4), PolicyState(), PARAMS, 120.0 * 4)
+    assert g.vertex("counter").parallelism <= 20, steps
+    assert e.decision.vertex("counter").branch is Branch.SKEW_LIMITED
+    assert "skew" in e.decision.vertex("counter").reason
+
+
+def test_what_it_learned_survives_a_json_round_trip() -> None:
+    _, _, state = run(World(), 60_000, windows=4)
+    for learned in state.learned.values():
+        again = VertexLearning.model_validate(json.loads(learned.model_dump_json(by_alias=True)))
+        assert again == learned
+
+
+def test_the_same_inputs_give_the_same_decision() -> None:
+    g = graph()
+    obs = World().observe(g, 60_000, 120.0)
+    a = evaluate(g, obs, PolicyState(), PARAMS, 120.0)
+    b = evaluate(g, obs, PolicyState(), PARAMS, 120.0)
+    assert a == b
+
+
+def test_each_decision_forecasts_cost_and_downtime() -> None:
+    g = graph()
+    e = evaluate(g, World().observe(g, 60_000, 120.0), PolicyState(), PARAMS, 120.0)
+    assert e.decision.reconfigures and e.decision.forecast is not None
+    assert e.decision.forecast.expected_downtime_s == PARAMS.restart_downtime_s
+    assert e.decision.vertex("counter").predicted_capacity is not None
+
+
+def point(p: int, level: int | None, service: float, miss: float | None, t: float = 0.0
+          ) -> CapacityPoint:
+    return CapacityPoint(parallelism=p, memory_level=level, time=t, service_us=service,
+                         miss_ratio=miss, cache_accesses_per_record=3.0,
+                         state_latency_ns=None if miss is None else 2_000 + miss * 60_000,
+                         state_bytes=None if miss is None else 2e9)
+
+
+def test_a_window_is_merged_once() -> None:
+    a = point(2, 0, 100.0, 0.5, t=120.0)
+    points = merge((), a, 120.0)
+    assert merge(points, a.model_copy(update={"time": 125.0}), 120.0) == points
+    twice = merge(points, a.model_copy(update={"time": 240.0, "service_us": 110.0}), 120.0)
+    assert twice[0].windows == 2 and twice[0].service_us == 105.0
+    assert twice[0].noise > 0
+
+
+def test_points_are_bounded() -> None:
+    points: tuple[CapacityPoint, ...] = ()
+    for p in range(1, 30):
+        points = merge(points, point(p, 0, 100.0, None, t=120.0 * p), 120.0)
+    assert len(points) == 8 and points[-1].parallelism == 29
+
+
+def test_the_fit_is_exact_where_it_measured() -> None:
+    world = World()
+    pts = [point(p, m, world.service_us(p, m), world.miss(p, m))
+           for p, m in ((1, 0), (6, 1))]
+    surface = fit(pts, pts[-1], BASE)
+    assert math.isclose(surface.service_us(6, 1), world.service_us(6, 1), rel_tol=1e-9)
+
+
+def test_contention_is_learned_from_two_parallelisms() -> None:
+    pts = [point(p, None, 50.0 * (1 + 0.01 * (p - 1)), None, t=p) for p in (2, 12)]
+    surface = fit(pts, pts[-1], BASE)
+    assert math.isclose(surface.contention, 0.01, rel_tol=0.05)
+
+
+@settings(max_examples=40, deadline=None)
+@given(cpu=st.floats(5, 200), miss_us=st.floats(0, 500), skew=st.floats(0.2, 1.0),
+       rate=st.floats(1_000, 100_000))
+def test_the_plan_never_leaves_the_busiest_subtask_above_the_trigger(
+        cpu: float, miss_us: float, skew: float, rate: float) -> None:
+    world = World(cpu_us=cpu, miss_us=miss_us, skew=skew)
+    if oracle_infeasible(world, rate):
+        return
+    g, steps, _ = run(world, rate, windows=12)
+    c = g.vertex("counter")
+    assert world.counter(c.parallelism, c.memory_level, rate).busyness <= 0.81, steps
+    assert len(steps) <= 4, steps
+
+
+def oracle_infeasible(world: World, rate: float) -> bool:
+    return 128 * 1e6 / world.service_us(128, 2) * 0.5 < rate
+
+
+def test_the_plan_skips_what_fell_short_and_everything_it_dominates() -> None:
+    g = graph()
+    obs = World().observe(g, 60_000, 120.0)
+    first = evaluate(g, obs, PolicyState(), PARAMS, 120.0)
+    chosen = first.configuration["counter"]
+    learned = first.state.learned["counter"].model_copy(update={"fell_short": (
+        ShortConfiguration(parallelism=chosen.parallelism, memory_level=chosen.memory_level,
+                           need=1.0),)})
+    state = replace(first.state, learned={**first.state.learned, "counter": learned})
+    again = evaluate(g, obs, state, PARAMS, 120.0).configuration["counter"]
+    assert not (again.parallelism <= chosen.parallelism
+                and (again.memory_level or 0) <= (chosen.memory_level or 0)), (chosen, again)

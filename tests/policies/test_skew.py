@@ -1,0 +1,264 @@
+"""policies/skew.py: hot subtasks named, uniform load never flagged under the noise."""
+
+from __future__ import annotations
+
+import math
+import random
+
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
+
+from policies import evaluate, skew
+from policies.decision import Branch
+from policies.model import Edge, JobGraph, Observation, ShipStrategy, Vertex, VertexMetrics
+from policies.params import PolicyState, ScalingParams
+from policies.spec import CpuScaling, Policy
+
+from .builders import NOW, metrics, observe, source, vertex
+
+CPU = CpuScaling()
+K = 128
+
+
+def keyed(p: int, max_p: int = K) -> JobGraph:
+    return JobGraph(
+        vertices=(vertex("src", 1, None), vertex("agg", p, 0, max_p=max_p)),
+        edges=(Edge("src", "agg", ShipStrategy.HASH),),
+    )
+
+
+def group_shares(weights: list[float], p: int) -> list[float]:
+    """Each subtask's share: Flink's KeyGroupRangeAssignment of len(weights) key groups."""
+    n = len(weights)
+    return [sum(weights[(i * n + p - 1) // p:((i + 1) * n - 1) // p + 1]) for i in range(p)]
+
+
+def measured(shares: list[float], offered: float, capacity: float,
+             errors: list[float] | None = None, with_records: bool = True) -> VertexMetrics:
+    """A vertex's window as the collector builds it: `offered` records/s split by `shares`
+    over tasks of `capacity` records/s, throttled by the busiest (backpressure), each
+    subtask's busy time off by (1 + its measurement error)."""
+    errors = errors or [0.0] * len(shares)
+    rate = min(offered, capacity / max(shares))
+    busy = [min(1000.0, 1000.0 * s * rate / capacity * (1 + e))
+            for s, e in zip(shares, errors, strict=True)]
+    return VertexMetrics(
+        busy_ms_per_s=sum(busy) / len(busy), busy_ms_per_s_max=max(busy),
+        backpressured_ms_per_s=0.0, records_in_per_s=rate, records_out_per_s=rate,
+        records_in_per_s_max=max(shares) * rate if with_records else None,
+    )
+
+
+def window(graph: JobGraph, agg: VertexMetrics, offered: float | None = None) -> Observation:
+    """The source offers `offered` records/s; what the vertex does not take is lag growth."""
+    taken = agg.records_in_per_s
+    growth = 0.0 if offered is None else max(0.0, offered - taken)
+    return observe(src=source(300.0, taken, lag=1_000.0, lag_growth=growth), agg=agg)
+
+
+def test_hot_key_that_saturates_one_task_blocks_scale_out() -> None:
+    # 4 tasks; one key carries 40 % of 10,000 rec/s, a task does 4,000 rec/s: the hot
+    # key alone needs a whole task, wherever it goes.
+    weights = [0.6 / (K - 1)] * K
+    weights[5] = 0.4
+    agg = measured(group_shares(weights, 4), 10_000.0, 4_000.0)
+    (finding,) = skew.detect(keyed(4), window(keyed(4), agg, 10_000.0), CPU)
+    assert finding.vertex_id == "agg" and finding.keyed and finding.saturated
+    assert finding.from_records and finding.hottest_share > 0.5
+    assert finding.hot_key_group_share is not None
+    assert abs(finding.hot_key_group_share - 0.4) < 0.02
+    assert not finding.scale_out_helps and skew.blocks_scale_out(finding)
+    assert skew.caps([finding]) == {"agg": finding.useful_parallelism}
+    assert finding.useful_parallelism is not None and finding.useful_parallelism >= 4
+    assert "Agg" in finding.message and "pre-aggregate" in finding.message
+
+
+def test_busyness_alone_gives_the_same_answer_without_records() -> None:
+    weights = [0.6 / (K - 1)] * K
+    weights[5] = 0.4
+    agg = measured(group_shares(weights, 4), 10_000.0, 4_000.0, with_records=False)
+    (finding,) = skew.detect(keyed(4), window(keyed(4), agg, 10_000.0), CPU)
+    assert not finding.from_records and skew.blocks_scale_out(finding)
+
+
+def test_hot_subtask_that_more_tasks_can_spread_does_not_block() -> None:
+    # A key with 20 % of the input: its subtask (an eighth of the rest too) saturates at
+    # 8 tasks, while alone on a task it would need 71 % of one.
+    weights = [0.8 / (K - 1)] * K
+    weights[70] = 0.2
+    agg = measured(group_shares(weights, 8), 10_000.0, 2_800.0)
+    (finding,) = skew.detect(keyed(8), window(keyed(8), agg, 10_000.0), CPU)
+    assert finding.saturated and finding.scale_out_helps and not skew.blocks_scale_out(finding)
+    assert skew.caps([finding]) == {}
+    assert "more tasks can spread it" in finding.message
+
+
+def test_several_warm_keys_on_one_subtask_look_like_one_hot_key() -> None:
+    """The documented limit: key groups are not observable one by one, so 8 warm keys that
+    hash to one subtask are taken for one hot key group (the message says so)."""
+    weights = [1.0] * K
+    for g in range(8):
+        weights[g] = 12.0
+    total = sum(weights)
+    agg = measured(group_shares([w / total for w in weights], 8), 10_000.0, 3_000.0)
+    (finding,) = skew.detect(keyed(8), window(keyed(8), agg, 10_000.0), CPU)
+    assert skew.blocks_scale_out(finding)
+    assert "several hot keys" in finding.message
+
+
+def test_skew_below_utilization_max_is_reported_not_saturated() -> None:
+    weights = [0.7 / (K - 1)] * K
+    weights[0] = 0.3
+    agg = measured(group_shares(weights, 4), 3_000.0, 4_000.0)
+    (finding,) = skew.detect(keyed(4), window(keyed(4), agg), CPU)
+    assert not finding.saturated and not skew.blocks_scale_out(finding)
+    assert "not saturated" in finding.message
+
+
+def test_unkeyed_imbalance_is_reported_and_never_blocks() -> None:
+    graph = JobGraph(vertices=(vertex("src", 1, None), vertex("map", 4, None)),
+                     edges=(Edge("src", "map", ShipStrategy.REBALANCE),))
+    agg = measured([0.55, 0.15, 0.15, 0.15], 10_000.0, 4_000.0)
+    (finding,) = skew.detect(graph, observe(src=source(300.0, 10_000.0), map=agg), CPU)
+    assert not finding.keyed and finding.scale_out_helps and finding.hot_key_group_share is None
+    assert "not keyed" in finding.message
+
+
+def test_keyed_with_even_records_blames_something_else() -> None:
+    # Busy is uneven (a slow TaskManager) while the records are spread evenly.
+    agg = measured([0.25] * 4, 10_000.0, 8_000.0, errors=[1.5, 0.0, 0.0, 0.0])
+    (finding,) = skew.detect(keyed(4), window(keyed(4), agg), CPU)
+    assert finding.scale_out_helps and "not the keys" in finding.message
+
+
+def test_one_task_and_idle_vertices_are_not_judged() -> None:
+    one = measured([1.0], 10_000.0, 4_000.0)
+    assert skew.detect(keyed(1), window(keyed(1), one), CPU) == ()
+    weights = [0.6 / (K - 1)] * K
+    weights[5] = 0.4
+    cold = measured(group_shares(weights, 4), 1_000.0, 4_000.0)  # busiest 14 %
+    assert skew.detect(keyed(4), window(keyed(4), cold), CPU) == ()
+
+
+def test_hysteresis_keeps_a_finding_near_the_threshold() -> None:
+    shares = [0.35, 0.65 / 3, 0.65 / 3, 0.65 / 3]  # ratio 1.4: below 1.5, above 1.35
+    agg = measured(shares, 10_000.0, 4_000.0)
+    assert skew.detect(keyed(4), window(keyed(4), agg), CPU) == ()
+    assert len(skew.detect(keyed(4), window(keyed(4), agg), CPU, previous={"agg"})) == 1
+
+
+@settings(max_examples=200, deadline=None)
+@given(p=st.integers(2, K // 4), load=st.floats(0.05, 1.2), seed=st.integers(0, 2**32 - 1),
+       records=st.booleans())
+def test_uniform_keys_are_never_flagged_under_the_noise(p: int, load: float, seed: int,
+                                                         records: bool) -> None:
+    """Uniform keys over K key groups, each subtask's busy time off by up to ±5 % (the
+    twin's drift; real Flink's per-subtask spread), records off by up to ±2 %."""
+    rng = random.Random(seed)
+    weights = [rng.uniform(0.98, 1.02) for _ in range(K)]
+    total = sum(weights)
+    shares = group_shares([w / total for w in weights], p)
+    errors = [rng.uniform(-0.05, 0.05) for _ in range(p)]
+    rate = 1_000.0 * p
+    agg = measured(shares, rate, rate / p / load, errors, with_records=records)
+    assert skew.detect(keyed(p), window(keyed(p), agg), CPU) == ()
+
+
+@settings(max_examples=200, deadline=None)
+@given(p=st.integers(2, K), load=st.floats(0.05, 1.2), seed=st.integers(0, 2**32 - 1))
+def test_uniform_keys_never_block_scale_out(p: int, load: float, seed: int) -> None:
+    """Any parallelism, even where key-group rounding alone makes a subtask 1.5× the mean."""
+    rng = random.Random(seed)
+    shares = group_shares([1.0 / K] * K, p)
+    errors = [rng.uniform(-0.05, 0.05) for _ in range(p)]
+    rate = 1_000.0 * p
+    agg = measured(shares, rate, rate / p / load, errors)
+    assert not any(skew.blocks_scale_out(f)
+                   for f in skew.detect(keyed(p), window(keyed(p), agg), CPU))
+
+
+@settings(max_examples=200, deadline=None)
+@given(p=st.integers(2, K // 2), hot=st.floats(0.02, 0.9), group=st.integers(0, K - 1),
+       overload=st.floats(1.0, 3.0), records=st.booleans())
+def test_a_hot_key_blocks_exactly_when_its_key_group_alone_is_too_much(
+        p: int, hot: float, group: int, overload: float, records: bool) -> None:
+    """The busiest subtask saturated (offered up to 3× what it takes, the rest is lag);
+    the hot key group's own need decides, give or take the one key group by which a
+    subtask's count of key groups is unknown (⌊K/p⌋ or ⌈K/p⌉)."""
+    weights = [(1.0 - hot) / (K - 1)] * K
+    weights[group] = hot
+    shares = group_shares(weights, p)
+    assume(max(shares) * p >= skew.SKEW_RATIO)  # below, the spread is not called skew
+    offered = 10_000.0
+    capacity = max(shares) * offered / overload
+    agg = measured(shares, offered, capacity, with_records=records)
+    found = skew.detect(keyed(p), window(keyed(p), agg, offered), CPU)
+
+    def need(share: float) -> float:  # the busiest subtask's need at K tasks
+        return max(share, 1.0 / K) * offered / capacity
+
+    blocked = any(skew.blocks_scale_out(f) for f in found)
+    if need(hot - 1.0 / K) >= CPU.utilization_max:
+        assert blocked
+    elif need(hot + 1.0 / K) < CPU.utilization_max:
+        assert not blocked
+
+
+def test_evaluate_reports_skew_without_changing_ds2() -> None:
+    """DS2 keeps proposing tasks for the hot vertex (its faithful behaviour): the skew is
+    reported beside it, in every evaluation, and remembered for the hysteresis."""
+    weights = [0.6 / (K - 1)] * K
+    weights[5] = 0.4
+    agg = measured(group_shares(weights, 4), 10_000.0, 4_000.0)
+    graph, obs = keyed(4), window(keyed(4), agg)
+    params = ScalingParams(policy=Policy.DS2, cpu=CpuScaling(catch_up_duration=0))
+    result = evaluate(graph, obs, PolicyState(), params, NOW)
+    plain = evaluate(graph, Observation(NOW, 120.0, {
+        "src": obs.vertices["src"], "agg": metrics(agg.busy_ms_per_s, 10_000.0)}),
+        PolicyState(), params, NOW)
+    assert [f.vertex_id for f in result.decision.skew] == ["agg"]
+    assert result.state.skewed == {"agg"}
+    assert result.configuration == plain.configuration  # the decision is DS2's, unchanged
+    assert result.decision.vertex("agg").branch == plain.decision.vertex("agg").branch
+    # Also when DS2 does not trigger, and after a reconfiguration.
+    calm = measured(group_shares(weights, 4), 3_000.0, 4_000.0)
+    steady = evaluate(graph, window(graph, calm), PolicyState(), params, NOW)
+    assert steady.decision.vertex("agg").branch is Branch.NOT_TRIGGERED
+    assert [f.vertex_id for f in steady.decision.skew] == ["agg"]
+    if result.decision.reconfigures:
+        assert result.state.skewed == {"agg"}
+    # Stored in status verbatim: the record reads back equal.
+    again = type(result.decision).model_validate_json(result.decision.model_dump_json())
+    assert again == result.decision
+
+
+def test_missing_vertices_are_skipped() -> None:
+    graph = keyed(4)
+    obs = Observation(NOW, 120.0, {"src": source(300.0, 1_000.0)})
+    assert skew.detect(graph, obs, CPU) == ()
+
+
+def test_graph_order_and_names() -> None:
+    weights = [0.6 / (K - 1)] * K
+    weights[5] = 0.4
+    hot = measured(group_shares(weights, 4), 10_000.0, 4_000.0)
+    graph = JobGraph(
+        vertices=(vertex("src", 1, None), Vertex("b", "", K, 4), Vertex("a", "Second", K, 4)),
+        edges=(Edge("src", "b", ShipStrategy.HASH), Edge("b", "a", ShipStrategy.HASH)),
+    )
+    obs = observe(src=source(300.0, 10_000.0), a=hot, b=hot)
+    found = skew.detect(graph, obs, CPU)
+    assert [f.vertex_id for f in found] == ["b", "a"]
+    assert found[0].message.startswith("b:") and found[1].message.startswith("Second:")
+
+
+def test_numbers_that_are_not_numbers_give_no_finding() -> None:
+    nan = float("nan")
+    for bad in ({"busy_ms_per_s": nan}, {"busy_ms_per_s_max": float("inf")},
+                {"records_in_per_s": nan}, {"records_in_per_s_max": nan}):
+        agg = VertexMetrics(**{**dict(busy_ms_per_s=357.0, busy_ms_per_s_max=1000.0,
+                                      backpressured_ms_per_s=0.0, records_in_per_s=10_000.0,
+                                      records_out_per_s=10_000.0, records_in_per_s_max=7_000.0),
+                               **bad})
+        found = skew.detect(keyed(4), window(keyed(4), agg), CPU)
+        assert all(math.isfinite(f.ratio) and math.isfinite(f.hottest_share) for f in found)
