@@ -40,6 +40,11 @@ PAPER = {
 }
 
 
+def against(r: RunResult, ds2: RunResult) -> str:
+    return (f"CPU {saving(r.cpu_cores, ds2.cpu_cores)}, memory "
+            f"{saving(r.memory_mib, ds2.memory_mib)}")
+
+
 def saving(justin: float, ds2: float) -> str:
     if not ds2:
         return "n/a"
@@ -95,14 +100,14 @@ def results(plot: Path | None = None) -> tuple[str, list[tuple[str, str, float]]
     writes the q11 plot to `plot` when given."""
     lines = [
         "| job (peak target) | policy | steps to target (all) | converged at | CPU cores "
-        "| memory MiB | final configuration (p;MiB) | Justin vs DS2 here / in the paper |",
+        "| memory MiB | final configuration (p;MiB) | against DS2 here / Justin's in the paper |",
         "|---|---|---|---|---|---|---|---|",
     ]
     timings = []
     for job in JOBS:
         model = load_model(job)
         runs: dict[str, RunResult] = {}
-        for policy in ("ds2", "justin"):
+        for policy in ("ds2", "justin", "capacity"):
             start = time.perf_counter()
             runs[policy] = run(model, policy, DURATION_S)
             timings.append((job, policy, time.perf_counter() - start))
@@ -110,16 +115,16 @@ def results(plot: Path | None = None) -> tuple[str, list[tuple[str, str, float]]
         target_util = CpuScaling().utilization_target
         aimed = oracle(model, horizon_s=DURATION_S, utilization=target_util)
         justin, ds2 = runs["justin"], runs["ds2"]
-        compare = (f"CPU {saving(justin.cpu_cores, ds2.cpu_cores)}, memory "
-                   f"{saving(justin.memory_mib, ds2.memory_mib)} / {PAPER[job]}")
-        for name, r in (("DS2", ds2), ("Justin", justin)):
+
+        notes = {"DS2": "", "Justin": f"{against(justin, ds2)} / {PAPER[job]}",
+                 "capacity": against(runs["capacity"], ds2)}
+        for name, r in (("DS2", ds2), ("Justin", justin), ("capacity", runs["capacity"])):
             at = f"{r.converged_at_s:.0f} s" if r.converged_at_s is not None else "not"
             to_target = "-" if r.steps_to_target is None else str(r.steps_to_target)
             lines.append(row(f"{job} ({model.peak_target(DURATION_S):,.0f}/s)"
                              if name == "DS2" else "",
                              name, f"{to_target} ({len(r.steps)})", at, r.cpu_cores,
-                             r.memory_mib, describe(model, r.final),
-                             compare if name == "Justin" else ""))
+                             r.memory_mib, describe(model, r.final), notes[name]))
         lines.append(row("", "oracle (100 % busy)", "-", "-", best.cpu_cores, best.memory_mib,
                          describe(model, best.configuration)))
         name = f"oracle ({100 * target_util:.0f} % busy)"

@@ -390,6 +390,25 @@ class Target(StatusModel):
         None, description="spec.taskManager.replicas; unset: left as it is")
 
 
+ENACTMENTS_LIMIT = 10
+
+
+class StepEnactment(StatusModel):
+    """How a committed step is enacted and what it costs (policies/restart_cost.py)."""
+
+    step: int = Field(ge=0, description="the step of status.history")
+    kind: str = Field(description="in-place, last-state or savepoint: the cheapest way "
+                                  "Flink and its operator can enact the step")
+    state_bytes: int | None = Field(
+        None, ge=0, description="the last completed checkpoint's full size; None: unknown")
+    expected_downtime_s: float = Field(
+        ge=0, description="from the cost model measured on real Flink, for this kind and state")
+    applied_time: EpochTime | None = Field(None, description="when the step was patched")
+    observed_downtime_s: float | None = Field(
+        None, ge=0, description="from the patch until the job was RUNNING again, as the "
+                                "controller saw it (to within one pass); None: not yet")
+
+
 class Summary(StatusModel):
     """Flat values for `kubectl get hsp` columns."""
 
@@ -469,6 +488,9 @@ class Status(StatusModel):
                     f"from (at most {POINTS_PER_VERTEX} configurations each)")
     placement: PlacementStatus | None = None
     target: Target | None = None
+    enactments: tuple[StepEnactment, ...] = Field(
+        (), max_length=ENACTMENTS_LIMIT,
+        description=f"newest last, at most {ENACTMENTS_LIMIT}: expected and observed downtime")
     # History belongs to one job: a FlinkDeployment deleted and recreated under the
     # same name has a new uid, and starts a fresh history (controller/gate.py).
     target_uid: str | None = Field(None, description="metadata.uid of the FlinkDeployment "

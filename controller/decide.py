@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
 from controller import telemetry
@@ -25,7 +26,9 @@ from controller.realize import (
     desired_fields,
     keeps_task_managers,
     refusal,
+    restart_downtime_s,
     unhonoured_memory,
+    with_enactment,
 )
 from controller.record import (
     Reason,
@@ -45,8 +48,12 @@ from policies.model import JobGraph
 def decide(run: Run, graph: JobGraph, collected: Collected) -> Evaluation:
     """The core's evaluation, recorded; a decision that changes nothing ends the pass."""
     started = time.perf_counter()
-    evaluation = evaluate(graph, collected.observation, policy_state(run.status),
-                          run.spec.scaling_params(), run.now)
+    # What a restart costs, for a policy that weighs it (unless spec.cost.restartDowntime
+    # says): the measured model for how this deployment restarts, with its state.
+    params = replace(run.spec.scaling_params(), expected_downtime_s=restart_downtime_s(
+        run.deployment or {}, collected.checkpoint_bytes))
+    evaluation = evaluate(graph, collected.observation, policy_state(run.status), params,
+                          run.now)
     decision = evaluation.decision
     telemetry.count(telemetry.EVALUATIONS, run.namespace, run.name,
                     "reconfigure" if decision.reconfigures else "unchanged")
@@ -78,8 +85,10 @@ def commit(run: Run, graph: JobGraph, collected: Collected, evaluation: Evaluati
     if why is not None:
         raise run.refuse(Reason.MEMORY_NOT_HONOURED, why)
     fields = desired(run, deployment, graph, evaluation, placed)
-    run.status = with_policy_state(run.status, evaluation.state).model_copy(
-        update={"placement": placed.status(), "target": as_target(decision.step, fields)})
+    run.status = with_enactment(
+        with_policy_state(run.status, evaluation.state), decision.step, deployment, fields,
+        collected.checkpoint_bytes,
+    ).model_copy(update={"placement": placed.status(), "target": as_target(decision.step, fields)})
     run.condition(ConditionType.SCALING, True, Reason.RECONFIGURING,
                   f"step {decision.step}: applying to FlinkDeployment {run.target}")
     run.save()

@@ -16,6 +16,7 @@ from typing import Any
 
 from controller.api import ConditionType, Mode, ReplacedTarget, Status, timestamp
 from controller.ports import FlinkRestError, JobReader, JobSummary
+from controller.realize import observe_enactment
 from controller.record import Reason, Run, Stop, now_text
 
 
@@ -46,6 +47,7 @@ def gate(run: Run) -> Seen:
             raise FlinkRestError("the JobManager lists no job")
     except FlinkRestError as e:
         raise job_unavailable(run, e) from None
+    observe_enactment(run, job)
     wait = waiting(run, job)
     if wait is not None:
         run.condition(ConditionType.READY, True, Reason.EVALUATING, watching(run, job))

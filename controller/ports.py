@@ -105,6 +105,9 @@ class Collected:
     observation: Observation
     # Per vertex, the RocksDB block cache per task in bytes (max over column families).
     cache_capacity_bytes: Mapping[str, float] = field(default_factory=dict)
+    # The last completed checkpoint's full size in bytes (what a restart restores);
+    # None: no checkpoint completed, or not known.
+    checkpoint_bytes: float | None = None
 
 
 class Metrics(Protocol):

@@ -22,11 +22,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from controller.api import Mode, Target
+from controller.api import ENACTMENTS_LIMIT, Mode, Status, StepEnactment, Target
+from controller.ports import JobSummary
 from controller.record import Realized, Reason, Run
+from policies.decision import epoch_seconds
 from policies.levels import level_of, managed_mib
 from policies.model import Configuration, JobGraph
 from policies.quantity import MIB, parse_flink_memory_bytes
+from policies.restart_cost import Enactment, enactment, expected_downtime_s
 
 FIELD_MANAGER = "hybrid-scaler"
 FLINK_GROUP, FLINK_VERSION, FLINK_PLURAL = "flink.apache.org", "v1beta1", "flinkdeployments"
@@ -217,12 +220,64 @@ def keeps_task_managers(deployment: Mapping[str, Any], current: OwnedFields, cpu
 
 def in_place(deployment: Mapping[str, Any], changed: list[str]) -> bool:
     """Whether the Flink Kubernetes Operator (>= 1.7, Flink >= 1.18) applies the `changed`
-    fields by rescaling the running job rather than by a savepoint restart: only the
-    parallelism overrides changed and the adaptive scheduler runs the job."""
-    conf = (deployment.get("spec", {}) or {}).get("flinkConfiguration", {}) or {}
-    return (changed == [OVERRIDES_KEY]
-            and str(conf.get(SCHEDULER_KEY, "")).strip().lower() == "adaptive")
+    fields by rescaling the running job rather than by a restart: only the parallelism
+    overrides changed and the adaptive scheduler runs the job."""
+    return enactment_of(deployment, changed, None) == Enactment.IN_PLACE
 
+
+def enactment_of(deployment: Mapping[str, Any], changed: list[str],
+                 state_bytes: float | None) -> Enactment:
+    """How the `changed` fields will be enacted: in place, else as spec.job.upgradeMode
+    restarts (last-state needs a completed checkpoint, known from its size)."""
+    spec = deployment.get("spec", {}) or {}
+    conf = spec.get("flinkConfiguration", {}) or {}
+    return enactment(
+        parallelism_only=changed == [OVERRIDES_KEY],
+        adaptive_scheduler=str(conf.get(SCHEDULER_KEY, "")).strip().lower() == "adaptive",
+        upgrade_mode=str((spec.get("job", {}) or {}).get("upgradeMode", "")),
+        has_checkpoint=state_bytes is not None)
+
+
+def restart_downtime_s(deployment: Mapping[str, Any], state_bytes: float | None) -> float:
+    """The expected downtime of a step that restarts the job (what a policy weighs before it
+    knows which fields its step changes): last-state or savepoint, as the deployment has it."""
+    return expected_downtime_s(enactment_of(deployment, [], state_bytes), state_bytes)
+
+
+def with_enactment(status: Status, step: int, deployment: Mapping[str, Any],
+                   desired: OwnedFields, state_bytes: float | None) -> Status:
+    """Record how committed step `step` will be enacted and its expected downtime."""
+    kind = enactment_of(deployment, desired.differences(current_fields(deployment)),
+                        state_bytes)
+    entry = StepEnactment(
+        step=step, kind=kind.value,
+        state_bytes=None if state_bytes is None else round(state_bytes),
+        expected_downtime_s=expected_downtime_s(kind, state_bytes))
+    kept = tuple(e for e in status.enactments if e.step != step)
+    return status.model_copy(update={"enactments": (*kept, entry)[-ENACTMENTS_LIMIT:]})
+
+
+def _with_last(status: Status, **update: Any) -> Status:
+    last = status.enactments[-1]
+    return status.model_copy(update={
+        "enactments": (*status.enactments[:-1], last.model_copy(update=update))})
+
+
+def observe_enactment(run: Run, job: JobSummary) -> None:
+    """The observed downtime of the last applied step: from the patch until the
+    FlinkDeployment reports the job RUNNING/STABLE and the JobManager runs a job that
+    (re)started after the patch. Seen by a pass, so late by at most one pass."""
+    if not run.status.enactments:
+        return
+    last = run.status.enactments[-1]
+    if last.applied_time is None or last.observed_downtime_s is not None:
+        return
+    applied = last.applied_time
+    restarted = max(job.start_time_ms, job.last_modification_ms) / 1000.0
+    if (job.state == "RUNNING" and restarted >= applied
+            and job_state(run.deployment or {}) == ("RUNNING", "STABLE")):
+        run.status = _with_last(run.status,
+                                observed_downtime_s=round(max(0.0, run.now - applied), 1))
 
 def unhonoured_memory(deployment: Mapping[str, Any], graph: JobGraph,
                       cache_capacity_bytes: Mapping[str, float],
@@ -303,6 +358,9 @@ def realize(run: Run) -> Realized | None:
         return None
     desired = target_fields(target)
     differences = desired.differences(current_fields(deployment))
+    enactments = run.status.enactments
+    if enactments and enactments[-1].step == target.step and enactments[-1].applied_time is None:
+        run.status = _with_last(run.status, applied_time=epoch_seconds(run.now))
     if differences:
         # Only a target from the current status may be applied: one held by a replica
         # that lost a race would roll the job back (docs/controller.md, one writer).

@@ -10,6 +10,7 @@ memory). `ControllerProcess` is also what the e2e tests run.
 from __future__ import annotations
 
 import itertools
+import math
 import os
 import signal
 import subprocess
@@ -153,9 +154,12 @@ def plot(samples: list[Sample], path: Path, title: str) -> None:
     rate.plot(ts, [s.target for s in samples], "--", label="target rate")
     rate.set_ylabel("records/s")
     rate.legend(loc="lower right")
+    # An operator not in a sample (not yet in the spec) is a gap, not zero.
     for uid in samples[-1].parallelism if samples else ():
-        tasks.step(ts, [s.parallelism.get(uid, 0) for s in samples], where="post", label=uid)
-        memory.step(ts, [s.managed_mib.get(uid, 0) for s in samples], where="post", label=uid)
+        tasks.step(ts, [s.parallelism.get(uid, math.nan) for s in samples], where="post",
+                   label=uid)
+        memory.step(ts, [s.managed_mib.get(uid, math.nan) for s in samples], where="post",
+                    label=uid)
     tasks.set_ylabel("parallelism")
     tasks.legend(loc="upper left", fontsize="small")
     memory.set_ylabel("managed MiB per task")

@@ -35,10 +35,12 @@ def _spec_view(deployment: dict[str, Any]) -> tuple[dict[str, int], dict[str, fl
     resources = json.loads(conf.get(realflink.OPERATOR_RESOURCES_KEY) or "{}")
     overrides = dict(pair.split(":") for pair in
                      filter(None, conf.get(realflink.OVERRIDES_KEY, "").split(",")))
-    # Vertex ids are Murmur3 of the chain head's uid (docs/flink-contract.md).
-    parallelism = {uid: int(overrides.get(mmh3.hash_bytes(uid.encode(), 0).hex(), 1))
-                   for uid in resources}
-    return parallelism, {uid: float(r["managedMemoryMb"]) for uid, r in resources.items()}
+    # Vertex ids are Murmur3 of the chain head's uid (docs/flink-contract.md); a uid that
+    # is no vertex's (the sink chained behind the counter) is drawn as its chain head.
+    vertex = {uid: mmh3.hash_bytes(uid.encode(), 0).hex() for uid in resources}
+    heads = [uid for uid in resources if not overrides or vertex[uid] in overrides]
+    return ({uid: int(overrides.get(vertex[uid], 1)) for uid in heads},
+            {uid: float(resources[uid]["managedMemoryMb"]) for uid in heads})
 
 
 def run(seconds: float, plot_path: Path, keep: bool) -> None:

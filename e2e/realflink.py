@@ -646,6 +646,7 @@ def _proxy_handler(engine: RealFlink) -> type[BaseHTTPRequestHandler]:
 
         def _forward(self) -> None:
             proxies = None
+            key: tuple[str, str] | None = None
             if self.path.startswith("http://"):
                 # Used as an HTTP proxy: `http://<name>-rest.<namespace>.svc:8081/<path>`,
                 # the controller's default URL (in-cluster Service DNS), as the twin answers it.
@@ -662,8 +663,13 @@ def _proxy_handler(engine: RealFlink) -> type[BaseHTTPRequestHandler]:
                 parts = self.path.split("/", 3)  # "", namespace, name, rest
                 base = engine.rest_base(parts[1], parts[2]) if len(parts) >= 3 else None
             if base is None:
+                # A deployment between two clusters (stopping, restarting) answers as its
+                # Service without ready endpoints would: unavailable, not unknown.
+                known = key if self.path.startswith("http://") else tuple(parts[1:3])
+                status = (HTTPStatus.SERVICE_UNAVAILABLE if known in engine.deployments
+                          else HTTPStatus.NOT_FOUND)
                 body = json.dumps({"errors": [f"no running JobManager for {self.path}"]})
-                self._reply(HTTPStatus.NOT_FOUND, body.encode(), "application/json")
+                self._reply(status, body.encode(), "application/json")
                 return
             length = int(self.headers.get("Content-Length") or 0)
             data = self.rfile.read(length) if length else None

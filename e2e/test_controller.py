@@ -120,10 +120,34 @@ def assert_steps_are_consecutive(cluster: Cluster, namespace: str, name: str,
     return dict(status)
 
 
+def test_q11_converges_in_one_jump_with_the_capacity_policy(
+    controller: ControllerProcess, cluster: Cluster, twin: Twin, namespace: str
+) -> None:
+    """The default policy: memory and parallelism in one step, what it learned in status,
+    and every step's forecast in its reason and in `kubectl describe`."""
+    initial = scale_q11(cluster, namespace)["metadata"]["generation"]
+
+    wait_until(lambda: converged(twin, namespace, "q11"), 420, "q11 at its target rate")
+    status = assert_steps_are_consecutive(cluster, namespace, "q11", initial)
+    assert 1 <= status["step"] <= 2, status["history"]
+    first = status["history"][0]
+    session = next(v for v in first["vertices"] if v["memoryLevel"] not in (None, 0))
+    assert session["parallelism"] > 1  # scaled up and out in the same restart
+    learned = {v["vertexId"]: v for v in status["learned"]}
+    assert learned[session["vertexId"]]["points"], learned
+    decision = status["lastDecision"]
+    assert decision["vertices"][0]["branch"] in {
+        "deficit", "steady", "surplus", "surplus-waiting", "ride-along", "capacity-unknown"}
+    described = cluster.kubectl("describe", "hsp", "-n", namespace, "q11").stdout
+    assert "applying this" in described and "s of downtime" in described
+    announced = reasons(cluster, namespace, "q11")
+    assert "ScaledUp" in announced, announced
+
+
 def test_q11_reaches_its_target_rate_with_justins_decisions(
     controller: ControllerProcess, cluster: Cluster, twin: Twin, namespace: str
 ) -> None:
-    initial = scale_q11(cluster, namespace)["metadata"]["generation"]
+    initial = scale_q11(cluster, namespace, policy="justin")["metadata"]["generation"]
 
     wait_until(lambda: converged(twin, namespace, "q11"), 420, "q11 at its target rate")
     status = assert_steps_are_consecutive(cluster, namespace, "q11", initial)
@@ -148,7 +172,8 @@ def test_q11_reaches_its_target_rate_with_justins_decisions(
 def test_recommend_patches_nothing_and_a_kubectl_apply_retunes_the_next_decision(
     controller: ControllerProcess, cluster: Cluster, namespace: str
 ) -> None:
-    before = scale_q11(cluster, namespace, "rec", mode="Recommend")
+    # Justin's branches: a scale-up under cache pressure, a scale-out without it.
+    before = scale_q11(cluster, namespace, "rec", mode="Recommend", policy="justin")
 
     def session_action() -> str | None:
         decision = (hsp(cluster, namespace, "rec").get("status") or {}).get("lastDecision")
@@ -162,7 +187,7 @@ def test_recommend_patches_nothing_and_a_kubectl_apply_retunes_the_next_decision
     wait_until(lambda: "Recommended" in reasons(cluster, namespace, "rec"), 30,
                "a Recommended event")
     # No cache pressure at these thresholds: Justin lets DS2 scale out instead.
-    deploy(cluster, policy(namespace, "rec", "q11", mode="Recommend",
+    deploy(cluster, policy(namespace, "rec", "q11", mode="Recommend", policy="justin",
                            memory={"cacheHitRateThreshold": 0.1, "stateLatencyThreshold": "1s"}))
     assert wait_until(lambda: session_action() == "scale-out" and "scale-out", 120,
                       "the retuned recommendation")
@@ -189,7 +214,8 @@ def test_kill_9_mid_run_neither_repeats_nor_forgets_a_step(
     controller.proxy_env[HOLD_APPLY_ENV] = str(hold)
     try:
         controller.start()
-        initial = scale_q11(cluster, namespace)["metadata"]["generation"]
+        # Justin takes several steps to q11's target: a step after the resumed one too.
+        initial = scale_q11(cluster, namespace, policy="justin")["metadata"]["generation"]
         wait_until(held.exists, 180, "the first step's patch, held by the test hook")
         committed = hsp(cluster, namespace, "q11")["status"]
         assert committed["step"] == 1 and committed["target"]["step"] == 1

@@ -52,13 +52,14 @@ class Verifier:
     def __init__(self, prometheus: Prometheus, namespace: str, name: str) -> None:
         self.prometheus = prometheus
         self.selector = f'{{namespace="{namespace}",flinkdeployment="{name}"}}'
-        self.samples: list[tuple[float, str, float, float, float]] = []
+        # (time, job id, lastSequence, countMismatches, countsVerified, lastIndex)
+        self.samples: list[tuple[float, str, float, float, float, float]] = []
 
     def sample(self) -> int:
         """Takes one sample per job; returns how many samples there are."""
         rows: dict[str, dict[str, float]] = {}
         for metric, over in (("lastSequence", "max"), ("countMismatches", "sum"),
-                             ("countsVerified", "sum")):
+                             ("countsVerified", "sum"), ("lastIndex", "max")):
             query = f"{over} by (job_id) ({OPERATOR}{metric}{self.selector})"
             for r in self.prometheus.query(query):
                 rows.setdefault(r["metric"]["job_id"], {})[metric] = float(r["value"][1])
@@ -66,19 +67,28 @@ class Verifier:
             if row.get("lastSequence", 0) > 0:  # 0: no record processed yet
                 self.samples.append((time.monotonic(), job_id, row["lastSequence"],
                                      row.get("countMismatches", 0.0),
-                                     row.get("countsVerified", 0.0)))
+                                     row.get("countsVerified", 0.0), row.get("lastIndex", 0.0)))
         return len(self.samples)
 
     def check(self) -> None:
         assert self.samples, "the job's counter metrics were never scraped"
-        assert all(m == 0 for _, _, _, m, _ in self.samples), (
+        assert all(m == 0 for _, _, _, m, _, _ in self.samples), (
             "keyed state was lost: a counter did not continue", self.samples)
-        assert max(v for *_, v in self.samples) > 0, "nothing was verified"
+        assert max(s[4] for s in self.samples) > 0, "nothing was verified"
         # The sequence (rounds over all keys) continues across jobs; it would start over
         # at 1 if a restart had restored nothing.
         by_time = sorted(self.samples)
         for before, after in itertools.pairwise(by_time):
             assert after[2] >= before[2] - 1, ("the job started over", before, after)
+        # Within the first round the sequence cannot tell; the source's position can. A job
+        # restored from a savepoint resumes where the old one stopped, at or past anything
+        # the old one was seen to process (the test's deployments upgrade by savepoint).
+        jobs = list(dict.fromkeys(job for _, job, *_ in by_time))
+        for old, new in itertools.pairwise(jobs):
+            seen = max(s[5] for s in by_time if s[1] == old)
+            resumed = next(s[5] for s in by_time if s[1] == new)
+            assert resumed >= seen, ("a restart restored nothing: the source started over",
+                                     old, seen, new, resumed)
 
 
 @pytest.mark.timeout(1500)
@@ -141,12 +151,20 @@ def test_the_controller_converges_a_real_rocksdb_job_memory_first_keeping_its_st
     assert any(v.get("scaledUp") and v.get("memoryLevel") for v in counter), history
     described = cluster.kubectl("describe", "hsp", "-n", namespace, "state").stdout
     assert "ScaledUp" in described
+    # Each step is priced (savepoint upgrades: the deployment's upgradeMode) and, as the job
+    # ran again before it converged, its downtime observed.
+    enactments = status.get("enactments") or []
+    assert [e["step"] for e in enactments] == [r["step"] for r in history], enactments
+    assert all(e["kind"] == "savepoint" and e["expectedDowntimeS"] > 0
+               and e.get("observedDowntimeS") for e in enactments), enactments
+    assert "Expected Downtime S" in described
     # Each step was a real upgrade: the job id changed, and the last one runs.
     final = cluster.flink(namespace, "state")
     assert final["status"]["jobStatus"]["jobId"] != job
     resources = final["spec"]["flinkConfiguration"][realflink.OPERATOR_RESOURCES_KEY]
     assert '"counter"' in resources
     print("history:", yaml.safe_dump(history))
+    print("enactments:", yaml.safe_dump(enactments))
     print("events:", *events, sep="\n  ")
 
 

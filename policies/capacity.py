@@ -144,12 +144,13 @@ def evaluate(graph: JobGraph, observation: Observation, state: PolicyState,
         p = plans[v.id]
         after = chosen[v.id]
         learning = _surplus_bookkeeping(p, now)
-        if triggered and after != p.current:
+        predicted = _predict(p, after)
+        if triggered and after != p.current and math.isfinite(predicted):
             learning = learning.model_copy(update={
                 "predicted": Prediction(
                     parallelism=after.parallelism, memory_level=after.memory_level,
-                    capacity=_predict(p, after), need=p.need,
-                    hottest_capacity=_predict(p, after) / p.skew.ratio(after.parallelism),
+                    capacity=predicted, need=p.need,
+                    hottest_capacity=predicted / p.skew.ratio(after.parallelism),
                     need_hottest=p.need_hottest),
                 "surplus_since": None, "surplus_peak_need": None})
         elif triggered:
@@ -212,9 +213,14 @@ def point_of(v: Vertex, m: VertexMetrics, time: float) -> CapacityPoint | None:
         service_us=service_us,
         hottest_ratio=min(float(v.parallelism), max(1.0, hottest)),
         miss_ratio=None if theta is None else min(1.0, max(0.0, 1.0 - theta)),
-        cache_accesses_per_record=accesses, state_latency_ns=m.state_latency_ns,
-        state_bytes=m.state_bytes,
+        cache_accesses_per_record=_finite(accesses),
+        state_latency_ns=_finite(m.state_latency_ns), state_bytes=_finite(m.state_bytes),
     )
+
+
+def _finite(value: float | None) -> float | None:
+    """Status is JSON: what is not a finite number is not known."""
+    return value if value is not None and math.isfinite(value) else None
 
 
 def _plan_vertex(graph: JobGraph, v: Vertex, m: VertexMetrics, learning: VertexLearning,
@@ -355,6 +361,9 @@ def _cheapest(v: Vertex, surface: Surface, spread: _Skew, need: float, need_hott
             tpr = surface.capacity(p, level)
             if not tpr > 0:  # NaN or nothing: a degenerate fit says nothing here
                 continue
+            if (level or 0) > (current.memory_level or 0) and tpr < surface.capacity(
+                    p, current.memory_level) * (1 + max(SHORT_BY, 2 * learning.noise)):
+                continue  # more memory for a gain no measurement could confirm: never
             hottest = tpr / spread.ratio(p)
             cost = _cost(v, config, params)
             if tpr >= need and hottest >= need_hottest:

@@ -23,8 +23,8 @@ class ScalingParams:
     policy: Policy = Policy.CAPACITY
     cost: CostSpec = field(default_factory=CostSpec)
     # Expected downtime of one restart when spec.cost.restartDowntime is unset: the
-    # controller's estimate for how the step is enacted (a stop-with-savepoint measured
-    # ~45-50 s on a small real job: docs/flink-plugin.md).
+    # controller fills in its estimate for how the deployment restarts, with its state
+    # (policies/restart_cost.py through controller.realize.restart_downtime_s).
     expected_downtime_s: float = 60.0
     cpu: CpuScaling = field(default_factory=CpuScaling)
     memory: MemoryScaling = field(default_factory=MemoryScaling)

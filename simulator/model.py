@@ -16,9 +16,12 @@ import mmh3
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from policies import restart_cost as rc
 from policies.model import Edge, JobGraph, ShipStrategy, Vertex
+from policies.restart_cost import Enactment, RestartCost
 
-BUILTIN_JOBS = ("q1", "q2", "q3", "q5", "q8", "q11", "read", "write", "update", "read-cliff")
+BUILTIN_JOBS = ("q1", "q2", "q3", "q5", "q8", "q11", "read", "write", "update", "read-cliff",
+                "statejob")
 
 
 class Strict(BaseModel):
@@ -348,11 +351,29 @@ class Scaling(Strict):
 
 
 class Reconfiguration(Strict):
-    """Downtime of a stop-with-savepoint + restore."""
+    """Downtime of a step, by how it is enacted; defaults are policies/restart_cost.py's,
+    measured on real Flink (bench/results/realflink-steps.json), so a twin's step costs
+    what the same step cost the real StateJob."""
 
-    fixed_s: float = Field(15.0, ge=0, description="cancel, schedule, deploy")
-    savepoint_mb_per_s: float = Field(200.0, gt=0)
-    restore_mb_per_s: float = Field(100.0, gt=0)
+    fixed_s: float = Field(rc.START_S, ge=0,
+                           description="a restart: new JobManager and TaskManagers, main()")
+    savepoint_mb_per_s: float = Field(rc.WRITE_MB_PER_S, gt=0,
+                                      description="writing the savepoint (savepoint upgrade)")
+    restore_mb_per_s: float = Field(rc.READ_MB_PER_S, gt=0,
+                                    description="reading the state back (both restarts)")
+    kill_s: float = Field(rc.KILL_S, ge=0,
+                          description="a last-state upgrade's stop: the cluster is killed")
+    in_place_s: float = Field(rc.IN_PLACE_S, ge=0,
+                              description="the adaptive scheduler's rescale, state included")
+
+    def costs(self) -> dict[Enactment, RestartCost]:
+        return {
+            Enactment.SAVEPOINT: RestartCost(self.fixed_s, self.savepoint_mb_per_s,
+                                             self.restore_mb_per_s),
+            Enactment.LAST_STATE: RestartCost(self.fixed_s + self.kill_s, None,
+                                              self.restore_mb_per_s),
+            Enactment.IN_PLACE: RestartCost(self.in_place_s, None, None),
+        }
 
 
 class JobModel(Strict):

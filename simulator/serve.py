@@ -35,6 +35,7 @@ from urllib.parse import parse_qs, urlsplit
 from policies.levels import level_of
 from policies.model import VertexConfig
 from policies.quantity import MIB, parse_flink_memory_bytes
+from policies.restart_cost import Enactment
 from simulator import flink_format as ff
 from simulator.model import JobModel, load_model
 from simulator.twin import BASE_MANAGED_MIB, HEAP_MIB_PER_TASK, NETWORK_MIB_PER_TASK, Twin
@@ -330,7 +331,9 @@ class TwinServer:
             )
             # New TaskManager resources are a stateful upgrade too: savepoint, new pods.
             new_pods = not in_place and task_manager != hosted.task_manager
-            downtime = hosted.twin.apply(config, restart=new_pods)
+            downtime = hosted.twin.apply(
+                config, restart=new_pods,
+                kind=Enactment.IN_PLACE if in_place else Enactment.SAVEPOINT)
             if downtime > 0:
                 now = self.now_ms()
                 running_ms = now + int(1000 * downtime)

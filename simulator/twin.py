@@ -26,6 +26,7 @@ from policies.model import (
     VertexConfig,
     VertexMetrics,
 )
+from policies.restart_cost import Enactment
 from simulator.model import Episodes, JobModel, Operator, vertex_id_for
 from simulator.perf import (
     TaskCost,
@@ -242,15 +243,16 @@ class Twin:
     def running(self) -> bool:
         return self.time >= self.down_until
 
-    def downtime_s(self) -> float:
-        """Savepoint + restore time for the model's state, plus a fixed restart cost."""
-        r = self.model.reconfiguration
-        state_mb = self.model.state_bytes / 1e6
-        seconds = r.fixed_s + state_mb / r.savepoint_mb_per_s + state_mb / r.restore_mb_per_s
-        return seconds * self.downtime_scale
+    def downtime_s(self, kind: Enactment = Enactment.SAVEPOINT) -> float:
+        """The step's downtime for the model's state, enacted as `kind` (the model's
+        `reconfiguration`, by default what real Flink measured; policies/restart_cost.py)."""
+        costs = self.model.reconfiguration.costs()
+        return costs[kind].downtime_s(self.model.state_bytes) * self.downtime_scale
 
-    def apply(self, configuration: Configuration, *, restart: bool = False) -> float:
-        """Restart the job with `configuration` (vertices not named keep theirs).
+    def apply(self, configuration: Configuration, *, restart: bool = False,
+              kind: Enactment = Enactment.SAVEPOINT) -> float:
+        """Restart the job with `configuration` (vertices not named keep theirs), enacted as
+        `kind` (a savepoint upgrade unless said otherwise).
 
         `restart`: restart even if the configuration stays (new TaskManagers, as a
         stateful upgrade of the deployment's resources does). Returns the downtime in
@@ -260,7 +262,7 @@ class Twin:
         self._set(configuration)
         if self._config == before and not restart:
             return 0.0
-        downtime = self.downtime_s()
+        downtime = self.downtime_s(kind)
         self.down_until = self.time + downtime
         self.restarts += 1
         self._reset_counters()

@@ -228,7 +228,19 @@ def collect(
     if problems:
         return MetricsUnavailable("metrics unavailable: " + "; ".join(problems))
     capacity = {vid: _mean(pts) for vid, pts in rows["cache_capacity"].items() if vid in vertices}
-    return Collected(Observation(time=now, window_s=window_s, vertices=vertices), capacity)
+    return Collected(Observation(time=now, window_s=window_s, vertices=vertices), capacity,
+                     checkpoint_bytes(source, q, now))
+
+
+def checkpoint_bytes(source: MetricsSource, q: JobQueries, now: float) -> float | None:
+    """The last completed checkpoint's full size; None when none completed or unknown (it
+    only prices a restart, so a failed query costs no decision)."""
+    try:
+        rows = source.query(q.checkpoint_size, now)
+    except MetricsError:
+        return None
+    values = [float(r["value"][1]) for r in rows if r.get("value")]
+    return values[0] if values and values[0] > 0 else None
 
 
 def _growth(points: Sequence[tuple[float, float]]) -> float:

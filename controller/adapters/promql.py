@@ -23,6 +23,7 @@ CACHE_HIT = OPERATOR + "rocksdb_block_cache_hit"
 CACHE_MISS = OPERATOR + "rocksdb_block_cache_miss"
 # Per column family, either in the name (`<cf>_rocksdb_block_cache_capacity`) or, with
 # column-family-as-variable, as `column_family_rocksdb_block_cache_capacity{column_family=..}`.
+CHECKPOINT_FULL_SIZE = "flink_jobmanager_job_lastCheckpointFullSize"
 CACHE_CAPACITY_NAME = OPERATOR + ".+_rocksdb_block_cache_capacity"
 # RocksDB's live data per column family, named as the capacity is.
 LIVE_DATA_NAME = OPERATOR + ".+_rocksdb_estimate_live_data_size"
@@ -80,6 +81,7 @@ class JobQueries:
     state_bytes: str
     state_latency: str
     operator_ids: str
+    checkpoint_size: str
 
 
 def job_queries(job_id: str, resolution_s: float) -> JobQueries:
@@ -112,4 +114,7 @@ def job_queries(job_id: str, resolution_s: float) -> JobQueries:
             f"({selector(STATE_LATENCY_NAME, job_id, True, 'quantile!=' + quote(''))})"
         ),
         operator_ids=f"count by (task_id, operator_id) ({selector(OPERATOR_RECORDS_IN, job_id)})",
+        # The JobManager's gauge, -1 until a checkpoint completes (full size: incremental
+        # checkpoints report only their increment as lastCheckpointSize).
+        checkpoint_size=f"max({selector(CHECKPOINT_FULL_SIZE, job_id)})",
     )

@@ -134,7 +134,7 @@ class TwinMetrics:
             return MetricsUnavailable(f"metrics unavailable: no samples for {', '.join(missing)}")
         capacity = {vid: self.twin.cost(vid).cache_bytes
                     for vid, m in observation.vertices.items() if m.has_state_backend_metrics}
-        return Collected(observation, capacity)
+        return Collected(observation, capacity, self.twin.model.state_bytes or None)
 
     def operator_ids(self, job_id: str, now: float) -> Mapping[str, Iterable[str]]:
         return {}  # the twin's graph carries its uids already

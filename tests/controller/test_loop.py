@@ -30,6 +30,7 @@ from policies.model import (
     VertexConfig,
     VertexMetrics,
 )
+from policies.restart_cost import Enactment, expected_downtime_s
 from policies.spec import MemoryScaling, TaskFootprint
 
 SOURCE, COUNTER = "a" * 32, "b" * 32
@@ -115,6 +116,7 @@ class FakeMetrics:
     observed: int = 0
     chain_reads: int = 0
     cache_capacity_bytes: dict[str, float] = field(default_factory=dict)
+    checkpoint_bytes: float | None = None
 
     def observe(self, graph: JobGraph, job_id: str, now: float, window_s: float,
                 resolution_s: float) -> Collected | MetricsUnavailable:
@@ -123,7 +125,7 @@ class FakeMetrics:
             return MetricsUnavailable("metrics unavailable: Prometheus unreachable")
         source = VertexMetrics(300, 300, 0, 0, 10_000)
         return Collected(Observation(now, window_s, {SOURCE: source, COUNTER: self.counter}),
-                         self.cache_capacity_bytes)
+                         self.cache_capacity_bytes, self.checkpoint_bytes)
 
     def operator_ids(self, job_id: str, now: float) -> Mapping[str, Iterable[str]]:
         self.chain_reads += 1
@@ -513,3 +515,75 @@ def test_counters_name_the_policy_and_are_forgotten_with_it() -> None:
     telemetry.forget("ns", "metered")
     exposition = telemetry.REGISTRY.collect()
     assert not any(s.labels.get("policy") == "metered" for m in exposition for s in m.samples)
+
+
+def test_a_step_records_its_enactment_expected_then_observed_downtime() -> None:
+    world = World(deployments=FakeDeployments(flink_deployment("last-state")))
+    world.metrics.checkpoint_bytes = 100e6  # a checkpoint completed: last-state can restore it
+    world.run()
+    [planned] = world.store.saved[0].enactments  # committed before the patch
+    assert planned.kind == "last-state" and planned.state_bytes == 100_000_000
+    assert planned.expected_downtime_s == expected_downtime_s(Enactment.LAST_STATE, 100e6)
+    assert planned.applied_time is None
+    [applied] = world.store.last.enactments
+    assert applied.applied_time == T0 and applied.observed_downtime_s is None
+
+    # The operator restarts the job: while it is not back, nothing is observed.
+    assert world.deployments.deployment is not None
+    world.deployments.deployment["status"] = {"lifecycleState": "UPGRADING",
+                                              "jobStatus": {"state": "RESTARTING"}}
+    world.now += 20
+    world.run()
+    assert world.store.last.enactments[-1].observed_downtime_s is None
+    # The JobManager runs the old job still (the operator has not reacted): not yet either.
+    world.deployments.deployment["status"] = {"lifecycleState": "STABLE",
+                                              "jobStatus": {"state": "RUNNING"}}
+    world.now += 5
+    world.run()
+    assert world.store.last.enactments[-1].observed_downtime_s is None
+    # The new job started after the patch and runs: observed, once.
+    world.flink.start_ms = int((T0 + 40) * 1000)
+    world.now += 25
+    world.run()
+    assert world.store.last.enactments[-1].observed_downtime_s == 50.0
+    world.now += 5
+    world.run()
+    assert world.store.last.enactments[-1].observed_downtime_s == 50.0
+
+
+def test_without_a_checkpoint_a_last_state_step_is_priced_as_a_savepoint() -> None:
+    world = World(deployments=FakeDeployments(flink_deployment("last-state")))
+    world.run()
+    [enactment] = world.store.last.enactments
+    assert enactment.kind == "savepoint" and enactment.state_bytes is None
+    assert enactment.expected_downtime_s == expected_downtime_s(Enactment.SAVEPOINT, None)
+
+
+def test_an_adaptive_parallelism_only_step_is_priced_in_place() -> None:
+    world = adaptive_world()
+    world.metrics.checkpoint_bytes = 100e6
+    world.run(policy(taskManager={"realization": "adaptive"}))
+    [enactment] = world.store.last.enactments
+    assert enactment.kind == "in-place"
+    assert enactment.expected_downtime_s == expected_downtime_s(Enactment.IN_PLACE, 100e6)
+
+
+def test_a_policy_weighs_the_measured_restart_downtime_unless_the_spec_says() -> None:
+    seen: list[float] = []
+
+    def spy(*args: Any) -> Any:
+        seen.append(args[3].restart_downtime_s)
+        return evaluate(*args)
+
+    from controller import decide as decide_stage
+    from policies import evaluate
+
+    world = World(deployments=FakeDeployments(flink_deployment("last-state")))
+    world.metrics.checkpoint_bytes = 200e6
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(decide_stage, "evaluate", spy)
+        world.run()
+        assert seen == [expected_downtime_s(Enactment.LAST_STATE, 200e6)]
+        other = World()
+        other.run(policy(cost={"restartDowntime": "5m"}))
+        assert seen[-1] == 300.0

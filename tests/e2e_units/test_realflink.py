@@ -88,3 +88,25 @@ def test_the_rest_proxy_forwards_deployments_it_does_not_run_to_the_twin(
     finally:
         engine.stop()
         twin.shutdown()
+
+
+def test_the_rest_proxy_answers_503_while_a_deployment_is_between_clusters(
+        tmp_path: Path) -> None:
+    """As a Service without ready endpoints: the controller reads JobUnavailable."""
+    import json
+
+    import requests
+
+    engine = realflink.RealFlink(tmp_path).start()
+    try:
+        url = json.loads((tmp_path / realflink.STATE_FILE).read_text())["restUrl"]
+        # Known, but no JobManager (stopping for a savepoint, or the next one starting).
+        engine.deployments[("ns", "state")] = realflink.Deployment(engine, "ns", "state")
+        assert requests.get(f"{url}/ns/state/jobs/overview", timeout=5).status_code == 503
+        reply = requests.get("http://state-rest.ns.svc:8081/jobs/overview",
+                             proxies={"http": url}, timeout=5)
+        assert reply.status_code == 503
+        # Unknown (and no twin to forward to): not found.
+        assert requests.get(f"{url}/ns/other/jobs/overview", timeout=5).status_code == 404
+    finally:
+        engine.stop()

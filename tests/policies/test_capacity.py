@@ -89,11 +89,12 @@ def graph(p: int = 1, level: int | None = 0) -> JobGraph:
                  ship=ShipStrategy.HASH)
 
 
-def run(world: World, rate: float | list[float], windows: int = 30,
-        params: ScalingParams = PARAMS, start: JobGraph | None = None
-        ) -> tuple[JobGraph, list[tuple[int, int | None]], PolicyState]:
-    """Evaluate every window (120 s) for `windows` windows; the steps' configurations."""
-    g, state, steps = start or graph(), PolicyState(), []
+def timed_run(world: World, rate: float | list[float], windows: int = 30,
+              params: ScalingParams = PARAMS
+              ) -> tuple[JobGraph, list[tuple[float, int, int | None]], PolicyState]:
+    """Evaluate every window (120 s) for `windows` windows: each step's time and the
+    counter's configuration after it."""
+    g, state, steps = graph(), PolicyState(), []
     rates = rate if isinstance(rate, list) else [rate] * windows
     for n, r in enumerate(rates):
         now = 120.0 * (n + 1)
@@ -102,8 +103,15 @@ def run(world: World, rate: float | list[float], windows: int = 30,
         if e.decision.reconfigures:
             g = g.with_configuration(e.configuration)
             c = g.vertex("counter")
-            steps.append((c.parallelism, c.memory_level))
+            steps.append((now, c.parallelism, c.memory_level))
     return g, steps, state
+
+
+def run(world: World, rate: float | list[float], windows: int = 30,
+        params: ScalingParams = PARAMS
+        ) -> tuple[JobGraph, list[tuple[int, int | None]], PolicyState]:
+    g, steps, state = timed_run(world, rate, windows, params)
+    return g, [(p, m) for _, p, m in steps], state
 
 
 def oracle(world: World, rate: float, utilization: float = 0.5) -> tuple[int, int]:
@@ -155,15 +163,7 @@ def test_a_scale_down_waits_and_sizes_for_the_peak_over_its_delay() -> None:
     world = World()
     # Converge at 60k, then the load drops to 20k with one spike to 40k mid-delay.
     rates = [60_000.0] * 10 + [20_000.0] * 2 + [40_000.0] + [20_000.0] * 12
-    g, state, times = graph(), PolicyState(), []
-    for n, r in enumerate(rates):
-        now = 120.0 * (n + 1)
-        e = evaluate(g, world.observe(g, r, now), state, PARAMS, now)
-        state = e.state
-        if e.decision.reconfigures:
-            g = g.with_configuration(e.configuration)
-            c = g.vertex("counter")
-            times.append((now, c.parallelism, c.memory_level))
+    _, times, _ = timed_run(world, rates)
     drop = 120.0 * 11
     first_down = next(t for t in times if t[0] >= drop)
     # It waited cpu.scaleDownDelay (300 s) from the first window that wanted it ...
@@ -295,3 +295,23 @@ def test_the_plan_skips_what_fell_short_and_everything_it_dominates() -> None:
     again = evaluate(g, obs, state, PARAMS, 120.0).configuration["counter"]
     assert not (again.parallelism <= chosen.parallelism
                 and (again.memory_level or 0) <= (chosen.memory_level or 0)), (chosen, again)
+
+
+def test_what_it_learns_is_strict_json_also_for_idle_stateless_vertices() -> None:
+    """Status is JSON (no Infinity): an idle source that only loses its managed memory
+    has no capacity to predict."""
+    world = World()
+    g = chain(vertex("src", 1, 0), vertex("counter", 1, 0, max_p=128), ship=ShipStrategy.HASH)
+    state = PolicyState()
+    for n in range(4):
+        now = 120.0 * (n + 1)
+        obs = world.observe(g, 60_000, now)
+        idle = replace(obs, vertices={**obs.vertices, "src": source(1, 60_000)})
+        e = evaluate(g, idle, state, PARAMS, now)
+        state = e.state
+        if e.decision.reconfigures:
+            assert e.configuration["src"].memory_level is None
+            g = g.with_configuration(e.configuration)
+        for learned in state.learned.values():
+            json.dumps(learned.model_dump(mode="json", by_alias=True), allow_nan=False)
+        json.dumps(e.decision.model_dump(mode="json", by_alias=True), allow_nan=False)

@@ -7,7 +7,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from policies.model import VertexConfig
-from simulator.model import Episodes, JobModel, Noise, load_model
+from policies.restart_cost import MEASURED, Enactment, expected_downtime_s
+from simulator.model import Episodes, JobModel, Noise, Reconfiguration, load_model
 from simulator.twin import Twin, paper_resources
 
 
@@ -68,7 +69,8 @@ def test_a_reconfiguration_costs_downtime_growing_with_state_and_lag_drains_afte
 
 
 def test_the_window_during_a_restart_has_no_metrics():
-    model = load_model("q1")
+    # A short restart, so that the 60 s window still holds fresh samples from before it.
+    model = load_model("q1").model_copy(update={"reconfiguration": Reconfiguration(fixed_s=15)})
     twin = Twin(model)
     twin.advance(10)
     downtime = twin.apply({vid(model, "q1-map"): VertexConfig(4, None)})
@@ -245,3 +247,15 @@ def test_overheads_grow_with_parallelism():
         update={"contention": 0.0, "buffer_us": 0.0})})
     assert Twin(linear, configuration={map_: VertexConfig(24, None)}).cost(map_).capacity \
         > per_task[2] * 1.1
+
+
+def test_a_step_costs_what_the_same_enactment_cost_on_real_flink():
+    """The twin's default reconfiguration is the controller's measured cost model."""
+    model = load_model("update")
+    twin = Twin(model)
+    for kind in Enactment:
+        assert twin.downtime_s(kind) == pytest.approx(
+            expected_downtime_s(kind, model.state_bytes), abs=0.05)
+    session = vid(model, "bench-update")
+    assert twin.apply({session: VertexConfig(2, 0)}, kind=Enactment.IN_PLACE) == pytest.approx(
+        MEASURED[Enactment.IN_PLACE].fixed_s)

@@ -20,7 +20,8 @@ import org.apache.flink.streaming.api.functions.sink.v2.DiscardingSink;
  * <p>Record i carries key {@code i mod keys} and sequence {@code i / keys + 1}: every key is visited
  * once per round, so the counter stored for a key must be exactly the sequence before it. Losing
  * keyed state (a restart that did not restore it) shows as {@code countMismatches}; losing the
- * whole job's state shows as {@code lastSequence} starting over.
+ * whole job's state shows as {@code lastIndex} (the source's position) going back, and from the
+ * second round on as {@code lastSequence} starting over.
  */
 public final class StateJob {
     public static final String SOURCE = "events";

@@ -25,6 +25,7 @@ final class VerifyingCounter extends KeyedProcessFunction<Long, Long, Long> {
     private transient Counter mismatches;
     private transient Counter verified;
     private transient long lastSequence;
+    private transient long lastIndex;
 
     VerifyingCounter(long keys, int valueBytes) {
         this.keys = keys;
@@ -38,6 +39,9 @@ final class VerifyingCounter extends KeyedProcessFunction<Long, Long, Long> {
         mismatches = getRuntimeContext().getMetricGroup().counter("countMismatches");
         verified = getRuntimeContext().getMetricGroup().counter("countsVerified");
         getRuntimeContext().getMetricGroup().gauge("lastSequence", () -> lastSequence);
+        // The source's position as this task saw it: a restart that restored nothing starts
+        // over at 0, which lastSequence cannot tell while the first round is not done.
+        getRuntimeContext().getMetricGroup().gauge("lastIndex", () -> lastIndex);
     }
 
     @Override
@@ -57,6 +61,7 @@ final class VerifyingCounter extends KeyedProcessFunction<Long, Long, Long> {
         ByteBuffer.wrap(current).putLong(sequence);
         value.update(current);
         lastSequence = Math.max(lastSequence, sequence);
+        lastIndex = Math.max(lastIndex, index);
         out.collect(sequence);
     }
 }

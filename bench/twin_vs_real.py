@@ -1,0 +1,264 @@
+"""The twin against real Flink (issue 15.7): the same policy steers the repository's StateJob
+on real Flink 1.20 (the e2e stack's real mode, as `make demo FLINK=real`) and its twin
+model (`simulator/jobs/statejob.yaml`, through the controller's own passes as
+`hybrid-scaler simulate` runs them). Prints steps, final configuration, rate and each
+step's downtime side by side, and writes them to JSON.
+
+    python -m bench.twin_vs_real [--seconds 900] [--out bench/results/twin-vs-real.json]
+    python -m bench.twin_vs_real --twin-only [--model FILE.yaml]  # seconds, no Flink
+    python -m bench.twin_vs_real --real-from bench/results/twin-vs-real.json  # the twin
+        # again (say, recalibrated) beside the real run recorded there
+
+The real run takes minutes of both cores (a JobManager and a TaskManager per attempt):
+run it alone. Numbers are printed, never asserted.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+import time
+import uuid
+from pathlib import Path
+from typing import Annotated, Any
+
+import requests
+import typer
+import yaml
+
+from controller.adapters.twin import twin_ports
+from controller.api import Status, parse_policy
+from controller.loop import reconcile
+from e2e import realflink
+from simulator.model import JobModel, load_model
+from simulator.serve import JOB_MODEL_KEY
+from simulator.twin import Twin
+
+NAME = "state"
+REAL = "real Flink 1.20.5"
+COUNTER = "0da08f51eaa85fc298e176a139b3649a"  # Murmur3-128 of uid "counter"
+BASE_MIB = 32.0  # the policy's memory.baseManagedMemory: level 0
+TICK_S = 5.0
+
+
+def _history_steps(status: dict[str, Any]) -> list[dict[str, Any]]:
+    """Each step of a policy status (camelCase, as `kubectl get -o yaml` gives it)."""
+    enactments = {e["step"]: e for e in status.get("enactments") or []}
+    steps = []
+    for record in status.get("history") or []:
+        counter: dict[str, Any] = next(
+            (v for v in record["vertices"] if v["vertexId"] == COUNTER), {})
+        enactment = enactments.get(record["step"], {})
+        steps.append({
+            "step": record["step"], "time": record.get("time"),
+            "counter": {"parallelism": counter.get("parallelism"),
+                        "memoryLevel": counter.get("memoryLevel"),
+                        "scaledUp": counter.get("scaledUp"),
+                        "cacheHitRateBefore": counter.get("cacheHitRate")},
+            "kind": enactment.get("kind"),
+            "expectedDowntimeS": enactment.get("expectedDowntimeS"),
+            "observedDowntimeS": enactment.get("observedDowntimeS"),
+            "stateBytes": enactment.get("stateBytes")})
+    return steps
+
+
+def _final(parallelism: int, level: int | None, rate: float) -> dict[str, Any]:
+    managed = None if level is None else BASE_MIB * 2**level
+    return {"counterParallelism": parallelism, "counterManagedMib": managed,
+            "rate": round(rate, 1)}
+
+
+# ---- the twin ---------------------------------------------------------------------------
+
+def run_twin(model: JobModel, seconds: float, seed: int = 0) -> dict[str, Any]:
+    """The controller's passes on a twin of `model`, with the real run's policy and
+    deployment (managed memory written per operator, fineGrained, Active)."""
+    deployment = realflink.state_job_deployment("twin", NAME)
+    conf = deployment["spec"]["flinkConfiguration"]
+    conf.pop(realflink.ENGINE_KEY)
+    conf[JOB_MODEL_KEY] = model.name
+    deployment["metadata"]["generation"] = 1
+    deployment["status"] = {"lifecycleState": "STABLE", "jobStatus": {"state": "RUNNING"}}
+    twin = Twin(model, seed=seed, base_managed_mib=BASE_MIB)
+    ports, deployments = twin_ports(twin, deployment, base_managed_mib=BASE_MIB)
+    policy = parse_policy(realflink.state_job_policy("twin", NAME, NAME))
+    status, t0 = Status(), twin.time
+    while twin.time - t0 < seconds:
+        twin.advance(TICK_S)
+        status = reconcile(policy, 1, status, ports).status
+    raw = status.model_dump(mode="json", by_alias=True, exclude_none=True)
+    steps = _history_steps(raw)
+    for step, downtime in zip(steps, deployments.downtimes, strict=False):
+        step["twinDowntimeS"] = round(downtime, 1)
+    config = twin.configuration[COUNTER]
+    return {"steps": steps, "final": _final(config.parallelism, config.memory_level,
+                                            twin.achieved_rate(60.0)),
+            "capacityAtLevel": {str(level): round(Twin(
+                model, base_managed_mib=BASE_MIB,
+                configuration={COUNTER: config.__class__(1, level)}).cost(COUNTER).capacity)
+                for level in range(4)}}
+
+
+# ---- real Flink -------------------------------------------------------------------------
+
+def run_real(seconds: float) -> dict[str, Any]:
+    from e2e import stack
+    from e2e.demo import ControllerProcess
+
+    realflink.job_build()
+    info, started = stack.up(echo=lambda line: print(line, flush=True))
+
+    def k(*args: str, stdin: str | None = None) -> str:
+        return stack.kubectl(info.kubeconfig, *args, stdin=stdin).stdout
+
+    def prom(query: str) -> float | None:
+        result = requests.get(f"{info.prometheus_url}/api/v1/query", params={"query": query},
+                              timeout=5).json()["data"]["result"]
+        return float(result[0]["value"][1]) if result else None
+
+    rest_url = json.loads((Path(info.run_dir) / realflink.STATE_FILE).read_text())["restUrl"]
+    namespace = f"twinreal-{uuid.uuid4().hex[:6]}"
+    k("create", "namespace", namespace)
+    controller = None
+    selector = f'namespace="{namespace}",flinkdeployment="{NAME}"'
+    rate_query = ("sum(rate(flink_taskmanager_job_task_operator_numRecordsIn"
+                  f'{{{selector},operator_name="counter"}}[60s]))')
+    samples: list[dict[str, Any]] = []
+    try:
+        k("apply", "-f", "-", stdin=yaml.safe_dump(
+            realflink.state_job_deployment(namespace, NAME)))
+        deadline = time.monotonic() + 600
+        while time.monotonic() < deadline:
+            obj = yaml.safe_load(k("get", "flinkdeployment", "-n", namespace, NAME, "-o",
+                                   "yaml"))
+            if ((obj.get("status") or {}).get("jobStatus") or {}).get("state") == "RUNNING":
+                break
+            time.sleep(3)
+        else:
+            raise TimeoutError("the real job did not start in 10 min")
+        # As the e2e test does: the cliff shows once every key was read back.
+        time.sleep(90)
+        k("apply", "-f", "-", stdin=yaml.safe_dump(
+            realflink.state_job_policy(namespace, NAME, NAME)))
+        log = Path(info.log_dir) / f"controller-{namespace}.log"
+        controller = ControllerProcess(info.controller_kubeconfig, info.prometheus_url,
+                                       stack.proxy_env(rest_url), log,
+                                       namespaces=(namespace,)).start()
+        t0, steady_since = time.monotonic(), None
+        target = float(realflink.STATE_JOB_CONF["hybridscaler.job.rate"])
+        while time.monotonic() - t0 < seconds:
+            rate = prom(rate_query) or 0.0
+            hsp = yaml.safe_load(k("get", "hsp", "-n", namespace, NAME, "-o", "yaml"))
+            status = hsp.get("status") or {}
+            samples.append({"t": round(time.monotonic() - t0), "rate": round(rate, 1),
+                            "step": status.get("step", 0)})
+            print(json.dumps(samples[-1]), flush=True)
+            scaling: dict[str, Any] = next(
+                (c for c in status.get("conditions") or [] if c["type"] == "Scaling"), {})
+            settled = rate >= 0.95 * target and scaling.get("reason") in ("Steady", "Stable")
+            steady_since = (steady_since or time.monotonic()) if settled else None
+            if steady_since is not None and time.monotonic() - steady_since > 90:
+                break
+            time.sleep(TICK_S)
+        described = k("describe", "hsp", "-n", namespace, NAME)
+        print(described, flush=True)
+        hsp = yaml.safe_load(k("get", "hsp", "-n", namespace, NAME, "-o", "yaml"))
+        status = hsp.get("status") or {}
+        counter: dict[str, Any] = next(
+            (o for o in status.get("operators") or [] if o["vertexId"] == COUNTER), {})
+        return {"steps": _history_steps(status), "measured": _measured(samples, counter),
+                "final": _final(int(counter.get("parallelism", 1)), counter.get("memoryLevel"),
+                                prom(rate_query) or 0.0),
+                "operators": status.get("operators"), "samples": samples,
+                "describe": described, "loadAverage": os.getloadavg()}
+    finally:
+        if controller is not None:
+            controller.stop()
+        k("delete", "namespace", namespace, "--wait=false")
+        if started:
+            stack.down()
+
+
+def _measured(samples: list[dict[str, Any]], counter: dict[str, Any]) -> dict[str, float]:
+    """The counter's rate before the first step (achieved: it was the bottleneck) and its
+    true processing rate at the end."""
+    before = sorted(s["rate"] for s in samples if s["step"] == 0)
+    level = counter.get("memoryLevel")
+    found = {}
+    if before:
+        found[f"{BASE_MIB:g} MiB achieved"] = before[len(before) // 2]
+    if counter.get("trueProcessingRate") is not None and level is not None:
+        found[f"{BASE_MIB * 2**level:g} MiB true processing rate"] = counter[
+            "trueProcessingRate"]
+    return found
+
+
+# ---- the table ----------------------------------------------------------------------------
+
+def _describe_steps(steps: list[dict[str, Any]]) -> str:
+    parts = []
+    for s in steps:
+        c = s["counter"]
+        what = "scale-up" if c.get("scaledUp") else "scale-out"
+        level = c.get("memoryLevel")
+        mib = "⊥" if level is None else f"{BASE_MIB * 2**level:g}"
+        parts.append(f"{s['step']}: {what} → p{c.get('parallelism')}, {mib} MiB")
+    return "; ".join(parts) or "none"
+
+
+def table(runs: dict[str, dict[str, Any]]) -> str:
+    names = list(runs)
+    lines = ["| | " + " | ".join(names) + " |", "|---|" + "---|" * len(names)]
+
+    def row(label: str, cell: Any) -> None:
+        lines.append(f"| {label} | " + " | ".join(str(cell(runs[n])) for n in names) + " |")
+
+    row("steps", lambda r: len(r["steps"]))
+    row("the steps (counter)", lambda r: _describe_steps(r["steps"]))
+    row("counter cache hit rate before each step", lambda r: ", ".join(
+        f"{s['counter']['cacheHitRateBefore']:.2f}" for s in r["steps"]
+        if s["counter"].get("cacheHitRateBefore") is not None) or "-")
+    row("final counter", lambda r: f"p{r['final']['counterParallelism']}, "
+                                   f"{r['final']['counterManagedMib']:g} MiB")
+    row("final rate (records/s, last 60 s)", lambda r: f"{r['final']['rate']:,.0f}")
+    row("expected downtime per step (s)", lambda r: ", ".join(
+        str(s.get("expectedDowntimeS")) for s in r["steps"]) or "-")
+    row("downtime per step (s): twin's / observed by the controller", lambda r: ", ".join(
+        str(s.get("twinDowntimeS", s.get("observedDowntimeS"))) for s in r["steps"]) or "-")
+    row("counter capacity at 32 / 64 / 128 / 256 MiB (records/s)", lambda r: " / ".join(
+        f"{c:,}" for c in r["capacityAtLevel"].values()) if "capacityAtLevel" in r else
+        "measured: " + ", ".join(f"{k} {v:,.0f}" for k, v in r.get("measured", {}).items()))
+    return "\n".join(lines)
+
+
+def main(
+    seconds: Annotated[float, typer.Option(help="longest closed-loop run, each side")] = 900,
+    twin_only: Annotated[bool, typer.Option(help="run the twin side only")] = False,
+    model: Annotated[str, typer.Option(help="the twin's job model")] = "statejob",
+    out: Annotated[Path, typer.Option(help="JSON to write (real runs only)")]
+        = Path("bench/results/twin-vs-real.json"),
+    real_from: Annotated[Path | None, typer.Option(
+        help="keep the runs recorded in this JSON; run only the twin (as `--label`)")] = None,
+    label: Annotated[str, typer.Option(help="the twin run's column")] = "twin",
+) -> None:
+    """Run the StateJob's closed loop on the twin (and real Flink) and compare."""
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))  # the `finally` stops the JVMs
+    job = load_model(model)
+    runs: dict[str, dict[str, Any]] = (
+        json.loads(real_from.read_text()) if real_from is not None else {})
+    runs[label] = run_twin(job, seconds)
+    if not twin_only and real_from is None:
+        runs[REAL] = run_real(seconds)
+    runs = {**{k: v for k, v in runs.items() if k != REAL}, **(
+        {REAL: runs[REAL]} if REAL in runs else {})}
+    print(table(runs))
+    if not twin_only:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps(runs, indent=2, default=str) + "\n")
+        print(f"wrote {out}")
+
+
+if __name__ == "__main__":
+    typer.run(main)

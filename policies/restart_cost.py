@@ -1,0 +1,101 @@
+"""What a step costs in downtime: the expected downtime of each way Flink can enact it.
+
+Written once, used by the controller (the expected downtime it records in status and
+hands the policy when `spec.cost.restartDowntime` is unset) and by the twin (its
+reconfiguration model), so both say what real Flink measured.
+
+The three ways, cheapest first (docs/flink-plugin.md, "Measured step costs"):
+
+* `in-place`: the adaptive scheduler's rescale (`PUT /jobs/<id>/resource-requirements`):
+  same JobManager, TaskManagers and job id; only parallelism can change this way.
+* `last-state`: the operator kills the cluster and the new one restores the latest
+  checkpoint (`upgradeMode: last-state`, a completed checkpoint exists).
+* `savepoint`: stop-with-savepoint, a new cluster restores it (`upgradeMode: savepoint`,
+  or last-state without a checkpoint).
+
+Each costs `fixed + state/write + state/read`: the cluster's restart, writing the state
+(only a savepoint writes it during the downtime; a checkpoint was written before) and
+reading it back. The numbers come from `bench/results/realflink-steps.json`
+(`python -m bench.realflink_steps`: StateJob on Flink 1.20.5, local JVMs, 2 shared
+cores under load, NATIVE savepoints):
+
+    savepoint   43.9 s = stop 2.14 s (savepoint of 99.9 MB) + restart 41.8 s (99.9 MB)
+    last-state  49.7 s = stop 0.54 s (kill)                  + restart 49.2 s (144.7 MB)
+    in-place     3.5 s   (same processes; Flink restores the checkpoint itself)
+
+Write: 99.9 MB in 2.14 s = 46.7 MB/s. Read: a NATIVE savepoint and a checkpoint are
+RocksDB's files, copied back as they were copied out, so the same rate (an assumption:
+the restore was not timed apart from the restart). Fixed: what remains of the two
+restarts, 39.6 s and 46.1 s, averaged to 42.8 s. The model is within 3.3 s of each
+measured step (tests/policies/test_restart_cost.py checks it against the JSON); the
+spread between the two restarts, and 20–78 s measured for the same savepoint step in
+e2e runs, is the machine's load, not state. In-place has one point and no state term.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from enum import StrEnum
+from types import MappingProxyType
+
+MB = 1e6  # the bench reports bytes; rates are in MB (10^6 bytes) per second
+
+
+class Enactment(StrEnum):
+    """How a step is enacted by Flink and its operator."""
+
+    IN_PLACE = "in-place"
+    LAST_STATE = "last-state"
+    SAVEPOINT = "savepoint"
+
+
+@dataclass(frozen=True)
+class RestartCost:
+    """Downtime = fixed_s + state/write_mb_per_s + state/read_mb_per_s (None: no such term)."""
+
+    fixed_s: float
+    write_mb_per_s: float | None
+    read_mb_per_s: float | None
+
+    def downtime_s(self, state_bytes: float) -> float:
+        mb = max(0.0, state_bytes) / MB
+        return (self.fixed_s
+                + (mb / self.write_mb_per_s if self.write_mb_per_s else 0.0)
+                + (mb / self.read_mb_per_s if self.read_mb_per_s else 0.0))
+
+
+# Fitted above; the source is bench/results/realflink-steps.json.
+START_S = 42.8  # a new JobManager + TaskManager, the job's main(), RocksDB opening
+WRITE_MB_PER_S = 46.7  # a NATIVE savepoint, taken while stopping
+READ_MB_PER_S = WRITE_MB_PER_S  # restoring it (or a checkpoint): the same files back
+KILL_S = 0.54  # a last-state stop: the cluster is killed
+IN_PLACE_S = 3.5  # the adaptive scheduler's rescale, restore included
+MEASURED: Mapping[Enactment, RestartCost] = MappingProxyType({
+    Enactment.IN_PLACE: RestartCost(IN_PLACE_S, None, None),
+    Enactment.LAST_STATE: RestartCost(START_S + KILL_S, None, READ_MB_PER_S),
+    Enactment.SAVEPOINT: RestartCost(START_S, WRITE_MB_PER_S, READ_MB_PER_S),
+})
+
+
+def expected_downtime_s(kind: Enactment, state_bytes: float | None,
+                        costs: Mapping[Enactment, RestartCost] = MEASURED) -> float:
+    """Seconds the job is expected to stand still when a step is enacted as `kind` with
+    `state_bytes` of state (unknown: counted as none)."""
+    return round(costs[kind].downtime_s(state_bytes or 0.0), 1)
+
+
+def enactment(*, parallelism_only: bool, adaptive_scheduler: bool, upgrade_mode: str,
+              has_checkpoint: bool) -> Enactment:
+    """The cheapest way Flink and its operator can enact a step:
+
+    in place when only parallelism changes and the adaptive scheduler runs the job (the
+    operator >= 1.7 then rescales through the resource-requirements API); otherwise a
+    restart as `spec.job.upgradeMode` says: from the latest checkpoint (`last-state`, if
+    one was completed), else from a savepoint.
+    """
+    if parallelism_only and adaptive_scheduler:
+        return Enactment.IN_PLACE
+    if upgrade_mode == "last-state" and has_checkpoint:
+        return Enactment.LAST_STATE
+    return Enactment.SAVEPOINT

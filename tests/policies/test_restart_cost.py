@@ -1,0 +1,47 @@
+"""The restart cost model: fitted to the measured step costs, and which enactment applies."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from policies.restart_cost import MEASURED, Enactment, enactment, expected_downtime_s
+
+STEPS = Path(__file__).resolve().parents[2] / "bench" / "results" / "realflink-steps.json"
+
+
+def test_the_model_reproduces_every_measured_step() -> None:
+    """The constants are the ones the bench measured: re-measure, and this says to refit."""
+    measured = json.loads(STEPS.read_text())["steps"]
+    assert {s["kind"] for s in measured} == {k.value for k in Enactment}
+    for step in measured:
+        expected = expected_downtime_s(Enactment(step["kind"]), step["stateBytes"])
+        assert expected == pytest.approx(step["downtimeS"], abs=3.5), step
+
+
+def test_downtime_grows_with_state_except_in_place() -> None:
+    small, large = 10e6, 1e9
+    for kind in (Enactment.SAVEPOINT, Enactment.LAST_STATE):
+        assert expected_downtime_s(kind, large) > expected_downtime_s(kind, small)
+    assert expected_downtime_s(Enactment.IN_PLACE, large) == MEASURED[Enactment.IN_PLACE].fixed_s
+    assert expected_downtime_s(Enactment.SAVEPOINT, None) == MEASURED[Enactment.SAVEPOINT].fixed_s
+    # No savepoint to write: from ~25 MB of equal state on, last-state is the cheaper restart.
+    assert (expected_downtime_s(Enactment.LAST_STATE, 100e6)
+            < expected_downtime_s(Enactment.SAVEPOINT, 100e6))
+
+
+@pytest.mark.parametrize(("parallelism_only", "adaptive", "mode", "checkpoint", "kind"), [
+    (True, True, "savepoint", False, Enactment.IN_PLACE),
+    (True, True, "last-state", True, Enactment.IN_PLACE),
+    (False, True, "last-state", True, Enactment.LAST_STATE),
+    (True, False, "last-state", True, Enactment.LAST_STATE),
+    (True, False, "last-state", False, Enactment.SAVEPOINT),  # nothing to restore from
+    (False, False, "savepoint", True, Enactment.SAVEPOINT),
+])
+def test_the_cheapest_enactment_the_deployment_allows(
+        parallelism_only: bool, adaptive: bool, mode: str, checkpoint: bool,
+        kind: Enactment) -> None:
+    assert enactment(parallelism_only=parallelism_only, adaptive_scheduler=adaptive,
+                     upgrade_mode=mode, has_checkpoint=checkpoint) == kind
