@@ -15,7 +15,7 @@ from __future__ import annotations
 import contextlib
 import threading
 
-from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 REGISTRY = CollectorRegistry(auto_describe=True)
 
@@ -44,6 +44,14 @@ DECIDE_SECONDS = Histogram(
 SOLVER_SECONDS = Histogram(
     "hybridscaler_solver_seconds", "Time the packer spent placing tasks",
     buckets=(0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1, 2, 5), registry=REGISTRY,
+)
+WORKERS = Gauge("hybridscaler_workers", "Threads running loop passes (--workers)",
+                registry=REGISTRY)
+# By namespace: shows (and e2e checks) that one tenant holds at most its share of the
+# threads while others wait. A series exists only while the namespace holds a thread.
+WORKERS_BUSY = Gauge(
+    "hybridscaler_workers_busy", "Threads running a loop pass, by the policy's namespace",
+    ["namespace"], registry=REGISTRY,
 )
 
 # The label values each policy's counters have been given, so `forget` can drop its series.

@@ -45,7 +45,8 @@ class ControllerProcess:
 
     def __init__(self, kubeconfig: str, prometheus_url: str, proxy_env: Mapping[str, str],
                  log: Path, namespaces: tuple[str, ...] = (),
-                 allow_prometheus: tuple[str, ...] = ("127.0.0.1/32",)) -> None:
+                 allow_prometheus: tuple[str, ...] = ("127.0.0.1/32",),
+                 extra_args: tuple[str, ...] = ()) -> None:
         """`proxy_env` (`StackInfo.controller_env()`) routes the default `--flink-rest-url`
         (each FlinkDeployment's in-cluster REST Service) to the twin, as cluster DNS would."""
         self.kubeconfig, self.log, self.proxy_env = kubeconfig, log, dict(proxy_env)
@@ -57,6 +58,7 @@ class ControllerProcess:
             *(arg for ns in namespaces for arg in ("--namespace", ns)),
             # Tests and demos give policies Prometheus instances of their own, on loopback.
             *(arg for a in allow_prometheus for arg in ("--allow-prometheus", a)),
+            *extra_args,
         ]
         self.process: subprocess.Popen[bytes] | None = None
 

@@ -163,6 +163,74 @@ def test_two_replicas_peer_cluster_wide() -> None:
     assert term["labelSelector"]["matchLabels"] == selector
 
 
+SHARDED = ["--set", "shards=3", "--set", "replicas=2"]
+
+
+def test_helm_lint_sharded() -> None:
+    assert "0 chart(s) failed" in helm("lint", "--strict", str(CHART), *SHARDED)
+
+
+def test_zero_shards_is_refused() -> None:
+    done = subprocess.run(
+        [HELM, "template", "x", str(CHART), "--set", "shards=0"], capture_output=True, text=True
+    )
+    assert done.returncode != 0 and "shards must be at least 1" in done.stderr
+
+
+@pytest.mark.parametrize("namespaced", [False, True])
+def test_shards_render_one_deployment_each_with_their_index_and_peering(
+        namespaced: bool) -> None:
+    from controller.operator.shard import peering_name
+
+    values = [*SHARDED, *(["--set", f"watchNamespaces={{{','.join(WATCHED)}}}"]
+                          if namespaced else [])]
+    docs = render("hs", "ops", *values)
+    deployments = [d for d in docs if d["kind"] == "Deployment"]
+    assert [d["metadata"]["name"] for d in deployments] == [f"hs-hybrid-scaler-shard-{i}"
+                                                            for i in range(3)]
+    peering_kind = "KopfPeering" if namespaced else "ClusterKopfPeering"
+    peerings = {d["metadata"]["name"] for d in docs if d["kind"] == peering_kind}
+    selectors = []
+    for i, deployment in enumerate(deployments):
+        options = run_options([deployment])
+        assert (options["shard_index"], options["shards"]) == (i, 3)
+        assert options["standalone"] is False and deployment["spec"]["replicas"] == 2
+        # The controller appends the shard to --peering: the chart made that object.
+        assert peering_name(options["peering"], i, 3) in peerings
+        selector = deployment["spec"]["selector"]["matchLabels"]
+        assert selector["hybridscaler.dev/shard"] == str(i)
+        assert deployment["spec"]["template"]["metadata"]["labels"].items() >= selector.items()
+        selectors.append(selector)
+        # A drain keeps one replica of every shard; a standby avoids its own shard's node.
+        budget = [d for d in docs if d["kind"] == "PodDisruptionBudget"
+                  and d["spec"]["selector"]["matchLabels"] == selector]
+        assert len(budget) == 1 and budget[0]["spec"]["minAvailable"] == 1
+        spread = deployment["spec"]["template"]["spec"]["affinity"]["podAntiAffinity"]
+        term = spread["preferredDuringSchedulingIgnoredDuringExecution"][0]["podAffinityTerm"]
+        assert term["labelSelector"]["matchLabels"] == selector
+    assert len(peerings) == 3
+    # The shards share one ServiceAccount and one set of rights, which names every
+    # shard's peering object.
+    assert len([d for d in docs if d["kind"] == "ServiceAccount"]) == 1
+    accounts = {d["spec"]["template"]["spec"]["serviceAccountName"] for d in deployments}
+    assert len(accounts) == 1
+    roles = [d for d in docs if d["kind"] == ("Role" if namespaced else "ClusterRole")]
+    assert len(roles) == (len(WATCHED) if namespaced else 1)
+    for role in roles:
+        named = [set(r["resourceNames"]) for r in role["rules"] if "resourceNames" in r]
+        assert named == [peerings]
+    # The metrics Service selects every shard's pods.
+    service = one(docs, "Service")["spec"]["selector"]
+    assert all(selector.items() >= service.items() for selector in selectors)
+
+
+def test_one_shard_is_the_unsharded_chart() -> None:
+    assert render("hs", "ops", "--set", "shards=1", *VARIANTS["ha"]) == render(
+        "hs", "ops", *VARIANTS["ha"])
+    options = run_options(render("hs", "ops"))
+    assert (options["shard_index"], options["shards"]) == (0, 1)
+
+
 def test_watch_namespaces_gives_roles_and_peerings_per_namespace() -> None:
     docs = render("hs", "ops", *VARIANTS["namespaced-ha"])
     options = run_options(docs)

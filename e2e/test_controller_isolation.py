@@ -10,7 +10,6 @@ tenants' Prometheus URLs on 127.0.0.1 only (the stack runs on loopback).
 from __future__ import annotations
 
 import itertools
-import statistics
 import threading
 import time
 import uuid
@@ -25,6 +24,7 @@ import pytest
 import requests
 import yaml
 from kubernetes import client
+from prometheus_client.parser import text_string_to_metric_families
 
 from e2e.conftest import Cluster, wait_until
 from e2e.demo import ControllerProcess, flink_deployment, policy
@@ -192,9 +192,17 @@ def test_blackhole_tenants_do_not_stall_healthy_ones(
     wait_until(lambda: all(hole.accepted for hole in blackholes), WINDOW_S + 60,
                "every hostile policy dialling its blackhole")
 
+    # No wall-clock bound on a gap (2 shared cores): each healthy policy must decide
+    # `decisions` more times within `observed_resolutions` resolutions (window = 2
+    # resolutions, so a free pool gives ~8). Before issue 16 every thread sat ~90 s in
+    # a hostile pass: a healthy policy decided about once in 100 s. The threads held
+    # are printed: the pool is work-conserving, so the hostile namespace may hold all 8
+    # while no healthy pass waits, and gives them back within one pass budget.
+    decisions, observed_resolutions = 2, 24
     decided: dict[str, list[float]] = {f"ok{i}": [] for i in range(3)}
-    until = time.monotonic() + 75
-    while time.monotonic() < until:
+    held: list[tuple[float, float]] = []  # (hostile, all) threads at each poll
+    until = time.monotonic() + observed_resolutions * RESOLUTION_S
+    while time.monotonic() < until and not all(len(t) > decisions for t in decided.values()):
         for name, times in decided.items():
             last = (hsp(cluster, healthy, name).get("status") or {}).get("lastDecision") or {}
             stamp = last.get("time")
@@ -202,11 +210,13 @@ def test_blackhole_tenants_do_not_stall_healthy_ones(
                 t = float(epoch_seconds(stamp))
                 if not times or times[-1] != t:
                     times.append(t)
+        busy = workers_busy(isolated_controller.metrics())
+        held.append((busy.get(hostile, 0.0), sum(busy.values(), 0.0)))
         time.sleep(1)
     gaps = [b - a for times in decided.values() for a, b in itertools.pairwise(times)]
-    print(f"healthy decision gaps next to 12 blackhole tenants: {sorted(gaps)}")
-    assert len(gaps) >= 6, decided
-    assert statistics.median(gaps) <= WINDOW_S + 1.5 * RESOLUTION_S, sorted(gaps)
+    print(f"healthy decision gaps next to 12 blackhole tenants: {sorted(gaps)}; "
+          f"threads held (hostile, all), max: {max(held)}")
+    assert all(len(times) > decisions for times in decided.values()), decided
     hostile_conditions = [status_of(cluster, hostile, f"h{i:02d}", "MetricsAvailable")
                           for i in range(12)]
     assert all(c.get("status") == "False" for c in hostile_conditions), hostile_conditions
@@ -259,6 +269,14 @@ def test_answer_bodies_never_reach_status_or_events(
                 assert leaked not in status and leaked not in told, (name, leaked)
     finally:
         echo.close()
+
+
+def workers_busy(metrics_text: str) -> dict[str, float]:
+    """The controller's threads in loop passes, by namespace (its own /metrics)."""
+    for family in text_string_to_metric_families(metrics_text):
+        if family.name == "hybridscaler_workers_busy":
+            return {s.labels["namespace"]: s.value for s in family.samples}
+    return {}
 
 
 def unavailable(cluster: Cluster, namespace: str, name: str) -> bool:

@@ -20,6 +20,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import TypeVar
 
+from controller import telemetry
 from controller.adapters import outbound
 
 T = TypeVar("T")
@@ -45,6 +46,7 @@ class FairPool:
         self.executor = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="loop")
         self.running: dict[str, int] = {}
         self.waiting: OrderedDict[str, deque[asyncio.Future[None]]] = OrderedDict()
+        telemetry.WORKERS.set(workers)
 
     def share(self) -> int:
         contending = len(set(self.running) | set(self.waiting))
@@ -91,6 +93,9 @@ class FairPool:
         self.running[namespace] -= 1
         if not self.running[namespace]:
             del self.running[namespace]
+            telemetry.WORKERS_BUSY.remove(namespace)
+        else:
+            telemetry.WORKERS_BUSY.labels(namespace).set(self.running[namespace])
         self._grant()
 
     def _grant(self) -> None:
@@ -110,6 +115,7 @@ class FairPool:
             if future.cancelled():
                 continue
             self.running[namespace] = self.running.get(namespace, 0) + 1
+            telemetry.WORKERS_BUSY.labels(namespace).set(self.running[namespace])
             future.set_result(None)
 
 

@@ -27,6 +27,7 @@ from controller.adapters.kube import KopfEvents, KubeDeployments, KubeStatusStor
 from controller.adapters.outbound import AllowList
 from controller.adapters.prometheus import Prometheus, PrometheusMetrics, RefusedMetrics
 from controller.loop import reconcile
+from controller.operator import shard
 from controller.operator.fairness import FairPool, pass_budget
 from controller.operator.settings import PROMETHEUS_CLIENTS, RUNTIME, configure
 from controller.ports import Ports
@@ -84,10 +85,34 @@ def ports_for(body: Mapping[str, Any], store: KubeStatusStore) -> Ports:
     )
 
 
+def in_shard(namespace: str | None, **_: Any) -> bool:
+    """kopf's filter: only this process' shard gets a daemon (and its finalizer)."""
+    return shard.shard_of(namespace or "", RUNTIME.shards) == RUNTIME.shard_index
+
+
+def drop_stale_finalizers(meta: Mapping[str, Any], namespace: str, name: str) -> None:
+    """Remove the finalizers a previous sharding left (each tested, so a concurrent
+    change of the list fails the patch instead of removing the wrong entry)."""
+    finalizers = list(meta.get("finalizers") or [])
+    stale = set(shard.stale_finalizers(finalizers, RUNTIME.shard_index, RUNTIME.shards))
+    if not stale:
+        return
+    ops: list[dict[str, Any]] = []
+    for i in reversed(range(len(finalizers))):
+        if finalizers[i] in stale:
+            path = f"/metadata/finalizers/{i}"
+            ops += [{"op": "test", "path": path, "value": finalizers[i]},
+                    {"op": "remove", "path": path}]
+    _objects().patch_namespaced_custom_object(
+        api.GROUP, api.VERSION, namespace, api.PLURAL, name, ops,
+        _content_type="application/json-patch+json")
+    log.info("%s/%s: removed finalizers of other shards: %s", namespace, name, sorted(stale))
+
+
 kopf.on.startup()(configure)
 
 
-@kopf.daemon(api.GROUP, api.VERSION, api.PLURAL, cancellation_timeout=10.0)
+@kopf.daemon(api.GROUP, api.VERSION, api.PLURAL, cancellation_timeout=10.0, when=in_shard)
 async def policy_loop(body: kopf.Body, meta: kopf.Meta, namespace: str | None, name: str | None,
                       stopped: kopf.DaemonStopped, **_: Any) -> None:
     key = f"{namespace}/{name}"
@@ -98,6 +123,13 @@ async def policy_loop(body: kopf.Body, meta: kopf.Meta, namespace: str | None, n
     try:
         while not stopped:
             resolution = UNPARSED_PERIOD_S
+            if shard.stale_finalizers(meta.get("finalizers") or [], RUNTIME.shard_index,
+                                      RUNTIME.shards):
+                try:
+                    await _pool().run(namespace or "default", drop_stale_finalizers, meta,
+                                      namespace or "default", name or "")
+                except Exception as e:  # the list changed meanwhile: next pass tries again
+                    log.warning("%s: could not remove other shards' finalizers: %s", key, e)
             try:
                 policy = api.parse_policy(dict(body))
                 resolution = policy.spec.metrics.resolution

@@ -44,6 +44,13 @@ def run(
     prometheus_token_file: Annotated[str | None, typer.Option(
         help="file holding a bearer token for the default Prometheus (re-read per request)")]
         = None,
+    shard_index: Annotated[int, typer.Option(
+        envvar="HYBRID_SCALER_SHARD_INDEX",
+        help="serve the policies of namespaces whose murmur3 hash mod --shards is this")] = 0,
+    shards: Annotated[int, typer.Option(
+        envvar="HYBRID_SCALER_SHARDS",
+        help="controller processes (chart: Deployments) the policies are split between; "
+        "peering, the finalizer and Events are per shard")] = 1,
     verbose: Annotated[bool, typer.Option("--verbose", "-v")] = False,
 ) -> None:
     """Run the controller: one loop per HybridScalingPolicy, until interrupted."""
@@ -52,7 +59,13 @@ def run(
 
     import controller.operator.handlers  # noqa: F401  (registers the handlers)
     from controller import telemetry
+    from controller.operator import shard
     from controller.operator.settings import RUNTIME
+
+    try:
+        shard.check(shard_index, shards)
+    except ValueError as e:
+        raise typer.BadParameter(str(e)) from e
 
     logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -67,6 +80,7 @@ def run(
     RUNTIME.allowed_prometheus = list(allow_prometheus or [])
     RUNTIME.prometheus_ca_file = prometheus_ca_file
     RUNTIME.prometheus_token_file = prometheus_token_file
+    RUNTIME.shard_index, RUNTIME.shards = shard_index, shards
     RUNTIME.hold_apply_dir = os.environ.get(HOLD_APPLY_ENV) or None  # tests only
     telemetry.serve(metrics_port)
     kopf.run(

@@ -14,11 +14,12 @@ import socket
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from controller.operator import shard
+
 if TYPE_CHECKING:
     import kopf
 
-PREFIX = "hybridscaler.dev"
-FINALIZER = f"{PREFIX}/finalizer"
+PREFIX = "hybridscaler.dev"  # of kopf's annotations; its finalizer: controller/operator/shard.py
 DEFAULT_FLINK_REST = "http://{name}-rest.{namespace}.svc:8081"
 # Prometheus clients kept (one per distinct URL); the least recently used is dropped.
 PROMETHEUS_CLIENTS = 64
@@ -45,6 +46,10 @@ class Runtime:
     prometheus_ca_file: str | None = None  # PEM bundle; None: the system's CAs
     prometheus_token_file: str | None = None  # bearer token for the default Prometheus
     pass_budget_max_s: float = 60.0  # cap on a pass's outbound budget (0.8 × resolution)
+    # This process serves the policies of namespaces hashing to shard_index (of shards);
+    # see controller/operator/shard.py.
+    shard_index: int = 0
+    shards: int = 1
     hold_apply_dir: str | None = None  # TEST ONLY, from $HYBRID_SCALER_TEST_HOLD_APPLY
 
 
@@ -63,16 +68,19 @@ def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
     settings.posting.level = logging.WARNING
     # `kubectl describe` shows "From hybrid-scaler/<pod>", not kopf's "kopf/dev".
     settings.posting.reporting_component = "hybrid-scaler"
-    settings.posting.reporting_instance = socket.gethostname()
+    # With shards, Events also say which shard decided (one host may run several).
+    settings.posting.reporting_instance = "/".join(
+        filter(None, (socket.gethostname(), shard.identity(RUNTIME.shard_index, RUNTIME.shards))))
     settings.posting.event_name_prefix = "hybrid-scaler-"
-    settings.persistence.finalizer = FINALIZER
+    settings.persistence.finalizer = shard.finalizer(RUNTIME.shard_index, RUNTIME.shards)
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=PREFIX)
     settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
         prefix=PREFIX, key="last-handled-configuration"
     )
     # Two replicas, one active: the peering object elects it; without the
     # KopfPeering CRD (or with --standalone) the operator runs alone.
-    settings.peering.name = RUNTIME.peering
+    settings.peering.name = shard.peering_name(RUNTIME.peering, RUNTIME.shard_index,
+                                               RUNTIME.shards)
     settings.peering.standalone = RUNTIME.standalone
     settings.peering.mandatory = False
     settings.peering.clusterwide = not RUNTIME.namespaces

@@ -185,6 +185,30 @@ def test_a_contended_pool_splits_the_workers() -> None:
     assert asyncio.run(scenario()) == {"hostile": 4, "healthy": 4}
 
 
+def test_the_busy_gauge_follows_the_pool() -> None:
+    from controller import telemetry
+
+    def busy() -> dict[str, float]:
+        return {s.labels["namespace"]: s.value
+                for s in telemetry.WORKERS_BUSY.collect()[0].samples
+                if s.labels["namespace"].startswith("gauge-")}  # other tests' pools
+
+    async def scenario() -> list[dict[str, float]]:
+        pool = FairPool(8)
+        _queue(pool, "gauge-hostile", 12)
+        _queue(pool, "gauge-healthy", 1)
+        pool._grant()
+        seen = [busy()]
+        pool._release("gauge-healthy")
+        seen.append(busy())
+        pool.executor.shutdown()
+        return seen
+
+    assert asyncio.run(scenario()) == [
+        {"gauge-hostile": 4, "gauge-healthy": 1}, {"gauge-hostile": 8}]
+    assert telemetry.WORKERS._value.get() == 8
+
+
 def _budget() -> float | None:
     d = outbound.PASS_DEADLINE.get()
     return None if d is None else d.budget_s

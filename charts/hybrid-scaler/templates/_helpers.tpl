@@ -65,3 +65,33 @@ helm.sh/chart: {{ include "hybrid-scaler.chart" . }}
 {{- define "hybrid-scaler.peered" -}}
 {{- if gt (int .Values.replicas) 1 }}true{{- end }}
 {{- end }}
+
+{{/* Shards (values.shards): the Deployment of shard i (list root i); unsharded, the plain name. */}}
+{{- define "hybrid-scaler.shardName" -}}
+{{- $root := index . 0 }}{{- $shard := index . 1 }}
+{{- if gt (int $root.Values.shards) 1 }}
+{{- printf "%s-shard-%d" (include "hybrid-scaler.fullname" $root) $shard }}
+{{- else }}
+{{- include "hybrid-scaler.fullname" $root }}
+{{- end }}
+{{- end }}
+
+{{/* The label telling shards' pods apart (list root i); none when unsharded, so the
+selector of an existing single Deployment does not change. */}}
+{{- define "hybrid-scaler.shardLabel" -}}
+{{- $root := index . 0 }}{{- $shard := index . 1 }}
+{{- if gt (int $root.Values.shards) 1 }}
+hybridscaler.dev/shard: {{ $shard | quote }}
+{{- end }}
+{{- end }}
+
+{{/* The peering of shard i (list root i): the controller appends -shard-<i> to
+--peering when sharded (controller/operator/shard.py, peering_name). */}}
+{{- define "hybrid-scaler.shardPeeringName" -}}
+{{- $root := index . 0 }}{{- $shard := index . 1 }}
+{{- if gt (int $root.Values.shards) 1 }}
+{{- printf "%s-shard-%d" (include "hybrid-scaler.peeringName" $root) $shard }}
+{{- else }}
+{{- include "hybrid-scaler.peeringName" $root }}
+{{- end }}
+{{- end }}
