@@ -165,7 +165,7 @@ def explain(
                                               help="recorded time, policy, graph, observation")],
     as_json: Annotated[bool, typer.Option("--json", help="print the decision as JSON")] = False,
 ) -> None:
-    """Run one scaling step (DS2, then Justin) on a recorded observation and explain it."""
+    """Run one scaling step of spec.policy on a recorded observation and explain it."""
     try:
         rec = load_recording(recording)
         spec = rec.spec()

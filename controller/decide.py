@@ -1,4 +1,4 @@
-"""Decide: DS2 then Justin on the collected window, and the step as `status.target`.
+"""Decide: spec.policy on the collected window, and the step as `status.target`.
 
 `decide` runs the core (`policies.evaluate`) with the history from status and
 records the decision in every mode. `commit` turns an Active step that the

@@ -84,7 +84,7 @@ def one_pass(policy: HybridScalingPolicy, generation: int | None, status: Status
             try:
                 seen = gate(run)  # mode, FlinkDeployment (its uid), job, waiting rule
                 graph, collected = collect(run, seen)  # job graph, one metrics window
-                evaluation = decide(run, graph, collected)  # DS2 then Justin
+                evaluation = decide(run, graph, collected)  # spec.policy
                 placed = place(run, graph, evaluation)  # TaskManagers; Recommend stops here
                 commit(run, graph, collected, evaluation, placed)  # status.target, saved
             except Stop as stop:
