@@ -81,7 +81,6 @@ class _Plan:
     need_hottest: float  # ... and that its busiest subtask must keep up with
     current: VertexConfig
     best: VertexConfig
-    capacity: float  # predicted TPR at `best`
     hottest_now: float  # the busiest subtask's utilization now (target / its capacity)
     deficit: bool
     surplus: bool  # `best` is cheaper and enough for the peak need with margin
@@ -213,14 +212,10 @@ def point_of(v: Vertex, m: VertexMetrics, time: float) -> CapacityPoint | None:
         service_us=service_us,
         hottest_ratio=min(float(v.parallelism), max(1.0, hottest)),
         miss_ratio=None if theta is None else min(1.0, max(0.0, 1.0 - theta)),
-        cache_accesses_per_record=_finite(accesses),
-        state_latency_ns=_finite(m.state_latency_ns), state_bytes=_finite(m.state_bytes),
+        cache_accesses_per_record=explain.finite(accesses),
+        state_latency_ns=explain.finite(m.state_latency_ns),
+        state_bytes=explain.finite(m.state_bytes),
     )
-
-
-def _finite(value: float | None) -> float | None:
-    """Status is JSON: what is not a finite number is not known."""
-    return value if value is not None and math.isfinite(value) else None
 
 
 def _plan_vertex(graph: JobGraph, v: Vertex, m: VertexMetrics, learning: VertexLearning,
@@ -230,7 +225,7 @@ def _plan_vertex(graph: JobGraph, v: Vertex, m: VertexMetrics, learning: VertexL
     current = VertexConfig(v.parallelism, v.memory_level)
     anchor = learning.point(v.parallelism, v.memory_level)
     none = _Skew(1.0, v.parallelism, 0, MappingProxyType({}))
-    keep = _Plan(v, m, learning, None, none, 0.0, 0.0, 0.0, current, current, math.inf, 0.0, False,
+    keep = _Plan(v, m, learning, None, none, 0.0, 0.0, 0.0, current, current, 0.0, False,
                  False, False, "")
     if cpu.excludes(v.id, v.operator_uids):
         return replace(keep, note="excluded from scaling")
@@ -263,7 +258,7 @@ def _plan_vertex(graph: JobGraph, v: Vertex, m: VertexMetrics, learning: VertexL
     margin = 1.0 if deficit else 1.0 + 2.0 * learning.noise
     need = max(rate, learning.surplus_peak_need or 0.0) * margin
     hottest_u = max(cpu.utilization_target, high_u / (1.0 + 3.0 * learning.noise))
-    best, capacity, limited = _cheapest(v, surface, spread, need / cpu.utilization_target,
+    best, limited = _cheapest(v, surface, spread, need / cpu.utilization_target,
                                         need / hottest_u, learning, params,
                                         above=current if deficit else None)
     cost_best, cost_now = _cost(v, best, params), _cost(v, current, params)
@@ -273,7 +268,7 @@ def _plan_vertex(graph: JobGraph, v: Vertex, m: VertexMetrics, learning: VertexL
         note = (f"busiest subtask carries {spread.hot_share:.0%} of the load it cannot split: "
                 f"scaling out stops at {best.parallelism} (skew)")
     return _Plan(v, m, learning, surface, spread, rate, need / cpu.utilization_target,
-                 need / hottest_u, current, best, capacity, hottest_now, deficit, surplus,
+                 need / hottest_u, current, best, hottest_now, deficit, surplus,
                  limited, note)
 
 
@@ -342,7 +337,7 @@ def _parallelisms(v: Vertex, params: ScalingParams) -> list[int]:
 
 def _cheapest(v: Vertex, surface: Surface, spread: _Skew, need: float, need_hottest: float,
               learning: VertexLearning, params: ScalingParams, above: VertexConfig | None = None
-              ) -> tuple[VertexConfig, float, bool]:
+              ) -> tuple[VertexConfig, bool]:
     """The cheapest configuration that reaches `need` and whose busiest subtask reaches
     `need_hottest`. Failing any, the busiest subtask cannot keep up (a hot key, or the
     bounds): the cheapest configuration that reaches `need` and `PLATEAU` of the most the
@@ -373,14 +368,14 @@ def _cheapest(v: Vertex, surface: Surface, spread: _Skew, need: float, need_hott
                 break  # more tasks at this level only cost more
             short.append((hottest, tpr >= need, cost, config, tpr))
     if best is not None:
-        return best[2], best[3], False
+        return best[2], False
     if not short:  # every candidate fell short before: keep what runs
-        return current, surface.capacity(current.parallelism, current.memory_level), False
+        return current, False
     top = max(h for h, *_ in short)
     plateau = [x for x in short if x[0] >= PLATEAU * top]
     enough = [x for x in plateau if x[1]] or plateau
-    _, _, _, config, tpr = min(enough, key=lambda x: (x[2], x[3] != current))
-    return config, tpr, spread.hot_share > 0
+    config = min(enough, key=lambda x: (x[2], x[3] != current))[3]
+    return config, spread.hot_share > 0
 
 
 def _cost(v: Vertex, config: VertexConfig, params: ScalingParams) -> float:
