@@ -193,7 +193,8 @@ def record(run: Run, realized: Realized | None) -> Pass:
         run.outcome = "resumed" if applying else "reapplied"
         if applying:
             run.event("Normal", Reason.RESUMED,
-                      f"step {target.step} was committed but not applied before a restart; "
+                      f"step {target.step} was committed but not applied by the pass that "
+                      f"committed it (a restart, or another replica); "
                       f"applied {', '.join(applied)}")
         else:
             run.event("Normal", Reason.REAPPLIED,

@@ -569,6 +569,11 @@ def _start(tools: Tools, crd: Path, run_dir: Path, logs: Path,
         "--manage-all-nodes=false",
         "--manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake",
         "--node-ip=127.0.0.1", "--cidr=10.244.0.1/16",
+        # Renew node leases as a kubelet does (every 10 s). Without them kwok's status
+        # heartbeat (~55 s apart) outlives the node monitor's 50 s grace: every node
+        # flapped NotReady each minute, the node controller marked its pods NotReady,
+        # and kwok never marks a pod Ready again once it has an IP (a helm --wait hung).
+        "--node-lease-duration-seconds=40",
         f"--config={_write_kwok_config(run_dir)}",
     ])
     # The stand-in retries the API server and the CRD; start it early.

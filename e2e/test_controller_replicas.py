@@ -111,7 +111,11 @@ def test_two_active_replicas_write_one_history(
     logs = [p.log.read_text() for p in replicas]
     assert all("q11" in log for log in logs)
     assert sum(log.count("status changed under pass") for log in logs) >= 1
-    assert "Resumed" not in [r for r, _ in events(cluster, namespace, "q11")]
+    # A replica may finish the other's committed step (`Resumed`) when it reads the
+    # status between that step's commit and its patch. That is the same target, applied
+    # once (the generation check above): it must name a step of the one history.
+    resumed = [m for r, m in events(cluster, namespace, "q11") if r == "Resumed"]
+    assert all(int(m.split()[1]) in first for m in resumed), resumed
 
 
 def test_a_status_write_from_an_old_resource_version_conflicts(
