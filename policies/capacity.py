@@ -104,6 +104,7 @@ def evaluate(graph: JobGraph, observation: Observation, state: PolicyState,
                                    catch_up[v.id], high_u, params, now)
 
     deficits = [p for p in plans.values() if p.deficit]
+    ready: list[_Plan] = []
     cost_now = sum(_cost(p.vertex, p.current, params) for p in plans.values())
     if deficits:
         chosen = {vid: (p.best if p.deficit or _rides_along(p, params, now) else p.current)
@@ -142,7 +143,9 @@ def evaluate(graph: JobGraph, observation: Observation, state: PolicyState,
     for v in graph.vertices:
         p = plans[v.id]
         after = chosen[v.id]
-        learning = _surplus_bookkeeping(p, now)
+        # Every waiting vertex starts over together, so the next full wait can take them
+        # in one restart rather than one at a time.
+        learning = _surplus_bookkeeping(p, now, restart_wait=not triggered and bool(ready))
         predicted = _predict(p, after)
         if triggered and after != p.current and math.isfinite(predicted):
             learning = learning.model_copy(update={
@@ -399,15 +402,20 @@ def _rides_along(p: _Plan, params: ScalingParams, now: float) -> bool:
     return p.best != p.current
 
 
-def _surplus_bookkeeping(p: _Plan, now: float) -> VertexLearning:
-    """Start, extend or end the scale-down wait; keep the highest need seen during it."""
+def _surplus_bookkeeping(p: _Plan, now: float, restart_wait: bool = False) -> VertexLearning:
+    """Start, extend or end the scale-down wait; keep the highest need seen during it.
+
+    A wait that ran its full delay without a step (the saving did not pay the restart
+    back) starts over from now: the peak is the need over the last delay, not since the
+    surplus began, or a load that dropped further after a transient would never count.
+    """
     learning = p.learning
     if not p.surplus:
         return learning.model_copy(update={"surplus_since": None, "surplus_peak_need": None})
-    peak = max(learning.surplus_peak_need or 0.0, p.rate)
+    if restart_wait or learning.surplus_since is None:
+        return learning.model_copy(update={"surplus_since": now, "surplus_peak_need": p.rate})
     return learning.model_copy(update={
-        "surplus_since": learning.surplus_since if learning.surplus_since is not None else now,
-        "surplus_peak_need": peak})
+        "surplus_peak_need": max(learning.surplus_peak_need or 0.0, p.rate)})
 
 
 def _predict(p: _Plan, config: VertexConfig) -> float:

@@ -176,6 +176,22 @@ def test_a_scale_down_waits_and_sizes_for_the_peak_over_its_delay() -> None:
     assert (last[1], last[2]) != (first_down[1], first_down[2])
 
 
+def test_a_wait_that_did_not_pay_back_starts_over_and_forgets_its_old_peak() -> None:
+    """A small drop whose saving cannot pay a restart back, then a large one: the peak
+    that sizes the scale-down is the need over the last delay, not since the surplus
+    began, or the job would keep the small drop's configuration for ever."""
+    world = World()
+    rates = [60_000.0] * 10 + [54_000.0] * 6 + [20_000.0] * 14
+    # A 10-minute restart (a large state): a sixth fewer tasks does not pay it back.
+    slow = replace(PARAMS, expected_downtime_s=600.0)
+    _, times, _ = timed_run(world, rates, params=slow)
+    small_drop, large_drop = 120.0 * 11, 120.0 * 17
+    assert not [t for t in times if small_drop <= t[0] < large_drop], times
+    last = times[-1]
+    assert last[0] > large_drop, times
+    assert world.counter(last[1], last[2], 20_000).busyness <= 0.6, times
+
+
 def test_a_configuration_that_fell_short_is_never_chosen_again() -> None:
     """State latency overstates what a miss costs (40x): the prior promises a big gain
     from memory, the first jump falls short, and the policy never returns to it (or to
