@@ -11,9 +11,9 @@ REST API, collects metrics with its RestApiMetricsCollector and rescales in plac
 endpoint per job, the adaptive scheduler, the twin's clock `--time-scale` times faster than
 the wall clock, and upstream's clock follows it. Our side runs `simulate`'s closed loop
 (`controller.simulate.run`, the controller's pass) on the same job models for the same
-virtual time: DS2, and Justin
-(DS2 + memory scaling, the best policy we have); the oracle is the physical limit, not a
-policy. Every row is measured the same way (`simulator.results`' definitions): reconfigurations,
+virtual time: DS2, Justin (DS2 + memory scaling) and capacity (the default: a learned
+capacity surface, planned by cost); the oracle is the physical limit, not a policy.
+Every row is measured the same way (`simulator.results`' definitions): reconfigurations,
 time to target, final configuration, cores and memory as the paper counts them, peak lag.
 Writes bench/results/peer.json; `--update-doc` rewrites the table in docs/simulator.md and
 README.md.
@@ -338,7 +338,7 @@ def main(argv: list[str] | None = None) -> int:
         model = load_model(job)
         rows = {"flink-autoscaler": entry(upstream[job])}
         if not args.no_ours:
-            for policy in ("ds2", "justin"):
+            for policy in ("ds2", "justin", "capacity"):
                 rows[policy] = entry(run(model, policy, duration_s, seed=args.seed))
             best = oracle(model)
             rows["oracle"] = {**best.as_json(), "final": describe(model, best.configuration)}
