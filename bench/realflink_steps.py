@@ -3,6 +3,7 @@ savepoint upgrade, a last-state upgrade and an in-place rescale (adaptive schedu
 the repository's StateJob run by e2e/realflink.py (no Kubernetes needed).
 
     python -m bench.realflink_steps [--keys 100000] [--rate 1500] [--out FILE.json]
+        [--job-module DIR]   (a copy of flink-job/ built with -P flink-2: Flink 2.x)
 
 Downtime: from the request until every task of the new job is RUNNING (what the stand-in
 reports as the step's `downtimeS`). Catch-up: from then until the source's backlog is
@@ -71,8 +72,16 @@ def main(
     warmup_s: Annotated[float, typer.Option(help="run this long before the first step")] = 90,
     out: Annotated[Path, typer.Option(help="JSON to write")]
         = Path("bench/results/realflink-steps.json"),
+    job_module: Annotated[Path | None, typer.Option(
+        help="the job module whose target/ to run (default flink-job/)")] = None,
 ) -> None:
     """Measure the three ways a step can be enacted on real Flink."""
+    if job_module is not None:
+        realflink.JOB_MODULE = job_module.resolve()
+    classpath, _ = realflink.job_build()
+    runtime = next((p for p in classpath.split(os.pathsep)
+                    if Path(p).name.startswith("flink-runtime-")), "flink-runtime-?.jar")
+    flink = Path(runtime).name.removeprefix("flink-runtime-").removesuffix(".jar")
     # SIGTERM too runs the `finally` below, which stops every JVM this run started.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))
     run_dir = Path(tempfile.mkdtemp(prefix="realflink-steps-"))
@@ -109,7 +118,7 @@ def main(
             time.sleep(30)
     finally:
         engine.stop()
-    doc = {"description": "step costs of StateJob on real Flink 1.20.5 (local JVMs, 2 shared "
+    doc = {"description": f"step costs of StateJob on real Flink {flink} (local JVMs, 2 shared "
                           "cores); downtime: request to all tasks RUNNING; catch-up: then "
                           "until the backlog is under 1 s of arrivals",
            "keys": keys, "valueBytes": 1000, "rate": rate, "managedMb": managed_mb,

@@ -90,7 +90,8 @@ def commit(run: Run, graph: JobGraph, collected: Collected, evaluation: Evaluati
         collected.checkpoint_bytes,
     ).model_copy(update={"placement": placed.status(), "target": as_target(decision.step, fields)})
     run.condition(ConditionType.SCALING, True, Reason.RECONFIGURING,
-                  f"step {decision.step}: applying to FlinkDeployment {run.target}")
+                  f"step {decision.step}: applying to FlinkDeployment {run.target} "
+                  f"{run.status.enactments[-1].describe()}")
     run.save()
     run.decision = decision
 

@@ -29,7 +29,12 @@ from policies.decision import epoch_seconds
 from policies.levels import level_of, managed_mib
 from policies.model import Configuration, JobGraph
 from policies.quantity import MIB, parse_flink_memory_bytes
-from policies.restart_cost import Enactment, enactment, expected_downtime_s
+from policies.restart_cost import (
+    Enactment,
+    enactment,
+    expected_downtime_s,
+    last_state_downtime_s,
+)
 
 FIELD_MANAGER = "hybrid-scaler"
 FLINK_GROUP, FLINK_VERSION, FLINK_PLURAL = "flink.apache.org", "v1beta1", "flinkdeployments"
@@ -252,7 +257,8 @@ def with_enactment(status: Status, step: int, deployment: Mapping[str, Any],
     entry = StepEnactment(
         step=step, kind=kind.value,
         state_bytes=None if state_bytes is None else round(state_bytes),
-        expected_downtime_s=expected_downtime_s(kind, state_bytes))
+        expected_downtime_s=expected_downtime_s(kind, state_bytes),
+        last_state_downtime_s=last_state_downtime_s(kind, state_bytes))
     kept = tuple(e for e in status.enactments if e.step != step)
     return status.model_copy(update={"enactments": (*kept, entry)[-ENACTMENTS_LIMIT:]})
 

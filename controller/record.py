@@ -201,9 +201,11 @@ def record(run: Run, realized: Realized | None) -> Pass:
                       f"the FlinkDeployment differed from step {target.step} in "
                       f"{', '.join(applied)}; applied it again")
     if applying and target is not None and realized is not None:
+        how = next((f", {e.describe()}" for e in run.status.enactments
+                    if e.step == target.step), ", in place" if realized.in_place else "")
         run.condition(ConditionType.SCALING, True, Reason.STABILIZING,
                       f"step {target.step} applied ({', '.join(applied) or 'already there'}"
-                      f"{', in place' if realized.in_place else ''}); waiting "
+                      f"{how}); waiting "
                       f"{run.spec.metrics.stabilization:g}s for it to settle")
     run.save()
     return Pass(run.outcome, run.status, applied)

@@ -25,6 +25,7 @@ from e2e import realflink
 from e2e.conftest import Cluster, Prometheus, RealFlinkStack, wait_until
 from e2e.demo import ControllerProcess
 from e2e.stack import StackInfo, proxy_env
+from policies import restart_cost
 
 pytestmark = [pytest.mark.e2e, pytest.mark.realflink]
 
@@ -158,9 +159,15 @@ def test_the_controller_converges_a_real_rocksdb_job_memory_first_keeping_its_st
     assert all(e["kind"] == "savepoint" and e["expectedDowntimeS"] > 0
                and e.get("observedDowntimeS") for e in enactments), enactments
     assert "Expected Downtime S" in described
+    # Each says what last-state would have cost where that is shorter, and leaves the
+    # user's upgradeMode alone.
+    for e in enactments:
+        assert e.get("lastStateDowntimeS") == restart_cost.last_state_downtime_s(
+            restart_cost.Enactment.SAVEPOINT, e.get("stateBytes")), e
     # Each step was a real upgrade: the job id changed, and the last one runs.
     final = cluster.flink(namespace, "state")
     assert final["status"]["jobStatus"]["jobId"] != job
+    assert final["spec"]["job"]["upgradeMode"] == "savepoint"
     resources = final["spec"]["flinkConfiguration"][realflink.OPERATOR_RESOURCES_KEY]
     assert '"counter"' in resources
     print("history:", yaml.safe_dump(history))

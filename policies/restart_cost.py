@@ -99,3 +99,17 @@ def enactment(*, parallelism_only: bool, adaptive_scheduler: bool, upgrade_mode:
     if upgrade_mode == "last-state" and has_checkpoint:
         return Enactment.LAST_STATE
     return Enactment.SAVEPOINT
+
+
+def last_state_downtime_s(kind: Enactment, state_bytes: float | None,
+                          costs: Mapping[Enactment, RestartCost] = MEASURED) -> float | None:
+    """What a step enacted as `kind` would cost as a last-state upgrade instead, when that is
+    possible and shorter: a savepoint step of a job with a completed checkpoint (its size
+    known). None otherwise. Only a signal: upgradeMode is the user's choice, because
+    last-state replays the records since that checkpoint (duplicates in a sink that is not
+    transactional) and leaves no savepoint to roll back to."""
+    if kind != Enactment.SAVEPOINT or state_bytes is None:
+        return None
+    instead = expected_downtime_s(Enactment.LAST_STATE, state_bytes, costs)
+    return instead if instead < expected_downtime_s(kind, state_bytes, costs) else None
+

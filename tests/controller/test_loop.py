@@ -559,6 +559,22 @@ def test_without_a_checkpoint_a_last_state_step_is_priced_as_a_savepoint() -> No
     assert enactment.expected_downtime_s == expected_downtime_s(Enactment.SAVEPOINT, None)
 
 
+def test_a_savepoint_step_says_what_last_state_would_save_and_keeps_upgrade_mode() -> None:
+    world = World(deployments=FakeDeployments(flink_deployment("savepoint")))
+    world.metrics.checkpoint_bytes = 2e9  # a completed checkpoint of 2 GB
+    world.run()
+    [e] = world.store.last.enactments
+    assert e.kind == "savepoint"
+    assert e.last_state_downtime_s == expected_downtime_s(Enactment.LAST_STATE, 2e9)
+    assert e.last_state_downtime_s < e.expected_downtime_s
+    scaling = world.store.last.condition(ConditionType.SCALING)
+    assert scaling is not None
+    assert f"last-state would take ~{e.last_state_downtime_s:g} s" in scaling.message
+    # The signal is all: the user's upgradeMode is not the controller's to change.
+    assert world.deployments.deployment is not None
+    assert world.deployments.deployment["spec"]["job"]["upgradeMode"] == "savepoint"
+
+
 def test_an_adaptive_parallelism_only_step_is_priced_in_place() -> None:
     world = adaptive_world()
     world.metrics.checkpoint_bytes = 100e6

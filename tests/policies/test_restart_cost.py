@@ -7,7 +7,14 @@ from pathlib import Path
 
 import pytest
 
-from policies.restart_cost import MEASURED, Enactment, enactment, expected_downtime_s
+from policies.restart_cost import (
+    MEASURED,
+    Enactment,
+    RestartCost,
+    enactment,
+    expected_downtime_s,
+    last_state_downtime_s,
+)
 
 STEPS = Path(__file__).resolve().parents[2] / "bench" / "results" / "realflink-steps.json"
 
@@ -45,3 +52,21 @@ def test_the_cheapest_enactment_the_deployment_allows(
         kind: Enactment) -> None:
     assert enactment(parallelism_only=parallelism_only, adaptive_scheduler=adaptive,
                      upgrade_mode=mode, has_checkpoint=checkpoint) == kind
+
+
+def test_a_savepoint_step_with_a_checkpoint_says_what_last_state_would_cost() -> None:
+    # 100 MB: no savepoint to write saves 100/46.7 s, the kill costs 0.54 s.
+    saving = last_state_downtime_s(Enactment.SAVEPOINT, 100e6)
+    assert saving == expected_downtime_s(Enactment.LAST_STATE, 100e6)
+    assert saving is not None and saving < expected_downtime_s(Enactment.SAVEPOINT, 100e6)
+    # 10 GB: minutes saved.
+    big = last_state_downtime_s(Enactment.SAVEPOINT, 10e9)
+    assert big is not None and expected_downtime_s(Enactment.SAVEPOINT, 10e9) - big > 200
+    # Nothing to say: no completed checkpoint, a step that is not a savepoint one, or a
+    # state so small that the kill costs more than the savepoint it saves.
+    assert last_state_downtime_s(Enactment.SAVEPOINT, None) is None
+    assert last_state_downtime_s(Enactment.LAST_STATE, 100e6) is None
+    assert last_state_downtime_s(Enactment.IN_PLACE, 100e6) is None
+    assert last_state_downtime_s(Enactment.SAVEPOINT, 1e6) is None
+    slow_kill = {**MEASURED, Enactment.LAST_STATE: RestartCost(60.0, None, 46.7)}
+    assert last_state_downtime_s(Enactment.SAVEPOINT, 100e6, slow_kill) is None

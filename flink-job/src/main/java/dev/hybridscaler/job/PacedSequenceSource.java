@@ -82,6 +82,16 @@ final class PacedSequenceSource extends DataGeneratorSource<Long> {
             return acquireAt(System.nanoTime());
         }
 
+        /** Flink 2.x's form (the reader asks for several records at once); not in 1.20. */
+        public CompletionStage<Void> acquire(int records) {
+            long now = System.nanoTime();
+            CompletionStage<Void> last = NOW;
+            for (int i = 0; i < records; i++) {
+                last = acquireAt(now);  // arrivals only grow: the last one is due last
+            }
+            return last;
+        }
+
         CompletionStage<Void> acquireAt(long now) {
             long due = startNanos + (long) (taken * nanosPerRecord);
             if (now - due > maxLagNanos) {

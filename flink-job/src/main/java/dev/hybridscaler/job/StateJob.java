@@ -17,11 +17,12 @@ import org.apache.flink.streaming.api.functions.sink.v2.DiscardingSink;
  * {@code value-bytes} ValueState per key (the Justin paper's Update workload) and verifies a per-key
  * counter, and a discarding sink. Every operator has a uid (flink-plugin's contract).
  *
- * <p>Record i carries key {@code i mod keys} and sequence {@code i / keys + 1}: every key is visited
- * once per round, so the counter stored for a key must be exactly the sequence before it. Losing
- * keyed state (a restart that did not restore it) shows as {@code countMismatches}; losing the
- * whole job's state shows as {@code lastIndex} (the source's position) going back, and from the
- * second round on as {@code lastSequence} starting over.
+ * <p>Record i updates the key {@link KeySchedule} names for it (uniform: round-robin; zipf: seeded,
+ * skewed), and the schedule also says how many records before i updated that key: the counter
+ * stored for the key must be exactly that. Losing keyed state (a restart that did not restore it)
+ * shows as {@code countMismatches} as soon as a key seen before comes again; losing the whole
+ * job's state shows as {@code lastIndex} (the source's position) going back, and from the second
+ * round on as {@code lastSequence} (the round) starting over.
  */
 public final class StateJob {
     public static final String SOURCE = "events";
@@ -32,6 +33,14 @@ public final class StateJob {
             .doubleType().defaultValue(1000.0).withDescription("records/s the source offers");
     static final ConfigOption<Long> KEYS = ConfigOptions.key("hybridscaler.job.keys")
             .longType().defaultValue(100_000L);
+    static final ConfigOption<String> KEY_DISTRIBUTION =
+            ConfigOptions.key("hybridscaler.job.key-distribution").stringType().defaultValue("uniform")
+            .withDescription("uniform (round-robin) or zipf (seeded; see KeySchedule)");
+    static final ConfigOption<Double> ZIPF_EXPONENT = ConfigOptions.key("hybridscaler.job.zipf-exponent")
+            .doubleType().defaultValue(1.0);
+    static final ConfigOption<Long> KEY_SEED = ConfigOptions.key("hybridscaler.job.key-seed")
+            .longType().defaultValue(0L)
+            .withDescription("the zipf schedule's seed: a restored job must run with the same one");
     static final ConfigOption<Integer> VALUE_BYTES = ConfigOptions.key("hybridscaler.job.value-bytes")
             .intType().defaultValue(1000);
     static final ConfigOption<Double> MAX_LAG_S = ConfigOptions.key("hybridscaler.job.max-lag-s")
@@ -50,10 +59,12 @@ public final class StateJob {
     }
 
     static void build(StreamExecutionEnvironment env, ReadableConfig conf) {
-        long keys = conf.get(KEYS);
-        if (keys < 1) {
-            throw new IllegalArgumentException(KEYS.key() + " must be >= 1, got " + keys);
-        }
+        build(env, conf, COUNTER);
+    }
+
+    /** {@code counterUid}: tests restore a savepoint into a counter that does not own its state. */
+    static void build(StreamExecutionEnvironment env, ReadableConfig conf, String counterUid) {
+        KeySchedule schedule = schedule(conf);
         int valueBytes = conf.get(VALUE_BYTES);
         if (valueBytes < 8) {
             throw new IllegalArgumentException(VALUE_BYTES.key() + " must be >= 8, got " + valueBytes);
@@ -62,10 +73,15 @@ public final class StateJob {
         env.fromSource(new PacedSequenceSource(conf.get(RATE), conf.get(MAX_LAG_S)),
                         WatermarkStrategy.noWatermarks(), SOURCE)
                 .uid(SOURCE).setParallelism(1).setMaxParallelism(1)
-                .keyBy(i -> i % keys, Types.LONG)
-                .process(new VerifyingCounter(keys, valueBytes)).uid(COUNTER).name(COUNTER)
+                .keyBy(schedule::key, Types.LONG)
+                .process(new VerifyingCounter(schedule, valueBytes)).uid(counterUid).name(COUNTER)
                 .setMaxParallelism(conf.get(MAX_PARALLELISM))
                 .sinkTo(new DiscardingSink<>()).uid(SINK).name(SINK);
+    }
+
+    static KeySchedule schedule(ReadableConfig conf) {
+        return new KeySchedule(conf.get(KEYS), KeySchedule.distribution(conf.get(KEY_DISTRIBUTION)),
+                conf.get(ZIPF_EXPONENT), conf.get(KEY_SEED));
     }
 
     /** For tests: a configuration with the job's keys set. */

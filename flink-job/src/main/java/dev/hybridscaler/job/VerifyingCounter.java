@@ -13,13 +13,14 @@ import java.util.SplittableRandom;
 
 /**
  * Reads and updates one value per key in RocksDB: 8 bytes of counter, then random (incompressible)
- * payload. Record i of key k must find the counter at i / keys; otherwise state was lost.
+ * payload. Record i must find its key's counter at the number of records before it of that key
+ * ({@link KeySchedule#sequence}); otherwise state was lost.
  */
 final class VerifyingCounter extends KeyedProcessFunction<Long, Long, Long> {
     /** The ValueState's name, hence RocksDB's column family in metric names. */
     static final String STATE = "value";
 
-    private final long keys;
+    private final KeySchedule schedule;
     private final int valueBytes;
     private transient ValueState<byte[]> value;
     private transient Counter mismatches;
@@ -27,8 +28,8 @@ final class VerifyingCounter extends KeyedProcessFunction<Long, Long, Long> {
     private transient long lastSequence;
     private transient long lastIndex;
 
-    VerifyingCounter(long keys, int valueBytes) {
-        this.keys = keys;
+    VerifyingCounter(KeySchedule schedule, int valueBytes) {
+        this.schedule = schedule;
         this.valueBytes = valueBytes;
     }
 
@@ -46,7 +47,7 @@ final class VerifyingCounter extends KeyedProcessFunction<Long, Long, Long> {
 
     @Override
     public void processElement(Long index, Context ctx, Collector<Long> out) throws Exception {
-        long sequence = index / keys + 1;
+        long sequence = schedule.sequence(index);
         byte[] current = value.value();
         long stored = current == null ? 0 : ByteBuffer.wrap(current).getLong();
         if (stored + 1 == sequence) {
@@ -60,7 +61,8 @@ final class VerifyingCounter extends KeyedProcessFunction<Long, Long, Long> {
         }
         ByteBuffer.wrap(current).putLong(sequence);
         value.update(current);
-        lastSequence = Math.max(lastSequence, sequence);
+        // The round: with uniform keys, every key's counter; it starts over if nothing was restored.
+        lastSequence = Math.max(lastSequence, schedule.round(index));
         lastIndex = Math.max(lastIndex, index);
         out.collect(sequence);
     }
