@@ -7,18 +7,31 @@ the twin, so stopping it does not disturb the shared stack.
 
 from __future__ import annotations
 
+import re
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlparse
 
 import pytest
 import yaml
+from prometheus_client.parser import text_string_to_metric_families
 
 from controller.operator.settings import HOLD_APPLY_ENV
 from e2e.conftest import Cluster, wait_until
 from e2e.demo import ControllerProcess, flink_deployment, policy
 from e2e.stack import StackInfo
-from e2e.test_controller import condition, controller, events, generation, hsp, scale_q11
+from e2e.test_controller import (
+    assert_steps_are_consecutive,
+    condition,
+    controller,
+    deploy,
+    events,
+    generation,
+    hsp,
+    scale_q11,
+)
 from tests.controller.promproc import PrometheusProcess
 
 pytestmark = pytest.mark.e2e
@@ -111,3 +124,101 @@ def test_a_pass_running_at_shutdown_finishes_with_its_events_and_status(
     assert ready.get("reason") != "InternalError", ready
     assert applied == initial + 1
     assert announced, "the step's Events"
+
+
+def change_freeze(namespace: str, marker: str) -> list[dict[str, Any]]:
+    """A cluster admin's change freeze: no update may change a FlinkDeployment's spec in
+    `namespace` (a ValidatingAdmissionPolicy, as an admission controller or policy engine
+    would enforce it). Its message is remote text the controller must not repeat."""
+    name = f"change-freeze-{namespace}"
+    return [
+        {"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicy",
+         "metadata": {"name": name},
+         "spec": {"failurePolicy": "Fail",
+                  "matchConstraints": {"resourceRules": [{
+                      "apiGroups": ["flink.apache.org"], "apiVersions": ["*"],
+                      "operations": ["UPDATE"], "resources": ["flinkdeployments"]}]},
+                  "validations": [{"expression": "object.spec == oldObject.spec",
+                                   "message": f"{marker}: change freeze, no spec changes"}]}},
+        {"apiVersion": "admissionregistration.k8s.io/v1",
+         "kind": "ValidatingAdmissionPolicyBinding", "metadata": {"name": name},
+         "spec": {"policyName": name, "validationActions": ["Deny"],
+                  "matchResources": {"namespaceSelector": {"matchLabels": {
+                      "kubernetes.io/metadata.name": namespace}}}}},
+    ]
+
+
+def internal_errors(controller: ControllerProcess, namespace: str, name: str) -> float:
+    """hybridscaler_errors_total{stage="internal"} of one policy: its failed passes."""
+    for family in text_string_to_metric_families(controller.metrics()):
+        if family.name == "hybridscaler_errors":
+            return sum(s.value for s in family.samples if s.name.endswith("_total")
+                       and s.labels == {"namespace": namespace, "policy": name,
+                                        "stage": "internal"})
+    return 0.0
+
+
+def test_an_unexpected_api_error_is_an_internal_error_once_and_clears(
+    controller: ControllerProcess, cluster: Cluster, namespace: str,
+) -> None:
+    """The API server refuses the controller's patch of the FlinkDeployment (an admission
+    rule the controller knows nothing of): nothing maps that answer, so the pass fails
+    in realize. Ready=False/InternalError with a message of our own (not the rule's), one
+    Warning Event and one logged traceback however many passes fail, and the committed
+    step is applied, once, when the rule goes."""
+    marker = f"FREEZE-{uuid.uuid4().hex[:8]}"
+    freeze = change_freeze(namespace, marker)
+    deploy(cluster, flink_deployment(namespace, "q11"))
+    cluster.wait_flink(namespace, "q11")
+    initial = generation(cluster, namespace, "q11")
+    since = controller.log.stat().st_size
+    deploy(cluster, *freeze)
+    try:
+        edit = ("patch", "flinkdeployment", "q11", "-n", namespace, "--type=merge", "-p",
+                '{"spec":{"taskManager":{"replicas":3}}}', "--dry-run=server")
+        # The API server loads a new admission policy asynchronously.
+        wait_until(lambda: marker in cluster.kubectl(*edit, check=False).stderr or None, 60,
+                   "the change freeze to take effect")
+        deploy(cluster, policy(namespace, "q11", "q11"))
+
+        def internal_error() -> dict[str, Any] | None:
+            ready = condition(hsp(cluster, namespace, "q11"), "Ready")
+            return ready if ready.get("reason") == "InternalError" else None
+
+        ready = wait_until(internal_error, 180, "Ready=False, InternalError")
+        assert ready["status"] == "False", ready
+        # The exception's type (the client's 422 class), the stage, an id: nothing remote.
+        assert re.fullmatch(r"\w+Exception in the realize stage \(error [0-9a-f]{8}\); the "
+                            r"controller's log has the details; retrying every resolution",
+                            ready["message"]), ready
+        # Several passes fail (every 5 s) ...
+        wait_until(lambda: internal_errors(controller, namespace, "q11") >= 4 or None, 60,
+                   "four failed passes")
+        # ... and say so once: one Event, one traceback, the status as the first left it.
+        assert condition(hsp(cluster, namespace, "q11"), "Ready") == ready
+        warned = [m for r, m in events(cluster, namespace, "q11") if r == "InternalError"]
+        assert warned == [ready["message"]], warned
+        with controller.log.open() as f:
+            f.seek(since)
+            logged = f.read()
+        assert logged.count(f"{namespace}/q11: pass failed in realize") == 1, logged
+        assert logged.count("Traceback") == 1 and marker in logged  # the details are there
+        status = yaml.safe_dump(hsp(cluster, namespace, "q11")["status"])
+        told = " ".join(m for _, m in events(cluster, namespace, "q11"))
+        for remote in (marker, "ValidatingAdmissionPolicy", "denied", "Forbidden", "Invalid"):
+            assert remote not in status and remote not in told, remote
+        assert generation(cluster, namespace, "q11") == initial  # nothing got through
+    finally:
+        for doc in reversed(freeze):
+            cluster.kubectl("delete", doc["kind"], doc["metadata"]["name"],
+                            "--ignore-not-found")
+
+    def recovered() -> dict[str, Any] | None:
+        obj = hsp(cluster, namespace, "q11")
+        return obj if condition(obj, "Ready").get("reason") != "InternalError" else None
+
+    obj = wait_until(recovered, 60, "the InternalError condition cleared")
+    assert condition(obj, "Ready")["status"] == "True", condition(obj, "Ready")
+    # The step committed before the first failure is applied once, not decided again.
+    status = assert_steps_are_consecutive(cluster, namespace, "q11", initial)
+    assert status["history"][0]["step"] == 1
