@@ -220,5 +220,5 @@ def test_an_unexpected_api_error_is_an_internal_error_once_and_clears(
     obj = wait_until(recovered, 60, "the InternalError condition cleared")
     assert condition(obj, "Ready")["status"] == "True", condition(obj, "Ready")
     # The step committed before the first failure is applied once, not decided again.
-    status = assert_steps_are_consecutive(cluster, namespace, "q11", initial)
-    assert status["history"][0]["step"] == 1
+    settled = assert_steps_are_consecutive(cluster, namespace, "q11", initial)
+    assert settled["history"][0]["step"] == 1
