@@ -9,7 +9,11 @@ tenants' Prometheus URLs on 127.0.0.1 only (the stack runs on loopback).
 
 from __future__ import annotations
 
+import collections
+import contextlib
 import itertools
+import select
+import socket
 import threading
 import time
 import uuid
@@ -24,7 +28,6 @@ import pytest
 import requests
 import yaml
 from kubernetes import client
-from prometheus_client.parser import text_string_to_metric_families
 
 from e2e.conftest import Cluster, wait_until
 from e2e.demo import ControllerProcess, flink_deployment, policy
@@ -49,12 +52,18 @@ class RestProxy:
     def __init__(self, twin_url: str) -> None:
         self.stop = threading.Event()
         self.hung_requests = 0
+        # GET /jobs/overview per FlinkDeployment name: every pass of a policy on it asks once.
+        self.overviews: collections.Counter[str] = collections.Counter()
+        self.lock = threading.Lock()
         outer = self
 
         class Handler(BaseHTTPRequestHandler):
             def do_GET(self) -> None:
                 # A proxy request carries the absolute URL: http://<name>-rest.<ns>.svc:8081/...
                 host = urlsplit(self.path).hostname or ""
+                if urlsplit(self.path).path == "/jobs/overview":
+                    with outer.lock:
+                        outer.overviews[host.split("-rest.", 1)[0]] += 1
                 if host.startswith("hung"):
                     outer.hung_requests += 1
                     outer.stop.wait()
@@ -76,6 +85,65 @@ class RestProxy:
 
     def close(self) -> None:
         self.stop.set()
+        self.server.shutdown()
+        self.server.server_close()
+
+
+class Tarpit:
+    """A Prometheus for one tenant's policies that answers every query with an empty
+    result after `delay_s`: well within a call's timeout, so no breaker ever trips, yet a
+    pass spends its whole budget here (it asks ~13 queries). Each policy's URL has its
+    name as path prefix (`<url>/<policy>`); its instant query (the operator ids, asked
+    first) counts a pass. `busy` is how many of this tenant's queries are being answered
+    now: each of its passes in flight has exactly one, so it is the tenant's busy workers."""
+
+    BODY = b'{"status":"success","data":{"resultType":"matrix","result":[]}}'
+
+    def __init__(self, delay_s: float = 0.5) -> None:
+        self.lock = threading.Lock()
+        self.passes: collections.Counter[str] = collections.Counter()
+        self.busy = self.most_busy = 0
+        outer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                policy, _, api = self.path.lstrip("/").partition("/")
+                with outer.lock:
+                    outer.busy += 1
+                    outer.most_busy = max(outer.most_busy, outer.busy)
+                    if api.startswith("api/v1/query?"):
+                        outer.passes[policy] += 1
+                try:
+                    # A pass whose budget ends mid-call gives up and hangs up: that query
+                    # is no longer anyone's, and its worker may already run another pass.
+                    gone = hung_up(self.connection, delay_s)
+                finally:
+                    with outer.lock:  # before answering: `busy` may only undercount
+                        outer.busy -= 1
+                if gone:
+                    return
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(Tarpit.BODY)))
+                self.end_headers()
+                with contextlib.suppress(OSError):
+                    self.wfile.write(Tarpit.BODY)
+
+            do_POST = do_GET
+
+            def log_message(self, *_: object) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def watch(self) -> None:
+        """Count `most_busy` from now on."""
+        with self.lock:
+            self.most_busy = self.busy
+
+    def close(self) -> None:
         self.server.shutdown()
         self.server.server_close()
 
@@ -168,13 +236,15 @@ def test_a_hung_jobmanager_is_reported_and_then_left_alone(
 
 def test_blackhole_tenants_do_not_stall_healthy_ones(
     isolated_controller: ControllerProcess, cluster: Cluster, namespace: str,
-    second_namespace: str, blackholes: list[Blackhole],
+    second_namespace: str, blackholes: list[Blackhole], rest_proxy: RestProxy,
 ) -> None:
     """12 policies each pointing at its own blackhole Prometheus, next to 3 healthy ones.
 
-    A healthy policy evaluates at the first pass after its window is full: every
-    window to window + resolution (10–15 s here). Before issue 16 the hostile passes
-    held all 8 workers for ~90 s each and the healthy gaps grew accordingly.
+    Counts, not times. The circuit breaker: once a blackhole timed out, the passes of its
+    policy go on (each asks the JobManager for /jobs/overview, counted by the proxy) but
+    do not dial it again during its cool-down, so after the first dials there are far
+    fewer dials than passes. Without the breaker every pass dials it about twice (a call
+    may use half the pass budget). And each healthy policy keeps deciding meanwhile.
     """
     hostile, healthy = namespace, second_namespace
     blackholes.extend(Blackhole() for _ in range(12))
@@ -192,34 +262,75 @@ def test_blackhole_tenants_do_not_stall_healthy_ones(
     wait_until(lambda: all(hole.accepted for hole in blackholes), WINDOW_S + 60,
                "every hostile policy dialling its blackhole")
 
-    # No wall-clock bound on a gap (2 shared cores): each healthy policy must decide
-    # `decisions` more times within `observed_resolutions` resolutions (window = 2
-    # resolutions, so a free pool gives ~8). Before issue 16 every thread sat ~90 s in
-    # a hostile pass: a healthy policy decided about once in 100 s. The threads held
-    # are printed: the pool is work-conserving, so the hostile namespace may hold all 8
-    # while no healthy pass waits, and gives them back within one pass budget.
-    decisions, observed_resolutions = 2, 24
+    dialled, passes = dials(blackholes), rest_proxy.overviews["victim"]
     decided: dict[str, list[float]] = {f"ok{i}": [] for i in range(3)}
-    held: list[tuple[float, float]] = []  # (hostile, all) threads at each poll
-    until = time.monotonic() + observed_resolutions * RESOLUTION_S
-    while time.monotonic() < until and not all(len(t) > decisions for t in decided.values()):
+    # 6 more passes per hostile policy (30 s if nothing waits); each needs a window
+    # (2 resolutions) of the healthy ones, so a free pool gives each healthy policy ~3
+    # decisions meanwhile. Before issue 16 a healthy policy decided about once in 100 s.
+    while rest_proxy.overviews["victim"] - passes < 6 * len(blackholes):
         for name, times in decided.items():
             last = (hsp(cluster, healthy, name).get("status") or {}).get("lastDecision") or {}
-            stamp = last.get("time")
-            if stamp is not None:
+            if (stamp := last.get("time")) is not None:
                 t = float(epoch_seconds(stamp))
                 if not times or times[-1] != t:
                     times.append(t)
-        busy = workers_busy(isolated_controller.metrics())
-        held.append((busy.get(hostile, 0.0), sum(busy.values(), 0.0)))
         time.sleep(1)
+    hostile_passes = rest_proxy.overviews["victim"] - passes
+    redialled = dials(blackholes) - dialled
     gaps = [b - a for times in decided.values() for a, b in itertools.pairwise(times)]
-    print(f"healthy decision gaps next to 12 blackhole tenants: {sorted(gaps)}; "
-          f"threads held (hostile, all), max: {max(held)}")
-    assert all(len(times) > decisions for times in decided.values()), decided
+    print(f"next to 12 blackhole tenants: {hostile_passes} hostile passes dialled "
+          f"{redialled} times; healthy decision gaps {sorted(gaps)}")
+    # A breaker's cool-down (30 s, doubling) spans ~6 passes: ~1 dial in 6 passes. Without
+    # it: ~2 per pass.
+    assert redialled <= hostile_passes / 3, (redialled, hostile_passes)
+    assert all(len(times) >= 2 for times in decided.values()), decided
     hostile_conditions = [status_of(cluster, hostile, f"h{i:02d}", "MetricsAvailable")
                           for i in range(12)]
     assert all(c.get("status") == "False" for c in hostile_conditions), hostile_conditions
+
+
+def test_slow_tenants_hold_at_most_their_share_of_workers(
+    isolated_controller: ControllerProcess, cluster: Cluster, namespace: str,
+    second_namespace: str, rest_proxy: RestProxy,
+) -> None:
+    """Two tenants, 20 policies each, whose Prometheus answers every query slowly but in
+    time (`Tarpit`): no breaker trips, and every pass spends its whole budget (4 s every
+    ~9 s per policy), so each tenant alone wants more than the pool's 8 workers and
+    always has passes waiting. Per-namespace fairness: each then holds at most half of
+    the workers, whatever the order the passes came in. With one FIFO pool the split
+    follows the queue, and one tenant at times holds 5 or more.
+
+    Counted at the tarpits: each pass in flight has at most one query being answered (a
+    pass that gives up on a query hangs up). Only counted once both tenants contend:
+    after every policy's second pass began, no first pass (granted before the other
+    tenant's policies existed) still runs.
+    """
+    tenants = {namespace: Tarpit(), second_namespace: Tarpit()}
+    try:
+        for ns in tenants:
+            apply(cluster, flink_deployment(ns, "slow", model="read"))
+        for ns in tenants:
+            cluster.wait_flink(ns, "slow")
+        names = [f"s{i:02d}" for i in range(20)]
+        for ns, tarpit in tenants.items():
+            apply(cluster, *(policy(ns, name, "slow", mode="Recommend",
+                                    metrics={**METRICS, "prometheusUrl": f"{tarpit.url}/{name}"})
+                             for name in names))
+
+        def each_at_least(n: int) -> bool:
+            return all(t.passes[name] >= n for t in tenants.values() for name in names)
+
+        wait_until(lambda: each_at_least(2) or None, WINDOW_S + 240,
+                   "every slow policy's second pass")
+        for tarpit in tenants.values():
+            tarpit.watch()
+        wait_until(lambda: each_at_least(4) or None, 480, "two more passes of each")
+        held = {ns: t.most_busy for ns, t in tenants.items()}
+        print(f"most workers held by one of two slow tenants (8 in the pool): {held}")
+        assert all(1 <= n <= 4 for n in held.values()), held
+    finally:
+        for tarpit in tenants.values():
+            tarpit.close()
 
 
 def test_a_prometheus_url_outside_the_allow_list_is_refused_and_never_dialled(
@@ -271,12 +382,22 @@ def test_answer_bodies_never_reach_status_or_events(
         echo.close()
 
 
-def workers_busy(metrics_text: str) -> dict[str, float]:
-    """The controller's threads in loop passes, by namespace (its own /metrics)."""
-    for family in text_string_to_metric_families(metrics_text):
-        if family.name == "hybridscaler_workers_busy":
-            return {s.labels["namespace"]: s.value for s in family.samples}
-    return {}
+def hung_up(connection: socket.socket, wait_s: float) -> bool:
+    """Wait `wait_s`, or until the client closes `connection` (then True)."""
+    ends = time.monotonic() + wait_s
+    while (left := ends - time.monotonic()) > 0:
+        readable, _, _ = select.select([connection], [], [], min(left, 0.005))
+        if readable:
+            try:
+                if not connection.recv(1, socket.MSG_PEEK):
+                    return True
+            except OSError:
+                return True
+    return False
+
+
+def dials(holes: list[Blackhole]) -> int:
+    return sum(hole.accepted for hole in holes)
 
 
 def unavailable(cluster: Cluster, namespace: str, name: str) -> bool:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime
 import logging
 import re
 import time
@@ -181,14 +182,45 @@ class KubeStatusStore:
         self.last = status_of(self.obj)
 
 
-class KopfEvents:
-    """Kubernetes Events on the policy, posted by kopf (batched, off the loop's thread)."""
+class KubeEvents:
+    """Kubernetes Events on the policy, posted by the pass itself, synchronously.
 
-    def __init__(self, body: Mapping[str, Any]) -> None:
-        self.body = body
+    Not through kopf's poster (`kopf.event`): that queues onto kopf's event loop, which
+    stops posting when the controller shuts down and is closed soon after, while
+    passes started before still run on the worker threads. Their Events were dropped,
+    or raised `RuntimeError: Event loop is closed`, which failed the pass as an
+    InternalError and lost its status. Posted here, an Event is on the API server
+    before the pass saves its status, whenever the pass ends. A failed post is
+    logged and never fails the pass: Events are a log, status is the record.
+    """
+
+    def __init__(self, core: client.CoreV1Api, body: Mapping[str, Any], component: str,
+                 instance: str, name_prefix: str) -> None:
+        meta = body.get("metadata") or {}
+        self.core = core
+        self.namespace = meta.get("namespace") or "default"
+        # As kopf builds it (kopf._cogs.structs.bodies.build_object_reference).
+        self.ref = {k: v for k, v in (
+            ("apiVersion", body.get("apiVersion")), ("kind", body.get("kind")),
+            ("name", meta.get("name")), ("uid", meta.get("uid")),
+            ("namespace", self.namespace)) if v}
+        self.component, self.instance, self.name_prefix = component, instance, name_prefix
 
     def emit(self, type_: str, reason: str, message: str) -> None:
-        import kopf
-
-        kopf.event(self.body, type=type_, reason=reason, message=message)  # type: ignore[arg-type,unused-ignore]
+        now = datetime.datetime.now(datetime.UTC).isoformat()
+        event: Any = {
+            "metadata": {"namespace": self.namespace, "generateName": self.name_prefix},
+            "type": type_, "reason": reason, "message": message, "action": reason,
+            "reportingComponent": self.component, "reportingInstance": self.instance,
+            "source": {"component": self.component},  # kubectl describe's "From"
+            "involvedObject": self.ref,
+            "firstTimestamp": now, "lastTimestamp": now, "eventTime": now, "count": 1,
+        }
+        try:
+            retrying(lambda: self.core.create_namespaced_event(self.namespace, event),
+                     attempts=3)
+        except Exception as e:  # a lost Event must not fail (or hide) the pass
+            log.warning("%s/%s: could not post the %s Event %s (%s)", self.namespace,
+                        self.ref.get("name"), type_, reason, type(e).__name__)
+            return
         log.info("%s %s: %s", type_, reason, message)

@@ -23,13 +23,20 @@ from pydantic import ValidationError
 from controller import api, telemetry
 from controller.adapters import outbound
 from controller.adapters.flink_rest import FlinkRest
-from controller.adapters.kube import KopfEvents, KubeDeployments, KubeStatusStore
+from controller.adapters.kube import KubeDeployments, KubeEvents, KubeStatusStore
 from controller.adapters.outbound import AllowList
 from controller.adapters.prometheus import Prometheus, PrometheusMetrics, RefusedMetrics
 from controller.loop import reconcile
 from controller.operator import shard
 from controller.operator.fairness import FairPool, pass_budget
-from controller.operator.settings import PROMETHEUS_CLIENTS, RUNTIME, configure
+from controller.operator.settings import (
+    EVENT_NAME_PREFIX,
+    PROMETHEUS_CLIENTS,
+    REPORTING_COMPONENT,
+    RUNTIME,
+    configure,
+    reporting_instance,
+)
 from controller.ports import Ports
 from controller.record import Reason, with_condition
 
@@ -47,6 +54,11 @@ def _pool() -> FairPool:
 @cache
 def _objects() -> client.CustomObjectsApi:
     return client.CustomObjectsApi()
+
+
+@cache
+def _core() -> client.CoreV1Api:
+    return client.CoreV1Api()
 
 
 @cache
@@ -78,7 +90,8 @@ def ports_for(body: Mapping[str, Any], store: KubeStatusStore) -> Ports:
     return Ports(
         deployments=KubeDeployments(_objects(), hold=RUNTIME.hold_apply_dir),
         store=store,
-        events=KopfEvents(body),
+        events=KubeEvents(_core(), body, REPORTING_COMPONENT, reporting_instance(),
+                          EVENT_NAME_PREFIX),
         flink=_flink,
         metrics=_metrics,
         default_prometheus_url=RUNTIME.prometheus_url,

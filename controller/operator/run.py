@@ -92,3 +92,8 @@ def run(
         # kopf pauses every replica that shares the top priority: one draw per process.
         priority=random.SystemRandom().randint(1, 2**31 - 1),
     )
+    # kopf has stopped and closed its event loop. Passes it cancelled the waits for still
+    # run on the worker threads; they post their own Events and save their status
+    # (controller/adapters/kube.py KubeEvents), and the process exits once they end.
+    logging.getLogger(__name__).info(
+        "operator stopped; passes still running finish before the process exits")

@@ -54,6 +54,16 @@ class Runtime:
 
 
 RUNTIME = Runtime()
+# Who posts the Events (kopf's own warnings and the loop's, controller/adapters/kube.py):
+# `kubectl describe` shows "From hybrid-scaler/<pod>", not kopf's "kopf/dev".
+REPORTING_COMPONENT = "hybrid-scaler"
+EVENT_NAME_PREFIX = "hybrid-scaler-"
+
+
+def reporting_instance() -> str:
+    """The host, and with shards which shard decided (one host may run several)."""
+    return "/".join(filter(None, (socket.gethostname(),
+                                  shard.identity(RUNTIME.shard_index, RUNTIME.shards))))
 
 
 def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
@@ -66,12 +76,9 @@ def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
     settings.watching.reconnect_backoff = 1.0
     # Only warnings become Events: `kubectl describe hsp` shows decisions, not kopf chatter.
     settings.posting.level = logging.WARNING
-    # `kubectl describe` shows "From hybrid-scaler/<pod>", not kopf's "kopf/dev".
-    settings.posting.reporting_component = "hybrid-scaler"
-    # With shards, Events also say which shard decided (one host may run several).
-    settings.posting.reporting_instance = "/".join(
-        filter(None, (socket.gethostname(), shard.identity(RUNTIME.shard_index, RUNTIME.shards))))
-    settings.posting.event_name_prefix = "hybrid-scaler-"
+    settings.posting.reporting_component = REPORTING_COMPONENT
+    settings.posting.reporting_instance = reporting_instance()
+    settings.posting.event_name_prefix = EVENT_NAME_PREFIX
     settings.persistence.finalizer = shard.finalizer(RUNTIME.shard_index, RUNTIME.shards)
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=PREFIX)
     settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(

@@ -1,11 +1,12 @@
-"""Retries of API calls: conflicts (409), throttling and server errors, nothing else."""
+"""The API server adapters: retries (conflicts, throttling, server errors, nothing else) and
+Events that never fail a pass."""
 
 from __future__ import annotations
 
 import pytest
 from kubernetes.client.exceptions import ApiException
 
-from controller.adapters.kube import RETRIED, retrying
+from controller.adapters.kube import RETRIED, KubeEvents, retrying
 
 
 class Flaky:
@@ -49,3 +50,45 @@ def test_a_field_conflict_is_not_retried_but_a_server_hiccup_is() -> None:
     with pytest.raises(ApiException):
         retrying(conflict, backoff_s=0, retried=no_conflicts)
     assert conflict.calls == 1
+
+
+class Core:
+    """CoreV1Api's create_namespaced_event, answering with `error` if given."""
+
+    def __init__(self, error: Exception | None = None) -> None:
+        self.error = error
+        self.posted: list[tuple[str, dict[str, object]]] = []
+
+    def create_namespaced_event(self, namespace: str, body: dict[str, object]) -> None:
+        if self.error is not None:
+            raise self.error
+        self.posted.append((namespace, body))
+
+
+POLICY = {"apiVersion": "hybridscaler.dev/v1alpha1", "kind": "HybridScalingPolicy",
+          "metadata": {"name": "p", "namespace": "ns", "uid": "u-1"}}
+
+
+def test_an_event_names_the_policy_and_who_posted_it() -> None:
+    core = Core()
+    KubeEvents(core, POLICY, "hybrid-scaler", "host/shard-1-of-2",  # type: ignore[arg-type]
+               "hybrid-scaler-").emit("Warning", "InternalError", "boom")
+    [(namespace, body)] = core.posted
+    assert namespace == "ns"
+    assert body["involvedObject"] == {"apiVersion": "hybridscaler.dev/v1alpha1",
+                                      "kind": "HybridScalingPolicy", "name": "p",
+                                      "uid": "u-1", "namespace": "ns"}
+    assert (body["type"], body["reason"], body["message"]) == ("Warning", "InternalError",
+                                                                "boom")
+    assert body["reportingInstance"] == "host/shard-1-of-2"
+    assert body["source"] == {"component": "hybrid-scaler"}
+
+
+@pytest.mark.parametrize("error", [ApiException(status=403, reason="Forbidden"),
+                                   ConnectionError("refused")])
+def test_an_event_that_cannot_be_posted_never_fails_the_pass(
+    error: Exception, caplog: pytest.LogCaptureFixture
+) -> None:
+    KubeEvents(Core(error), POLICY, "c", "i", "p-").emit(  # type: ignore[arg-type]
+        "Normal", "ScaledOut", "step 1")
+    assert "could not post the Normal Event ScaledOut" in caplog.text
