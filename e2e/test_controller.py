@@ -183,7 +183,8 @@ def test_recommend_patches_nothing_and_a_kubectl_apply_retunes_the_next_decision
                         if v["vertexName"].startswith("SessionWindow")))
 
     assert wait_until(session_action, 120, "a first recommendation") == "scale-up"
-    # kopf posts events off the loop's thread: the status may be saved first.
+    # The pass posts its Events before it saves the status; wait anyway, as a failed
+    # post is retried only by a later pass.
     wait_until(lambda: "Recommended" in reasons(cluster, namespace, "rec"), 30,
                "a Recommended event")
     # No cache pressure at these thresholds: Justin lets DS2 scale out instead.
@@ -293,7 +294,7 @@ def test_a_missing_target_is_reported(
     ready = wait_until(lambda: condition(hsp(cluster, namespace, "orphan"), "Ready") or None,
                        60, "the Ready condition")
     assert (ready["status"], ready["reason"]) == ("False", "TargetNotFound")
-    # kopf posts the warning off the loop's thread, maybe after the status is saved.
+    # Posted by the pass before its status write; a failed post is only logged.
     wait_until(lambda: "TargetNotFound" in reasons(cluster, namespace, "orphan"), 30,
                "a TargetNotFound event")
 
@@ -306,7 +307,7 @@ def test_refuses_a_stateless_upgrade_mode(
         lambda: [m for r, m in events(cluster, namespace, "q11") if r == "Refused"], 120,
         "a Refused event")
     assert "upgradeMode is stateless" in refused[0]
-    # The event is posted off the loop's thread, maybe before the status is saved.
+    # The pass posts the event first and saves the status after it.
     wait_until(lambda: condition(hsp(cluster, namespace, "q11"), "Scaling").get("reason")
                == "Refused", 30, "Scaling=Refused")
     assert generation(cluster, namespace, "q11") == initial
