@@ -183,8 +183,8 @@ def test_recommend_patches_nothing_and_a_kubectl_apply_retunes_the_next_decision
                         if v["vertexName"].startswith("SessionWindow")))
 
     assert wait_until(session_action, 120, "a first recommendation") == "scale-up"
-    # The pass posts its Events before it saves the status; wait anyway, as a failed
-    # post is retried only by a later pass.
+    # The pass posts its Events before it saves the status; the wait only covers the
+    # API server's list lagging its write.
     wait_until(lambda: "Recommended" in reasons(cluster, namespace, "rec"), 30,
                "a Recommended event")
     # No cache pressure at these thresholds: Justin lets DS2 scale out instead.
