@@ -16,8 +16,9 @@ network included, is reported beside it.
 Targets (issue 7): < 0.5 core and < 300 MB RSS for 200 policies at 15 s.
 Targets (issue 16.7): < 1 core, < 500 MB and a decision gap <= 1.2 × the window for
 1,000 policies (`--policies 1000 --window 120 --resolution 15 --hostile 0 --scrape
-15`: with the resolution an eighth of the window, the gap's floor is the window, its
-ceiling window + resolution plus the pass).
+15`: the gap's floor is the window, since a waiting pass wakes its policy when the
+evaluation can be due; a refused evaluation, e.g. on stale metrics, adds a resolution).
+`server_cpu_cores` is what the API server, etcd, the twins and Prometheus spent.
 
 Then (issue 16) `--hostile` policies in a namespace of their own, each pointing its
 `spec.metrics.prometheusUrl` at a loopback address that accepts and never answers,
@@ -28,6 +29,7 @@ Printed, never asserted.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
 import os
@@ -135,15 +137,24 @@ class Gaps:
 
 
 
-def measure(seconds: float, pid: int, gaps: Gaps) -> tuple[float, float, list[float]]:
-    """Poll decisions and RSS for `seconds`; (cpu seconds used, elapsed, rss samples)."""
+def measure(seconds: float, pid: int, gaps: Gaps, others: dict[str, int] | None = None
+            ) -> tuple[float, float, list[float], dict[str, float]]:
+    """Poll decisions and RSS for `seconds`; (cpu seconds used, elapsed, rss samples, cores
+    used by each of `others`: the processes the controller talks to)."""
+    others = {name: p for name, p in (others or {}).items() if Path(f"/proc/{p}").exists()}
+    before = {name: proc_cpu_seconds(p) for name, p in others.items()}
     cpu0, t0 = proc_cpu_seconds(pid), time.monotonic()
     rss = []
     while time.monotonic() - t0 < seconds:
         rss.append(proc_rss_mb(pid))
         gaps.poll()
         time.sleep(2)
-    return proc_cpu_seconds(pid) - cpu0, time.monotonic() - t0, rss
+    elapsed = time.monotonic() - t0
+    cores = {}
+    for name, p in others.items():
+        with contextlib.suppress(OSError):  # it exited meanwhile
+            cores[name] = round((proc_cpu_seconds(p) - before[name]) / elapsed, 3)
+    return proc_cpu_seconds(pid) - cpu0, elapsed, rss, cores
 
 
 class Fleet:
@@ -189,6 +200,17 @@ class Fleet:
     def pid(self) -> int:
         assert self.controller is not None and self.controller.process is not None
         return self.controller.process.pid
+
+    def servers(self) -> dict[str, int]:
+        """The processes that answer the controller: the API server and its etcd, the
+        twins (Flink REST) and the fleet's Prometheus."""
+        found = {name: pid for name, pid in self.info.pids.items()
+                 if name in ("kube-apiserver", "etcd")}
+        if self.twin is not None:
+            found["twins"] = self.twin.pid
+        if self.prometheus is not None and self.prometheus.process is not None:
+            found["prometheus"] = self.prometheus.process.pid
+        return found
 
     def _start(self) -> None:
         with (self.work / "twin.log").open("w") as twin_log:
@@ -286,7 +308,7 @@ def _measure(fleet: Fleet, window: float, seconds: float, warmup: float,
     time.sleep(warmup)
     gaps.poll()
     before_text = fleet.controller.metrics()
-    cpu, elapsed, rss = measure(seconds, fleet.pid, gaps)
+    cpu, elapsed, rss, servers = measure(seconds, fleet.pid, gaps, fleet.servers())
     after_text = fleet.controller.metrics()
     load.append(os.getloadavg()[0])
     healthy_alone = gaps.summary(window)
@@ -299,7 +321,7 @@ def _measure(fleet: Fleet, window: float, seconds: float, warmup: float,
             for i, hole in enumerate(holes))])
         time.sleep(window * 2)  # their first evaluations are due
         gaps.reset()
-        hostile_cpu, hostile_elapsed, hostile_rss = measure(seconds, fleet.pid, gaps)
+        hostile_cpu, hostile_elapsed, hostile_rss, _ = measure(seconds, fleet.pid, gaps)
         load.append(os.getloadavg()[0])
         hostile_result = {
             "hostile_policies": len(holes),
@@ -317,6 +339,8 @@ def _measure(fleet: Fleet, window: float, seconds: float, warmup: float,
         "measured_s": round(elapsed, 1),
         "cpu_cores": round(cpu / elapsed, 3),
         "rss_mb_max": round(max(rss), 1),
+        # What answering the controller cost (the first phase): cores per process.
+        "server_cpu_cores": servers,
         "evaluations": int(decide[-1][1]) if decide else 0,
         # A policy decides about once per window + resolution / 2 (the first pass
         # after a full window).

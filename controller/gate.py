@@ -6,6 +6,15 @@ the JobManager, and the waiting rule: a full metrics window must lie after the
 job's start, after the last reconfiguration plus `spec.metrics.stabilization`, and
 after the last evaluation. Most passes stop here, having read only the
 FlinkDeployment and `/jobs/overview`: no job graph, no Prometheus.
+
+Quiet passes read less. While the last full pass found everything in order (the
+spec unchanged since, Ready=True/Evaluating, no step committed but unapplied, no
+restart or enactment to observe) and the last evaluation is less than a window old,
+no evaluation can be due: every term of the waiting rule only moves it later. Such
+a pass reads nothing in Recommend mode, and in Active mode only the FlinkDeployment
+(so a drifted target is still re-applied and a deleted or replaced target still
+noticed within one resolution); never the JobManager. It reports when the
+evaluation can be due at the earliest (`Run.due`), and the daemon wakes then.
 """
 
 from __future__ import annotations
@@ -34,12 +43,15 @@ def gate(run: Run) -> Seen:
         run.condition(ConditionType.READY, True, Reason.DISABLED,
                       "mode is Disabled: no evaluation")
         raise Stop("disabled")
+    if run.spec.mode != Mode.ACTIVE:
+        quiet(run)  # Recommend applies nothing: the deployment can wait for the evaluation
     run.deployment = run.ports.deployments.get(run.namespace, run.target)
     if run.deployment is None:
         run.condition(ConditionType.READY, False, Reason.TARGET_NOT_FOUND,
                       f"FlinkDeployment {run.namespace}/{run.target} not found")
         raise Stop("target-not-found")
     identify(run, run.deployment)
+    quiet(run)  # Active: realize re-applies a drifted target from the deployment just read
     reader = run.ports.flink(run.namespace, run.target)
     try:
         job = reader.job()
@@ -53,6 +65,32 @@ def gate(run: Run) -> Seen:
         run.condition(ConditionType.READY, True, Reason.EVALUATING, watching(run, job))
         raise Stop(wait)
     return Seen(job, reader)
+
+
+def quiet(run: Run) -> None:
+    """`Stop("quiet")` if no evaluation can be due and nothing else needs the job.
+
+    Only what the status says counts, and only as the last full pass left it: any
+    doubt (an error, a spec edit, a step in flight, a new target) means a full pass.
+    """
+    status = run.status
+    last = status.last_decision
+    ready = status.condition(ConditionType.READY)
+    scaling = status.condition(ConditionType.SCALING)
+    enactment = status.enactments[-1] if status.enactments else None
+    if (last is None or status.target_uid is None
+            or run.saved.observed_generation != run.generation
+            or ready is None or (ready.status, ready.reason) != ("True", Reason.EVALUATING)
+            or (scaling is not None
+                and scaling.reason in (Reason.RECONFIGURING, Reason.STABILIZING))
+            or (enactment is not None and enactment.observed_downtime_s is None)):
+        return
+    # The waiting rule's due time is max(restart + stabilization, last evaluation) + window:
+    # never earlier than this, whatever the job did since.
+    earliest = last.time + run.spec.metrics.window
+    if run.now < earliest:
+        run.due = earliest
+        raise Stop("quiet")
 
 
 def identify(run: Run, deployment: Mapping[str, Any]) -> None:
@@ -111,5 +149,6 @@ def waiting(run: Run, job: JobSummary) -> str | None:
         run.condition(ConditionType.SCALING, False, Reason.STABLE,
                       "stabilized; collecting a full metrics window")
     if run.now < due:
+        run.due = due
         return "window-filling"
     return None

@@ -111,6 +111,9 @@ class Pass:
     outcome: str
     status: Status
     applied: list[str] = field(default_factory=list)  # owned fields written this pass
+    # When an evaluation can be due at the earliest (epoch seconds), if the pass knows:
+    # the daemon wakes then rather than up to a resolution later.
+    due: float | None = None
 
 
 class Run:
@@ -130,6 +133,7 @@ class Run:
         self.decision: Decision | None = None  # a step committed by this pass
         self.decide_started = time.perf_counter()
         self.outcome = "reconfigured"
+        self.due: float | None = None  # set by gate when it waits for the window
 
     def condition(self, type_: ConditionType, ok: bool, reason: Reason, message: str) -> None:
         """Set a condition; a Ready or MetricsAvailable turning False is also a Warning."""
@@ -208,7 +212,7 @@ def record(run: Run, realized: Realized | None) -> Pass:
                       f"{how}); waiting "
                       f"{run.spec.metrics.stabilization:g}s for it to settle")
     run.save()
-    return Pass(run.outcome, run.status, applied)
+    return Pass(run.outcome, run.status, applied, run.due)
 
 
 def record_skew(run: Run, previous: Decision | None, decision: Decision) -> None:

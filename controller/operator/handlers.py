@@ -1,7 +1,8 @@
 """kopf handlers: thin glue from HybridScalingPolicy objects to `loop.reconcile`.
 
-One daemon per policy runs a loop pass every `spec.metrics.resolution`; the loop
-itself decides whether a full metrics window has passed. kopf keeps the daemon's
+One daemon per policy runs a loop pass every `spec.metrics.resolution`, or sooner
+when the pass says an evaluation becomes due before then; the loop itself decides
+whether a full metrics window has passed. kopf keeps the daemon's
 `body` live, so a `kubectl apply` of an edited spec is read by the next pass. The
 status is the loop's alone: read from the object when the daemon starts (that is
 how a restarted controller resumes) and written by the loop through the status
@@ -44,6 +45,9 @@ log = logging.getLogger(__name__)
 RUNNING: set[str] = set()  # namespace/name of policies with a live loop, for the probe
 # How often a policy whose spec does not parse is looked at again: the default resolution.
 UNPARSED_PERIOD_S = api.MetricsSpec().resolution
+# A pass waiting for the window sleeps until the evaluation can be due (plus this, so the
+# next pass's clock is past it), if that comes before the next resolution.
+DUE_SLACK_S = 0.05
 
 
 @cache
@@ -135,7 +139,7 @@ async def policy_loop(body: kopf.Body, meta: kopf.Meta, namespace: str | None, n
     status = store.last
     try:
         while not stopped:
-            resolution = UNPARSED_PERIOD_S
+            resolution = period = UNPARSED_PERIOD_S
             if shard.stale_finalizers(meta.get("finalizers") or [], RUNTIME.shard_index,
                                       RUNTIME.shards):
                 try:
@@ -144,14 +148,18 @@ async def policy_loop(body: kopf.Body, meta: kopf.Meta, namespace: str | None, n
                 except Exception as e:  # the list changed meanwhile: next pass tries again
                     log.warning("%s: could not remove other shards' finalizers: %s", key, e)
             try:
-                policy = api.parse_policy(dict(body))
-                resolution = policy.spec.metrics.resolution
+                # The status is the loop's (`status`, above): validating kopf's copy of it
+                # (its whole history) every pass would be wasted work.
+                policy = api.parse_policy({k: v for k, v in body.items() if k != "status"})
+                resolution = period = policy.spec.metrics.resolution
                 result = await _pool().run(
                     namespace or "default", reconcile, policy, meta.get("generation"), status,
                     ports_for(body, store),
                     budget_s=pass_budget(resolution, RUNTIME.pass_budget_max_s))
                 status = result.status
                 log.debug("%s: %s", key, result.outcome)
+                if result.due is not None:  # wake when the evaluation can be due
+                    period = min(resolution, max(0.0, result.due - time.time()) + DUE_SLACK_S)
             except ValidationError as e:
                 # The CRD's schema and CEL rules should have refused it; say so anyway.
                 telemetry.count(telemetry.ERRORS, namespace or "default", name or "", "spec")
@@ -171,7 +179,7 @@ async def policy_loop(body: kopf.Body, meta: kopf.Meta, namespace: str | None, n
                 log.exception("%s: loop pass failed; retrying next period", key)
                 # A pass may have committed a step before failing: continue from that.
                 status = store.last
-            await stopped.wait(resolution)
+            await stopped.wait(period)
     finally:
         RUNNING.discard(key)
         telemetry.forget(namespace or "default", name or "")

@@ -10,6 +10,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from controller.adapters.prometheus import (
+    PART_LABEL,
     Collected,
     MetricsUnavailable,
     Prometheus,
@@ -185,6 +186,13 @@ class Alternating:
     records/s); every whole-vertex signal is flat and fresh."""
 
     def query_range(self, query: str, start: float, end: float, step: float) -> list[dict]:
+        # The collector asks for every signal at once (combined_range): answer each part.
+        return [{**series, "metric": {**series["metric"], PART_LABEL: name}}
+                for expr, name in re.findall(
+                    rf'label_replace\((.*?), "{PART_LABEL}", "(\w+)", "", ""\)', query)
+                for series in self.one(expr, start, end, step)]
+
+    def one(self, query: str, start: float, end: float, step: float) -> list[dict]:
         times = [start + i * step for i in range(int((end - start) / step) + 1)]
         if "subtask_index" in query:
             return [{"metric": {"task_id": t, "subtask_index": str(i)},
