@@ -91,15 +91,16 @@ class RestProxy:
 
 class Tarpit:
     """A Prometheus for one tenant's policies that answers every query with an empty
-    result after `delay_s`: well within a call's timeout, so no breaker ever trips, yet a
-    pass spends its whole budget here (it asks ~13 queries). Each policy's URL has its
+    result after `delay_s`: well within a call's timeout, so no breaker ever trips, yet
+    each pass holds its worker for a while (an evaluation asks two queries, the
+    operator ids and one combined range query). Each policy's URL has its
     name as path prefix (`<url>/<policy>`); its instant query (the operator ids, asked
     first) counts a pass. `busy` is how many of this tenant's queries are being answered
     now: each of its passes in flight has exactly one, so it is the tenant's busy workers."""
 
     BODY = b'{"status":"success","data":{"resultType":"matrix","result":[]}}'
 
-    def __init__(self, delay_s: float = 0.5) -> None:
+    def __init__(self, delay_s: float = 0.75) -> None:
         self.lock = threading.Lock()
         self.passes: collections.Counter[str] = collections.Counter()
         self.busy = self.most_busy = 0
@@ -293,12 +294,17 @@ def test_slow_tenants_hold_at_most_their_share_of_workers(
     isolated_controller: ControllerProcess, cluster: Cluster, namespace: str,
     second_namespace: str, rest_proxy: RestProxy,
 ) -> None:
-    """Two tenants, 20 policies each, whose Prometheus answers every query slowly but in
-    time (`Tarpit`): no breaker trips, and every pass spends its whole budget (4 s every
-    ~9 s per policy), so each tenant alone wants more than the pool's 8 workers and
-    always has passes waiting. Per-namespace fairness: each then holds at most half of
-    the workers, whatever the order the passes came in. With one FIFO pool the split
+    """Two tenants, 40 policies each, whose Prometheus answers every query slowly but in
+    time (`Tarpit`): no breaker trips, and each evaluating pass holds a worker ~1.5 s
+    every ~6.5 s, so each tenant alone wants ~9 of the pool's 8 workers and, once both
+    run, always has passes waiting. Per-namespace fairness: each then holds at most half
+    of the workers, whatever the order the passes came in. With one FIFO pool the split
     follows the queue, and one tenant at times holds 5 or more.
+
+    The pool gives a free worker to whoever waits (it is work-conserving): a tenant
+    alone may hold all 8, which is why both must stay backlogged. With 20 policies each
+    and shorter passes their demand came in bursts, and each tenant held 8 in the other's
+    pauses.
 
     Counted at the tarpits: each pass in flight has at most one query being answered (a
     pass that gives up on a query hangs up). Only counted once both tenants contend:
@@ -311,7 +317,7 @@ def test_slow_tenants_hold_at_most_their_share_of_workers(
             apply(cluster, flink_deployment(ns, "slow", model="read"))
         for ns in tenants:
             cluster.wait_flink(ns, "slow")
-        names = [f"s{i:02d}" for i in range(20)]
+        names = [f"s{i:02d}" for i in range(40)]
         for ns, tarpit in tenants.items():
             apply(cluster, *(policy(ns, name, "slow", mode="Recommend",
                                     metrics={**METRICS, "prometheusUrl": f"{tarpit.url}/{name}"})
