@@ -32,6 +32,7 @@ from pydantic import (
 )
 from pydantic.alias_generators import to_camel
 
+from packer.pricing import ShapeBounds
 from policies.decision import (
     Decision,
     EpochTime,
@@ -169,20 +170,54 @@ class TaskManagerShape(SpecModel):
         )
 
 
+_BOUNDS = ShapeBounds()  # the defaults are the packer's, written once
+
+
 class TaskManagerSpec(SpecModel):
-    """The TaskManagers the job may run on (the paper: 4 cores, 2 GB, 4 slots)."""
+    """The TaskManagers the job may run on: chosen by price within these bounds (the
+    defaults fit an 8-core, 32 GiB node), or from an explicit menu of shapes."""
 
     shapes: tuple[TaskManagerShape, ...] = Field(
-        (TaskManagerShape(),), min_length=1, max_length=8,
+        (), max_length=8,
         description=(
-            "allowed TaskManager shapes; the first shape defines one task's CPU, heap and "
-            "network footprint (its share of one slot) on every shape; the default gives "
-            "158 MiB managed memory per slot"
+            "an explicit menu of TaskManager shapes (the packer picks the cheapest); empty "
+            "(default): the shape is chosen within minCpu..maxCpu and minMemory..maxMemory. "
+            "A task's CPU, heap and network footprint is one slot of the first shape, else "
+            "of the paper's TaskManager (4 cores, 2 GiB, 4 slots)"
         ),
     )
+    min_cpu: float = Field(_BOUNDS.min_cpu, gt=0, le=512,
+                           description="fewest CPU cores of one TaskManager")
+    max_cpu: float = Field(_BOUNDS.max_cpu, gt=0, le=512,
+                           description="most CPU cores of one TaskManager")
+    cpu_step: float = Field(_BOUNDS.cpu_step, gt=0, le=64,
+                            description="TaskManager CPU is a multiple of this")
+    min_memory: Annotated[MemoryMiB, Within(MIN_TASK_MANAGER_MIB, 1024**2, memory=True)] = Field(
+        _BOUNDS.min_memory_mib, description="least process memory of one TaskManager")
+    max_memory: Annotated[MemoryMiB, Within(MIN_TASK_MANAGER_MIB, 1024**2, memory=True)] = Field(
+        _BOUNDS.max_memory_mib, description="most process memory of one TaskManager")
+    memory_step: Annotated[MemoryMiB, Within(1, 1024**2, memory=True)] = Field(
+        _BOUNDS.memory_step_mib,
+        description="TaskManager process memory is a multiple of this")
+    max_slots: int = Field(_BOUNDS.max_slots, ge=1, le=256,
+                           description="most task slots on one TaskManager")
     realization: Realization = Field(
         Realization.FINE_GRAINED, description="fineGrained (per-operator memory) or adaptive"
     )
+
+    def footprint_shape(self) -> TaskManagerShape:
+        """Whose slot is one task's CPU, heap and network: the first shape, or the paper's."""
+        return self.shapes[0] if self.shapes else TaskManagerShape()
+
+    def bounds_problem(self) -> str | None:
+        """Bounds no TaskManager can meet, naming the fields (checked when placing)."""
+        if self.min_cpu > self.max_cpu:
+            return (f"spec.taskManager.minCpu ({self.min_cpu:g}) must be <= "
+                    f"spec.taskManager.maxCpu ({self.max_cpu:g})")
+        if self.min_memory > self.max_memory:
+            return (f"spec.taskManager.minMemory ({self.min_memory:g} MiB) must be <= "
+                    f"spec.taskManager.maxMemory ({self.max_memory:g} MiB)")
+        return None
 
 
 class PlacementSpec(SpecModel):
@@ -220,7 +255,7 @@ class HybridScalingPolicySpec(SpecModel):
         return ScalingParams(
             policy=self.policy, cost=self.cost,
             cpu=self.cpu, memory=self.memory, limits=self.limits,
-            footprint=self.task_manager.shapes[0].slot_footprint(),
+            footprint=self.task_manager.footprint_shape().slot_footprint(),
         )
 
 
@@ -373,6 +408,18 @@ class PlacementStatus(StatusModel):
     lower_bound: int = Field(ge=0, description="no packing can use fewer TaskManagers")
     solver_status: str = Field(description="optimal, feasible or fallback (first-fit decreasing)")
     moved_tasks: int = Field(0, ge=0, description="tasks that change TaskManager")
+    # What the TaskManager pods request, the unit the cluster bills (issue 20).
+    pod_cpu: float | None = Field(None, ge=0, description="CPU cores all TaskManager pods request")
+    pod_memory_mib: float | None = Field(
+        None, ge=0, description="memory (MiB) all TaskManager pods request")
+    price_per_hour: float | None = Field(
+        None, ge=0, description="the pods at spec.cost's prices, per hour")
+    managed_fraction: float | None = Field(
+        None, description="taskmanager.memory.managed.fraction of the chosen shape")
+    network_fraction: float | None = Field(
+        None, description="taskmanager.memory.network.fraction of the chosen shape")
+    slot_sharing_groups: dict[str, list[str]] | None = Field(
+        None, description="slot sharing group -> its vertex ids, as written to Flink")
 
 
 class Target(StatusModel):

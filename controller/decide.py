@@ -113,6 +113,7 @@ def desired(run: Run, deployment: Mapping[str, Any], graph: JobGraph,
         graph, evaluation.configuration, cpu_per_task=task.cpu_cores,
         heap_per_task_mib=task.heap_mib, base_managed_mib=run.spec.memory.base_managed_memory,
         tm_cpu=cpu, tm_memory_mib=memory_mib, replicas=replicas, per_operator=not adaptive,
+        groups=None if adaptive else placed.groups, flink_options=placed.flink_options,
     )
 
 

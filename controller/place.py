@@ -24,7 +24,9 @@ import packer
 from controller import telemetry
 from controller.api import ConditionType, Mode, PlacementStatus, Realization, TaskManagerSpec
 from controller.api import TaskManagerShape as SpecShape
+from controller.realize import MANAGED_FRACTION_KEY, NETWORK_FRACTION_KEY, SLOTS_KEY
 from controller.record import Reason, Run, Stop, policy_state, with_policy_state
+from packer.pricing import Priced, Prices, ShapeBounds, cheapest, vertex_slots
 from policies import Evaluation, explain
 from policies.model import Configuration, JobGraph
 from policies.spec import MemoryScaling, TaskFootprint
@@ -39,14 +41,43 @@ class Placed:
     shape: SpecShape
     replicas: int  # what Flink's own allocator needs
     placement: packer.Placement
+    # Fine-grained: the priced pods (shape with Flink's fractions, slot sharing groups).
+    priced: Priced | None = None
+
+    @property
+    def groups(self) -> dict[str, str] | None:
+        """vertex id -> slot sharing group, when groups were chosen."""
+        return None if self.priced is None else self.priced.group_of()
+
+    @property
+    def flink_options(self) -> dict[str, str]:
+        """The Flink options a fitted shape needs beside its cpu and memory (a shape of
+        the user's menu runs with the deployment's own memory options)."""
+        if self.priced is None or self.priced.shape.max_slots is not None:
+            return {}
+        options = self.priced.shape.memory_options
+        return {MANAGED_FRACTION_KEY: f"{options.managed_fraction:g}",
+                NETWORK_FRACTION_KEY: f"{options.network_fraction:g}",
+                SLOTS_KEY: str(self.shape.slots)}
 
     def status(self) -> PlacementStatus:
+        fields = {}
+        if self.priced is not None:
+            options = self.priced.shape.memory_options
+            fields = {
+                "pod_cpu": self.priced.cpu_cores, "pod_memory_mib": self.priced.memory_mib,
+                "price_per_hour": round(self.priced.price, 4),
+                "managed_fraction": options.managed_fraction,
+                "network_fraction": options.network_fraction,
+                "slot_sharing_groups": {g.name: list(g.members) for g in self.priced.groups},
+            }
         return PlacementStatus(
             task_managers=self.replicas,
             shape=self.shape,
             lower_bound=self.placement.lower_bound,
             solver_status=self.placement.status.value.upper(),
             moved_tasks=self.placement.moved,
+            **fields,
         )
 
 
@@ -73,17 +104,50 @@ def slots(
     ]
 
 
+def bounds_of(task_managers: TaskManagerSpec) -> ShapeBounds:
+    menu = tuple(
+        packer.TaskManagerShape(name=shape_name(s), cpu_cores=s.cpu, process_mib=s.memory,
+                                max_slots=s.slots)
+        for s in dict.fromkeys(task_managers.shapes))
+    return ShapeBounds(
+        min_cpu=task_managers.min_cpu, max_cpu=task_managers.max_cpu,
+        cpu_step=task_managers.cpu_step, min_memory_mib=task_managers.min_memory,
+        max_memory_mib=task_managers.max_memory, memory_step_mib=task_managers.memory_step,
+        max_slots=task_managers.max_slots, menu=menu)
+
+
 def pack(
     graph: JobGraph, configuration: Configuration, memory: MemoryScaling,
     task: TaskFootprint, task_managers: TaskManagerSpec, time_limit_s: float,
+    prices: Prices | None = None,
 ) -> Placed | Unplaceable:
-    by_name = {shape_name(s): s for s in task_managers.shapes}
+    """Fine-grained: the cheapest pods (grouping, shape, packing; packer.pricing).
+    Adaptive: every slot alike on one of the spec's shapes (the paper's by default)."""
+    if task_managers.realization == Realization.FINE_GRAINED:
+        problem = task_managers.bounds_problem()
+        if problem is not None:
+            return Unplaceable(problem)
+        vertices = vertex_slots(graph, configuration, memory.managed_mib, task.cpu_cores,
+                                task.heap_mib, task.network_mib)
+        priced = cheapest(vertices,
+                          bounds_of(task_managers), prices or Prices(),
+                          time_limit_s=time_limit_s)
+        if priced is None:
+            return Unplaceable("no TaskManager within spec.taskManager's bounds (minCpu..maxCpu, "
+                               "minMemory..maxMemory, maxSlots) holds the largest slot")
+        shape = priced.shape
+        most = max((len(tm.slots) for tm in priced.placement.task_managers), default=1)
+        spec_shape = next((s for s in task_managers.shapes if shape_name(s) == shape.name),
+                          None) or SpecShape(cpu=shape.cpu_cores,
+                                             memory=f"{shape.process_mib:.0f}Mi",
+                                             slots=min(max(most, 1), 256))
+        return Placed(spec_shape, priced.replicas, priced.placement, priced)
+    by_name = {shape_name(s): s for s in task_managers.shapes or (SpecShape(),)}
     shapes = [
         packer.TaskManagerShape(name=n, cpu_cores=s.cpu, process_mib=s.memory, max_slots=s.slots)
         for n, s in by_name.items()
     ]
-    uniform = task_managers.realization == Realization.ADAPTIVE
-    result = packer.pack(slots(graph, configuration, memory, task, uniform), shapes,
+    result = packer.pack(slots(graph, configuration, memory, task, True), shapes,
                          time_limit_s=time_limit_s)
     if result.shape is None:
         return Unplaceable(result.reason or "no TaskManager shape fits the tasks")
@@ -96,7 +160,8 @@ def place(run: Run, graph: JobGraph, evaluation: Evaluation) -> Placed:
     spec = run.spec
     params = spec.scaling_params()
     placed = pack(graph, evaluation.configuration, params.memory, params.footprint,
-                  spec.task_manager, spec.placement.solver_time_limit)
+                  spec.task_manager, spec.placement.solver_time_limit,
+                  Prices(spec.cost.cpu_core_price, spec.cost.memory_gib_price))
     telemetry.DECIDE_SECONDS.observe(time.perf_counter() - run.decide_started)
     if isinstance(placed, Placed):
         telemetry.SOLVER_SECONDS.observe(placed.placement.solve_seconds)

@@ -26,7 +26,7 @@ from controller.api import ENACTMENTS_LIMIT, Mode, Status, StepEnactment, Target
 from controller.ports import JobSummary
 from controller.record import Realized, Reason, Run
 from policies.decision import epoch_seconds
-from policies.levels import level_of, managed_mib
+from policies.levels import level_of, managed_mib, own_managed_mib
 from policies.model import Configuration, JobGraph
 from policies.quantity import MIB, parse_flink_memory_bytes
 from policies.restart_cost import (
@@ -42,17 +42,29 @@ OVERRIDES_KEY = "pipeline.jobvertex-parallelism-overrides"
 RESOURCES_KEY = "hybridscaler.operator-resources"
 SCHEDULER_KEY = "jobmanager.scheduler"
 WRITE_BUFFER_RATIO_KEY = "state.backend.rocksdb.memory.write-buffer-ratio"
+# A fitted TaskManager shape's Flink options (packer.pricing.fit_shape).
+MANAGED_FRACTION_KEY = "taskmanager.memory.managed.fraction"
+NETWORK_FRACTION_KEY = "taskmanager.memory.network.fraction"
+SLOTS_KEY = "taskmanager.numberOfTaskSlots"
+SHAPE_KEYS = (MANAGED_FRACTION_KEY, NETWORK_FRACTION_KEY, SLOTS_KEY)
 
 
 @dataclass(frozen=True)
 class OperatorResources:
+    """One uid's entry. With `slot_sharing_group`, the resources are ONE SLOT of that
+    group, the same for every member (docs/flink-contract.md); without, the operator's own."""
+
     cpu_cores: float
     task_heap_mb: int
     managed_memory_mb: int
+    slot_sharing_group: str | None = None
 
     def as_json(self) -> dict[str, Any]:
-        return {"cpuCores": self.cpu_cores, "taskHeapMb": self.task_heap_mb,
-                "managedMemoryMb": self.managed_memory_mb}
+        entry: dict[str, Any] = {"cpuCores": self.cpu_cores, "taskHeapMb": self.task_heap_mb,
+                                 "managedMemoryMb": self.managed_memory_mb}
+        if self.slot_sharing_group is not None:
+            entry["slotSharingGroup"] = self.slot_sharing_group
+        return entry
 
 
 @dataclass(frozen=True)
@@ -64,6 +76,7 @@ class OwnedFields:
     tm_cpu: float | None = None
     tm_memory_mib: int | None = None
     replicas: int | None = None
+    flink_options: Mapping[str, str] | None = None  # SHAPE_KEYS a fitted shape sets
 
     def differences(self, current: OwnedFields) -> list[str]:
         """Names of the fields where `current` does not yet hold what `self` wants."""
@@ -82,6 +95,9 @@ class OwnedFields:
             diff.append("taskManager.resource.memory")
         if self.replicas is not None and self.replicas != current.replicas:
             diff.append("taskManager.replicas")
+        for key, value in sorted((self.flink_options or {}).items()):
+            if (current.flink_options or {}).get(key) != value:
+                diff.append(key)
         return diff
 
 
@@ -119,6 +135,7 @@ def parse_resources(text: str | None) -> dict[str, OperatorResources] | None:
             str(uid): OperatorResources(
                 float(v.get("cpuCores", 0)), int(v.get("taskHeapMb", 0)),
                 int(v.get("managedMemoryMb", 0)),
+                None if v.get("slotSharingGroup") is None else str(v["slotSharingGroup"]),
             )
             for uid, v in raw.items()
         }
@@ -138,6 +155,7 @@ def current_fields(deployment: Mapping[str, Any]) -> OwnedFields:
         tm_cpu=float(cpu) if cpu is not None else None,
         tm_memory_mib=parse_memory_mib(resource.get("memory")),
         replicas=tm.get("replicas"),
+        flink_options={k: str(conf[k]) for k in SHAPE_KEYS if k in conf},
     )
 
 
@@ -149,7 +167,8 @@ def memory_levels(
     levels: dict[str, int | None] = {}
     for v in graph.vertices:
         entry = next((resources[u] for u in v.operator_uids if u in resources), None)
-        levels[v.id] = 0 if entry is None else level_of(entry.managed_memory_mb, base_mib)
+        levels[v.id] = 0 if entry is None else level_of(own_managed_mib(
+            entry.managed_memory_mb, entry.slot_sharing_group, v.id), base_mib)
     return levels
 
 
@@ -164,28 +183,43 @@ def desired_fields(
     tm_memory_mib: int,
     replicas: int | None,
     per_operator: bool,
+    groups: Mapping[str, str] | None = None,
+    flink_options: Mapping[str, str] | None = None,
 ) -> OwnedFields:
-    """What the deployment must hold for `configuration` on `replicas` TaskManagers."""
+    """What the deployment must hold for `configuration` on `replicas` TaskManagers.
+
+    `groups` (vertex id -> slot sharing group) makes each member's entry one slot of its
+    group: one task's CPU and heap (a slot holds one subtask of each member, sharing
+    them, as in Flink's default group) and the members' managed memory summed, the
+    same rule as packer.pricing prices."""
+    managed = {v.id: round(managed_mib(configuration[v.id].memory_level, base_managed_mib))
+               for v in graph.vertices}
+    group_managed: dict[str, int] = {}
+    for vid, name in (groups or {}).items():
+        group_managed[name] = group_managed.get(name, 0) + managed[vid]
     resources: dict[str, OperatorResources] = {}
+    # Flink rejects a slot-sharing group with zero task heap (flink-plugin docs).
+    heap = max(1, int(heap_per_task_mib))
     for v in graph.vertices:
-        level = configuration[v.id].memory_level
-        managed = round(managed_mib(level, base_managed_mib))
-        # Flink rejects a slot-sharing group with zero task heap (flink-plugin docs).
-        heap = max(1, int(heap_per_task_mib))
+        group = (groups or {}).get(v.id)
         for uid in v.operator_uids:
-            resources[uid] = OperatorResources(cpu_per_task, heap, managed)
+            resources[uid] = (OperatorResources(cpu_per_task, heap, managed[v.id]) if group is None
+                              else OperatorResources(cpu_per_task, heap, group_managed[group],
+                                                     group))
     return OwnedFields(
         overrides={vid: c.parallelism for vid, c in configuration.items()},
         operator_resources=resources if per_operator else None,
         tm_cpu=tm_cpu,
         tm_memory_mib=tm_memory_mib,
         replicas=replicas,
+        flink_options=dict(flink_options) if flink_options else None,
     )
 
 
 def apply_body(name: str, namespace: str, desired: OwnedFields) -> dict[str, Any]:
     """The server-side apply document: our fields and nothing else."""
     conf: dict[str, str] = {OVERRIDES_KEY: render_overrides(desired.overrides)}
+    conf.update(sorted((desired.flink_options or {}).items()))
     if desired.operator_resources is not None:
         conf[RESOURCES_KEY] = json.dumps(
             {uid: r.as_json() for uid, r in sorted(desired.operator_resources.items())},
@@ -301,13 +335,15 @@ def unhonoured_memory(deployment: Mapping[str, Any], graph: JobGraph,
     for v in graph.vertices:
         written = next((resources[u] for u in v.operator_uids if u in resources), None)
         observed = cache_capacity_bytes.get(v.id)
-        if written is None or written.managed_memory_mb <= 0 or observed is None:
+        own = 0.0 if written is None else own_managed_mib(
+            written.managed_memory_mb, written.slot_sharing_group, v.id)
+        if written is None or own <= 0 or observed is None:
             continue
-        expected = written.managed_memory_mb * 2**20 * (3 - ratio) / 3
+        expected = own * 2**20 * (3 - ratio) / 3
         if abs(observed - expected) > tolerance * expected:
             found.append(f"{v.name}: block cache {observed / 2**20:.0f} MiB per task, "
                          f"{expected / 2**20:.0f} MiB expected from managedMemoryMb "
-                         f"{written.managed_memory_mb}")
+                         f"{own:.0f}")
     return found
 
 

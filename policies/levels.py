@@ -25,3 +25,16 @@ def level_of(managed: float, base_mib: float) -> int | None:
 
 def format_level(level: int | None) -> str:
     return BOTTOM if level is None else str(level)
+
+
+def own_managed_mib(slot_managed: float, slot_sharing_group: str | None,
+                    vertex_id: str) -> float:
+    """A vertex's own managed memory per task from its `hybridscaler.operator-resources`
+    entry. Without a group the entry is the vertex's own. With one, the entry is ONE SLOT
+    of the group: its managed memory belongs to the member the group is named after (the
+    planner names a group after its one member with managed memory, packer.pricing); the
+    other members, stateless riders, consume none (Flink gives a slot's managed memory
+    only to operators that declare a use for it)."""
+    if slot_sharing_group is None or slot_sharing_group == vertex_id:
+        return slot_managed
+    return 0.0

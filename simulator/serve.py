@@ -26,13 +26,14 @@ import json
 import re
 import threading
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, TypeGuard
 from urllib.parse import parse_qs, urlsplit
 
-from policies.levels import level_of
+from policies.levels import level_of, own_managed_mib
 from policies.model import VertexConfig
 from policies.quantity import MIB, parse_flink_memory_bytes
 from policies.restart_cost import Enactment
@@ -85,7 +86,9 @@ def configuration_from_flink(
         level: int | None = 0
         entry = resources.get(op.uid)
         if entry is not None:
-            managed = float(entry["managedMemoryMb"])
+            group = entry.get("slotSharingGroup")
+            managed = own_managed_mib(float(entry["managedMemoryMb"]),
+                                      None if group is None else str(group), op.vertex_id)
             level = level_of(managed, base_managed_mib)
         tasks = overrides.get(op.vertex_id, op.initial_parallelism)
         if not 1 <= tasks <= op.max_parallelism:
@@ -94,10 +97,19 @@ def configuration_from_flink(
     return config
 
 
+def slot_sharing_groups(model: JobModel, flink_configuration: Mapping[str, str]
+                        ) -> dict[str, str]:
+    """vertex id -> the slot sharing group written for its operators (only those given)."""
+    resources = operator_resources(flink_configuration.get(RESOURCES_KEY, "") or "{}")
+    return {op.vertex_id: str(resources[op.uid][GROUP_FIELD]) for op in model.operators
+            if GROUP_FIELD in resources.get(op.uid, {})}
+
+
 RESOURCE_FIELDS = ("cpuCores", "taskHeapMb", "managedMemoryMb")
+GROUP_FIELD = "slotSharingGroup"
 
 
-def operator_resources(text: str) -> dict[str, dict[str, float]]:
+def operator_resources(text: str) -> dict[str, dict[str, Any]]:
     """`hybridscaler.operator-resources` under flink-plugin's rules (HybridResources.parse):
     what real Flink refuses at job start, the twin refuses too, naming key, uid and field."""
     try:
@@ -112,9 +124,13 @@ def operator_resources(text: str) -> dict[str, dict[str, float]]:
 
         if not isinstance(entry, dict):
             raise fault(f"must be an object with {list(RESOURCE_FIELDS)}")
-        unknown = sorted(set(entry) - set(RESOURCE_FIELDS))
+        unknown = sorted(set(entry) - {*RESOURCE_FIELDS, GROUP_FIELD})
         if unknown:
-            raise fault(f"unknown field {unknown[0]!r} (known: {list(RESOURCE_FIELDS)})")
+            raise fault(f"unknown field {unknown[0]!r} "
+                        f"(known: {[*RESOURCE_FIELDS, GROUP_FIELD]})")
+        group = entry.get(GROUP_FIELD)
+        if group is not None and not (isinstance(group, str) and group.strip()):
+            raise fault(f"{GROUP_FIELD} must be a non-empty string, got {group!r}")
         cpu = entry.get("cpuCores")
         if not _is_number(cpu) or not cpu > 0:
             raise fault(f"cpuCores must be a number > 0, got {cpu!r}")
@@ -123,6 +139,16 @@ def operator_resources(text: str) -> dict[str, dict[str, float]]:
             if not (_is_number(value) and float(value).is_integer()
                     and least <= value < 2**31):
                 raise fault(f"{name} must be an integer >= {least}, got {value!r}")
+    # One slot of a group is one ResourceProfile: every member must describe the same slot.
+    slot_of: dict[str, tuple[Any, ...]] = {}
+    for uid, entry in sorted(resources.items()):
+        group = entry.get(GROUP_FIELD)
+        if group is None:
+            continue
+        slot = tuple(entry[f] for f in RESOURCE_FIELDS)
+        if slot_of.setdefault(group, slot) != slot:
+            raise ConfigError(f"{RESOURCES_KEY} for operator uid {uid!r}: slot sharing group "
+                              f"{group!r} is described with different resources by its members")
     return resources
 
 
@@ -286,6 +312,7 @@ class TwinServer:
         config = configuration_from_flink(model, flink_configuration, self.base_managed_mib)
         twin = Twin(model, seed=self.seed, base_managed_mib=self.base_managed_mib,
                     downtime_scale=self.downtime_scale, configuration=config, history_s=600)
+        twin.groups = slot_sharing_groups(model, flink_configuration)
         job = _deployed(namespace, name, 0, self.now_ms(), flink_configuration, task_manager)
         with self._lock:
             if (namespace, name) in self._jobs:
@@ -329,6 +356,7 @@ class TwinServer:
             config = configuration_from_flink(
                 hosted.twin.model, flink_configuration, self.base_managed_mib
             )
+            hosted.twin.groups = slot_sharing_groups(hosted.twin.model, flink_configuration)
             # New TaskManager resources are a stateful upgrade too: savepoint, new pods.
             new_pods = not in_place and task_manager != hosted.task_manager
             downtime = hosted.twin.apply(

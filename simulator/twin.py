@@ -198,6 +198,8 @@ class Twin:
         self.restarts = 0
         self.down_until = 0.0
         self._ops = model.by_vertex()
+        # vertex id -> slot sharing group written in hybridscaler.operator-resources
+        self.groups: dict[str, str] = {}
         self._graph = model.job_graph()
         self._order = self._graph.topological_order()
         self._config: dict[str, VertexConfig] = dict(self._graph.configuration())
@@ -293,8 +295,11 @@ class Twin:
         return managed_mib(self._config[vertex_id].memory_level, self.base_managed_mib)
 
     def slot_sharing_group(self, vertex_id: str) -> str:
-        """flink-plugin puts each stateful operator in its own group, stateless ones together."""
+        """The group written for the vertex; unwritten, flink-plugin's default: each stateful
+        operator in its own group, stateless ones together."""
         op = self._ops[vertex_id]
+        if vertex_id in self.groups:
+            return vertex_id_for(f"ssg/{self.groups[vertex_id]}")
         key = op.uid if op.state is not None else "stateless"
         return vertex_id_for(f"ssg/{key}")
 

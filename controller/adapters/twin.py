@@ -17,10 +17,15 @@ from typing import Any
 
 from controller.api import Status
 from controller.ports import Collected, JobSummary, MetricsUnavailable, Ports
-from controller.realize import OVERRIDES_KEY, RESOURCES_KEY, WRITE_BUFFER_RATIO_KEY
+from controller.realize import OVERRIDES_KEY, RESOURCES_KEY, SHAPE_KEYS, WRITE_BUFFER_RATIO_KEY
 from policies.model import JobGraph
 from simulator.model import JobModel
-from simulator.serve import JOB_MODEL_KEY, SLOTS_KEY, configuration_from_flink
+from simulator.serve import (
+    JOB_MODEL_KEY,
+    SLOTS_KEY,
+    configuration_from_flink,
+    slot_sharing_groups,
+)
 from simulator.twin import BASE_MANAGED_MIB, Twin
 
 JOB_ID = "0" * 32
@@ -64,7 +69,7 @@ class TwinDeployments:
         wanted = body["spec"]
         spec = self.deployment["spec"]
         conf = spec["flinkConfiguration"]
-        for key in (OVERRIDES_KEY, RESOURCES_KEY):
+        for key in (OVERRIDES_KEY, RESOURCES_KEY, *SHAPE_KEYS):
             if key in wanted.get("flinkConfiguration", {}):
                 conf[key] = wanted["flinkConfiguration"][key]
         tm = wanted.get("taskManager", {})
@@ -74,6 +79,7 @@ class TwinDeployments:
         self.deployment["metadata"]["generation"] += 1
         # A stateful upgrade: savepoint, new TaskManagers, restore (the twin's downtime).
         configuration = configuration_from_flink(self.twin.model, conf, self.base_managed_mib)
+        self.twin.groups = slot_sharing_groups(self.twin.model, conf)
         self.downtimes.append(self.twin.apply(configuration, restart=True))
         return ""
 

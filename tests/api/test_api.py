@@ -61,8 +61,13 @@ def test_defaults_are_the_papers() -> None:
     assert spec.memory.state_latency_threshold == 0.001
     assert spec.memory.min_improvement == 0.05
     assert spec.limits.max_cpu_cores is None and spec.limits.max_memory is None
-    (shape,) = spec.task_manager.shapes
+    # No menu: the shape is chosen within bounds that fit an 8-core, 32 GiB node; one
+    # task's footprint is still a slot of the paper's 4-core, 2 GiB, 4-slot TaskManager.
+    assert spec.task_manager.shapes == ()
+    shape = spec.task_manager.footprint_shape()
     assert (shape.cpu, shape.memory, shape.slots) == (4.0, 2048.0, 4)
+    tm = spec.task_manager
+    assert (tm.min_cpu, tm.max_cpu, tm.min_memory, tm.max_memory) == (1.0, 7.0, 1024.0, 28672.0)
     assert spec.task_manager.realization is api.Realization.FINE_GRAINED
     assert spec.placement.solver_time_limit == 2.0
 
@@ -105,7 +110,9 @@ def test_scaling_params_carry_the_sections() -> None:
     ({"memory": {"minImprovement": 1.0}}, "spec.memory.minImprovement"),
     ({"memory": {"baseManagedMemory": "lots"}}, "spec.memory.baseManagedMemory"),
     ({"limits": {"maxCpuCores": 0}}, "spec.limits.maxCpuCores"),
-    ({"taskManager": {"shapes": []}}, "spec.taskManager.shapes"),
+    ({"taskManager": {"shapes": [{}] * 9}}, "spec.taskManager.shapes"),
+    ({"taskManager": {"minCpu": 0}}, "spec.taskManager.minCpu"),
+    ({"taskManager": {"maxSlots": 0}}, "spec.taskManager.maxSlots"),
     ({"taskManager": {"shapes": [{"slots": 0}]}}, "spec.taskManager.shapes[0].slots"),
     ({"taskManager": {"realization": "inPlace"}}, "spec.taskManager.realization"),
     ({"placement": {"solverTimeLimit": "0s"}}, "spec.placement.solverTimeLimit"),

@@ -243,6 +243,12 @@ OUT_OF_RANGE = {
     ("spec.cost.paybackPeriod", "must be at most 24h"): "99999999999h",
     ("spec.taskManager.shapes[].memory", "must be at least 1Gi"): "1",
     ("spec.taskManager.shapes[].memory", "must be at most 1024Gi"): "1.5Ti",
+    ("spec.taskManager.minMemory", "must be at least 1Gi"): "1",
+    ("spec.taskManager.minMemory", "must be at most 1024Gi"): "1.5Ti",
+    ("spec.taskManager.maxMemory", "must be at least 1Gi"): "1023Mi",
+    ("spec.taskManager.maxMemory", "must be at most 1024Gi"): "1.5Ti",
+    ("spec.taskManager.memoryStep", "must be at least 1Mi"): "1",
+    ("spec.taskManager.memoryStep", "must be at most 1024Gi"): "1.5Ti",
     ("spec.placement.solverTimeLimit", "must be more than 0s"): "0s",
     ("spec.placement.solverTimeLimit", "must be at most 1m"): "60001ms",
 }

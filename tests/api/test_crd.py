@@ -120,8 +120,10 @@ def test_paper_defaults_are_on_the_wire() -> None:
     cpu = props["cpu"]["properties"]
     assert [cpu[k]["default"] for k in ("utilizationMin", "utilizationTarget", "utilizationMax")
             ] == [0.2, 0.5, 0.8]
-    assert props["taskManager"]["properties"]["shapes"]["default"] == [
-        {"cpu": 4.0, "memory": "2Gi", "slots": 4}]
+    tm = props["taskManager"]["properties"]
+    assert tm["shapes"]["default"] == []  # no menu: chosen within the bounds below
+    assert [tm[k]["default"] for k in ("minCpu", "maxCpu", "minMemory", "maxMemory")] == [
+        1.0, 7.0, "1Gi", "28Gi"]
     assert props["placement"]["properties"]["solverTimeLimit"]["default"] == "2s"
 
 
@@ -176,7 +178,7 @@ def test_cross_field_rules_the_issue_asks_for() -> None:
     ("memory.minImprovement", {"minimum": 0, "maximum": 1, "exclusiveMaximum": True}),
     ("cpu.utilizationMin", {"minimum": 0, "exclusiveMinimum": True, "maximum": 1}),
     ("cpu.minParallelism", {"minimum": 1}),
-    ("taskManager.shapes", {"minItems": 1, "maxItems": 8}),
+    ("taskManager.shapes", {"maxItems": 8}),
 ])
 def test_single_field_bounds_are_openapi_bounds(field: str, bounds: dict[str, Any]) -> None:
     """The API server names the field in these errors itself; CEL would run only after them."""

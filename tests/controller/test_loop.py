@@ -19,7 +19,7 @@ from controller.api import ConditionType, HybridScalingPolicy, Status, parse_pol
 from controller.loop import reconcile
 from controller.place import slots
 from controller.ports import Collected, JobSummary, MetricsUnavailable, Ports
-from controller.realize import OVERRIDES_KEY, RESOURCES_KEY
+from controller.realize import OVERRIDES_KEY, RESOURCES_KEY, SHAPE_KEYS, memory_levels
 from controller.record import Pass, Reason
 from policies.model import (
     Edge,
@@ -216,13 +216,19 @@ def test_active_scale_up_commits_before_it_applies() -> None:
     [body] = world.deployments.applied
     assert set(body["spec"]) == {"flinkConfiguration", "taskManager"}
     conf = body["spec"]["flinkConfiguration"]
-    assert set(conf) == {OVERRIDES_KEY, RESOURCES_KEY}
+    # The TaskManager shape is fitted to the slots: its managed and network fractions
+    # and slots per TaskManager are written with it.
+    assert set(conf) == {OVERRIDES_KEY, RESOURCES_KEY, *SHAPE_KEYS}
     # Justin: a short cache turns DS2's scale-out into a scale-up at the same parallelism.
     assert conf[OVERRIDES_KEY] == f"{SOURCE}:2,{COUNTER}:2"
     resources = json.loads(conf[RESOURCES_KEY])
     assert resources["counter"]["managedMemoryMb"] == 316
-    # The source has no RocksDB metrics: stateless, its managed memory is stripped.
-    assert resources["src"]["managedMemoryMb"] == 0
+    # The source has no RocksDB metrics: stateless, its managed memory is stripped, and
+    # it rides in the counter's slots (its entry is one slot of the counter's group).
+    assert resources["src"] == resources["counter"] == {
+        "cpuCores": 1.0, "taskHeapMb": 134, "managedMemoryMb": 316, "slotSharingGroup": COUNTER}
+    levels = memory_levels(world.deployments.deployment or {}, graph(), 158.0)
+    assert levels == {SOURCE: None, COUNTER: 1}
     assert {"ScaledUp", "MemoryStripped"} <= set(world.events.reasons())
     assert world.store.last.last_decision is not None
     assert world.store.last.last_decision.reconfigures

@@ -1,0 +1,394 @@
+"""The price of a configuration in the unit a cluster bills: the TaskManager pods it needs.
+
+A Kubernetes cluster reserves `spec.taskManager.resource` × `spec.taskManager.replicas`,
+not tasks. So a configuration's price is the pods its placement requests, at
+spec.cost's prices. Three levers decide it, and all three are chosen here:
+
+* **slot sharing** (`share_slots`): which vertices share a slot sharing group. A
+  vertex without managed memory rides in a neighbour's slot when that adds no slot
+  (Flink's default group does the same for every operator); a vertex with managed
+  memory keeps its own group, so its memory is its own. One slot of a group holds
+  one subtask of each member: the group needs max(parallelism) slots, each with the
+  largest member's CPU, heap and network and the members' managed memory summed.
+* **the TaskManager shape** (`fit_shape`, `candidate_shapes`): cores, process memory
+  and Flink's managed and network fractions, within the user's bounds, sized to the
+  slot mix by Flink's own memory model (`flink_memory`), so memory given to caches
+  is not padded with task heap nobody uses. Or the user's explicit menu.
+* **the packing**: the exact packer (`packer.pack`, CP-SAT) on the few shapes the
+  quick bound ranks best; it says whether the count is proven minimal.
+
+Screen, then price exactly: every candidate shape gets a cheap bound (the packer's
+lower bound × the shape's price, and the ceil-per-TaskManager packing that is always
+feasible, × price); only the best `EXACT_SHAPES` go to CP-SAT. Pure and deterministic.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, replace
+
+from packer.flink_memory import DEFAULT_OPTIONS, MIB, FlinkMemoryOptions, task_manager_memory
+from packer.greedy import lower_bound, unfit_slot
+from packer.types import CurrentPlacement, Placement, TaskManagerShape, TaskSlot
+from policies.model import Configuration, JobGraph
+
+EXACT_SHAPES = 3
+"""Shapes the exact packer prices after the bound has screened all candidates."""
+FRACTION_STEP = 0.001
+"""Managed and network fractions are written with three decimals."""
+PAPER_SHAPE = TaskManagerShape("4cpu-2048mi-4slots", 4.0, 2048.0, max_slots=4)
+"""The paper's TaskManager, and how upstream's runs are realized: 4 cores, 2 GiB, 4 slots."""
+
+
+@dataclass(frozen=True)
+class Prices:
+    """spec.cost's prices per hour: one CPU core, one GiB of pod memory."""
+
+    cpu_core: float = 1.0
+    memory_gib: float = 0.134
+
+    def of(self, cpu_cores: float, memory_mib: float) -> float:
+        return cpu_cores * self.cpu_core + memory_mib / 1024.0 * self.memory_gib
+
+
+@dataclass(frozen=True)
+class ShapeBounds:
+    """Which TaskManagers may be chosen. The defaults fit an 8-core, 32 GiB node with
+    a core and 4 GiB left to the kubelet, system daemons and DaemonSets (also any larger
+    node); Flink's memory options are its defaults (a cluster that changes them says so)."""
+
+    min_cpu: float = 1.0
+    max_cpu: float = 7.0
+    cpu_step: float = 0.5
+    min_memory_mib: float = 1024.0
+    max_memory_mib: float = 28672.0
+    memory_step_mib: float = 64.0
+    max_slots: int = 16
+    menu: tuple[TaskManagerShape, ...] = ()  # when given, only these shapes
+    options: FlinkMemoryOptions = DEFAULT_OPTIONS
+
+    def __post_init__(self) -> None:
+        if not 0 < self.min_cpu <= self.max_cpu:
+            raise ValueError("shape bounds: need 0 < min_cpu <= max_cpu")
+        if not 0 < self.min_memory_mib <= self.max_memory_mib:
+            raise ValueError("shape bounds: need 0 < min_memory <= max_memory")
+        if self.cpu_step <= 0 or self.memory_step_mib <= 0 or self.max_slots < 1:
+            raise ValueError("shape bounds: steps must be > 0 and max_slots >= 1")
+
+
+@dataclass(frozen=True)
+class VertexSlot:
+    """What one task of a vertex asks for alone (its own group), and its neighbours."""
+
+    vertex_id: str
+    parallelism: int
+    cpu_cores: float
+    heap_mib: float
+    managed_mib: float
+    network_mib: float
+    neighbours: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class SlotGroup:
+    """One slot sharing group: its members and ONE slot's resources."""
+
+    name: str
+    members: tuple[str, ...]
+    slots: int
+    cpu_cores: float
+    heap_mib: float
+    managed_mib: float
+    network_mib: float
+
+    def task_slots(self) -> list[TaskSlot]:
+        return [TaskSlot(self.name, i, self.cpu_cores, self.managed_mib, self.heap_mib,
+                         self.network_mib) for i in range(self.slots)]
+
+
+@dataclass(frozen=True)
+class Priced:
+    """A configuration's pods: the grouping, the shape, the placement and the bill."""
+
+    groups: tuple[SlotGroup, ...]
+    shape: TaskManagerShape
+    placement: Placement
+    replicas: int  # what Flink's own first-fit allocator needs (>= the placement's count)
+    prices: Prices
+    screened: int  # candidate shapes the bound ranked
+    exact: int  # shapes the exact packer priced
+
+    @property
+    def cpu_cores(self) -> float:
+        return self.replicas * self.shape.cpu_cores
+
+    @property
+    def memory_mib(self) -> float:
+        return self.replicas * self.shape.process_mib
+
+    @property
+    def price(self) -> float:
+        """Per hour, at spec.cost's prices."""
+        return self.prices.of(self.cpu_cores, self.memory_mib)
+
+    @property
+    def proven(self) -> bool:
+        """The TaskManager count is proven minimal for this shape (else only feasible)."""
+        return self.placement.status.value == "optimal"
+
+    def group_of(self) -> dict[str, str]:
+        return {v: g.name for g in self.groups for v in g.members}
+
+
+@dataclass(frozen=True)
+class Pods:
+    """Pods as a count of one shape (upstream's realization, or any fixed answer)."""
+
+    replicas: int
+    cpu_per_pod: float
+    memory_mib_per_pod: float
+
+    @property
+    def cpu_cores(self) -> float:
+        return self.replicas * self.cpu_per_pod
+
+    @property
+    def memory_mib(self) -> float:
+        return self.replicas * self.memory_mib_per_pod
+
+    def price(self, prices: Prices) -> float:
+        return prices.of(self.cpu_cores, self.memory_mib)
+
+
+def upstream_pods(parallelism: Mapping[str, int] | Iterable[int],
+                  shape: TaskManagerShape = PAPER_SHAPE) -> Pods:
+    """How Flink runs a parallelism with its default slot sharing group: one slot holds a
+    subtask of every vertex, so max(parallelism) slots on TaskManagers of `shape`."""
+    values = list(parallelism.values()) if isinstance(parallelism, Mapping) else list(parallelism)
+    slots = max(values, default=0)
+    per_tm = shape.max_slots or 1
+    return Pods(-(-slots // per_tm), shape.cpu_cores, shape.process_mib)
+
+
+# --- slot sharing ---------------------------------------------------------------------
+
+
+def vertex_slots(graph: JobGraph, configuration: Configuration,
+                 managed_mib: Callable[[int | None], float], cpu_cores: float, heap_mib: float,
+                 network_mib: float) -> list[VertexSlot]:
+    """Each vertex's task alone (one task's footprint and its level's managed memory),
+    with its neighbours in the job graph, in topological order."""
+    return [
+        VertexSlot(
+            vid, configuration[vid].parallelism, cpu_cores, heap_mib,
+            managed_mib(configuration[vid].memory_level), network_mib,
+            tuple(dict.fromkeys([e.source for e in graph.inputs(vid)]
+                                + [e.target for e in graph.outputs(vid)])))
+        for vid in graph.topological_order()
+    ]
+
+
+def own_groups(vertices: Sequence[VertexSlot]) -> tuple[SlotGroup, ...]:
+    """Every vertex in its own group (what flink-plugin did before groups were chosen)."""
+    return tuple(SlotGroup(v.vertex_id, (v.vertex_id,), v.parallelism, v.cpu_cores,
+                           v.heap_mib, v.managed_mib, v.network_mib) for v in vertices)
+
+
+def share_slots(vertices: Sequence[VertexSlot]) -> tuple[SlotGroup, ...]:
+    """Vertices without managed memory ride in a neighbour's group where that adds no
+    slot (the neighbour's group has at least as many slots); those left over share one
+    group of their own, as in Flink's default group. A vertex with managed memory keeps
+    its own group: its cache is sized for its own tasks and no rider takes from it.
+    Deterministic: `vertices` in topological order, first qualifying neighbour with the
+    most slots."""
+    by_id = {v.vertex_id: v for v in vertices}
+    group_of: dict[str, str] = {}
+    members: dict[str, list[str]] = {}
+    for v in vertices:
+        if v.managed_mib > 0:
+            group_of[v.vertex_id] = v.vertex_id
+            members[v.vertex_id] = [v.vertex_id]
+    riders = [v for v in vertices if v.managed_mib <= 0]
+    changed = True
+    while changed:
+        changed = False
+        for v in riders:
+            if v.vertex_id in group_of:
+                continue
+            hosts = [group_of[n] for n in v.neighbours if n in group_of]
+            hosts = [g for g in hosts if _slots(members[g], by_id) >= v.parallelism]
+            if hosts:
+                host = max(hosts, key=lambda g: (_slots(members[g], by_id), -hosts.index(g)))
+                group_of[v.vertex_id] = host
+                members[host].append(v.vertex_id)
+                changed = True
+    left = [v.vertex_id for v in riders if v.vertex_id not in group_of]
+    if left:
+        members["stateless"] = left
+    return tuple(_group(name, [by_id[m] for m in ms]) for name, ms in members.items())
+
+
+def _slots(ids: Sequence[str], by_id: Mapping[str, VertexSlot]) -> int:
+    return max(by_id[i].parallelism for i in ids)
+
+
+def _group(name: str, members: Sequence[VertexSlot]) -> SlotGroup:
+    # One subtask of each member shares the slot: the largest CPU, heap and network
+    # (as in Flink's default group), the members' managed memory summed (each a consumer).
+    return SlotGroup(
+        name, tuple(m.vertex_id for m in members), max(m.parallelism for m in members),
+        max(m.cpu_cores for m in members), max(m.heap_mib for m in members),
+        sum(m.managed_mib for m in members), max(m.network_mib for m in members))
+
+
+# --- TaskManager shapes -----------------------------------------------------------------
+
+
+def _up(value: float, step: float) -> float:
+    return math.ceil(value / step - 1e-9) * step
+
+
+def fit_shape(cpu_cores: float, heap_mib: float, managed_mib: float, network_mib: float,
+              bounds: ShapeBounds, prices: Prices) -> TaskManagerShape | None:
+    """The cheapest TaskManager within `bounds` whose Flink memory split (exactly as
+    Flink computes it) offers at least this task heap, managed and network memory,
+    with the managed and network fractions set to what the slots take. None if none fits."""
+    options = bounds.options
+    cpu = max(bounds.min_cpu, _up(cpu_cores, bounds.cpu_step))
+    if cpu > bounds.max_cpu + 1e-9:
+        return None
+    network = max(network_mib, options.network_min_mib)
+    if network > options.network_max_mib:
+        return None
+    fixed = options.framework_heap_mib + options.framework_off_heap_mib + options.task_off_heap_mib
+    flink = heap_mib + managed_mib + network + fixed
+    jvm = flink + options.jvm_metaspace_mib
+    overhead = min(max(jvm * options.jvm_overhead_fraction / (1 - options.jvm_overhead_fraction),
+                       options.jvm_overhead_min_mib), options.jvm_overhead_max_mib)
+    process = max(bounds.min_memory_mib, _up(jvm + overhead, bounds.memory_step_mib))
+    for _ in range(64):  # each try adds one memory step; a handful is the most ever needed
+        if process > bounds.max_memory_mib + 1e-9:
+            return None
+        shape = _shape_at(cpu, process, heap_mib, managed_mib, network, options, prices)
+        if shape is not None:
+            return shape
+        process += bounds.memory_step_mib
+    return None
+
+
+def _shape_at(cpu: float, process: float, heap: float, managed: float, network: float,
+              options: FlinkMemoryOptions, prices: Prices) -> TaskManagerShape | None:
+    try:
+        total = task_manager_memory(process, replace(options, managed_fraction=0.0)).total_flink
+    except ValueError:
+        return None
+    managed_f = _up(managed * MIB / total, FRACTION_STEP) if managed > 0 else 0.0
+    network_f = _up(network * MIB / total, FRACTION_STEP)
+    if managed_f + network_f >= 1.0:
+        return None
+    fitted = replace(options, managed_fraction=round(managed_f, 3),
+                     network_fraction=round(network_f, 3))
+    try:
+        split = task_manager_memory(process, fitted)
+    except ValueError:
+        return None
+    if (split.managed_mib + 1e-6 < managed or split.network_mib + 1e-6 < network
+            or split.task_heap_mib + 1e-6 < heap):
+        return None
+    name = (f"{cpu:g}cpu-{process:.0f}mi-m{fitted.managed_fraction:g}"
+            f"-n{fitted.network_fraction:g}")
+    return TaskManagerShape(name, cpu, process, max_slots=None,
+                            cost=prices.of(cpu, process), memory_options=fitted)
+
+
+def _per_task_manager(groups: Sequence[SlotGroup], n: int
+                      ) -> tuple[list[int], tuple[float, float, float, float]]:
+    """ceil(slots/n) of each group on each of n TaskManagers: always enough for all slots."""
+    counts = [-(-g.slots // n) for g in groups]
+    pairs = list(zip(counts, groups, strict=True))
+    return counts, (sum(c * g.cpu_cores for c, g in pairs), sum(c * g.heap_mib for c, g in pairs),
+                    sum(c * g.managed_mib for c, g in pairs),
+                    sum(c * g.network_mib for c, g in pairs))
+
+
+def candidate_shapes(groups: Sequence[SlotGroup], bounds: ShapeBounds,
+                     prices: Prices) -> list[tuple[float, TaskManagerShape]]:
+    """Every shape fitted to n TaskManagers holding ceil(slots/n) of each group, for
+    each n where that mix changes, with the price of that (feasible) packing; or the
+    menu priced by its lower bound. Cheapest first."""
+    slots = [s for g in groups for s in g.task_slots()]
+    if bounds.menu:
+        menu = [s if s.cost is not None else replace(s, cost=prices.of(s.cpu_cores,
+                                                                         s.process_mib))
+                for s in bounds.menu]
+        fits = [s for s in menu if unfit_slot(slots, s) is None]
+        return sorted(((lower_bound(slots, s) * s.price, s) for s in fits),
+                      key=lambda x: (x[0], x[1].name))
+    total = max((g.slots for g in groups), default=0)
+    seen: dict[str, tuple[float, TaskManagerShape]] = {}
+    last: list[int] | None = None
+    for n in range(1, total + 1):
+        counts, need = _per_task_manager(groups, n)
+        if counts == last:
+            continue
+        last = counts
+        if sum(counts) > bounds.max_slots:
+            continue
+        shape = fit_shape(*need, bounds, prices)
+        if shape is None:
+            continue
+        price = n * shape.price
+        if shape.name not in seen or price < seen[shape.name][0]:
+            seen[shape.name] = (price, shape)
+    return sorted(seen.values(), key=lambda x: (x[0], x[1].name))
+
+
+# --- the price --------------------------------------------------------------------------
+
+
+def price(groups: Sequence[SlotGroup], bounds: ShapeBounds, prices: Prices,
+          current: CurrentPlacement | None = None, time_limit_s: float = 2.0,
+          keep_shape: TaskManagerShape | None = None) -> Priced | None:
+    """The cheapest pods for these groups: screen every candidate shape by its bound,
+    price the best `EXACT_SHAPES` with the exact packer. `keep_shape` (today's shape)
+    is always among them, so a step that does not pay for new TaskManagers can keep
+    them. None when no shape within the bounds holds the largest slot."""
+    import packer  # CP-SAT loads on first use
+
+    slots = [s for g in groups for s in g.task_slots()]
+    ranked = candidate_shapes(groups, bounds, prices)
+    if not slots:
+        ranked = ranked or [(0.0, fit_shape(0, 0, 0, 0, bounds, prices) or PAPER_SHAPE)]
+    if not ranked:
+        return None
+    screened = _screen(slots, ranked)
+    if keep_shape is not None and unfit_slot(slots, keep_shape) is None and all(
+            s.name != keep_shape.name for s in screened):
+        screened.append(keep_shape)
+    placement = packer.pack(slots, screened, current=current, time_limit_s=time_limit_s)
+    chosen = next(s for s in screened if s.name == placement.shape)
+    replicas = max(placement.count, placement.flink_count or 0)
+    return Priced(tuple(groups), chosen, placement, replicas, prices, len(ranked),
+                  len(screened))
+
+
+def _screen(slots: Sequence[TaskSlot],
+            ranked: Sequence[tuple[float, TaskManagerShape]]) -> list[TaskManagerShape]:
+    """The best few by the packer's lower bound × price, ties by the feasible price."""
+    bounded = sorted(((lower_bound(slots, s) * s.price, feasible, s.name, s)
+                      for feasible, s in ranked), key=lambda x: x[:3])
+    return [s for *_, s in bounded[:EXACT_SHAPES]]
+
+
+def cheapest(vertices: Sequence[VertexSlot], bounds: ShapeBounds, prices: Prices,
+             current: CurrentPlacement | None = None, time_limit_s: float = 2.0,
+             keep_shape: TaskManagerShape | None = None) -> Priced | None:
+    """The cheaper of two groupings, each priced exactly: riders in a neighbour's slot
+    (`share_slots`), or every vertex on its own (`own_groups`)."""
+    best: Priced | None = None
+    for groups in dict.fromkeys((share_slots(vertices), own_groups(vertices))):
+        priced = price(groups, bounds, prices, current, time_limit_s, keep_shape)
+        if priced is not None and (best is None or priced.price < best.price - 1e-9):
+            best = priced
+    return best

@@ -1,0 +1,152 @@
+"""A twin's configuration in the unit the cluster bills: TaskManager pods (issue 20).
+
+Three realizations of a final configuration, priced at spec.cost's default prices:
+
+* **ours**: what the controller writes in fineGrained mode (`controller.place.pack`):
+  slot sharing groups, a TaskManager shape fitted within the default bounds, the exact
+  packing (`packer.pricing.cheapest`), one task's footprint a slot of the paper's shape;
+* **upstream**: how Flink runs a parallelism with its default slot sharing group on
+  the paper's TaskManager: ceil(max parallelism / 4) × (4 cores, 2 GiB);
+* **the pod oracle** (`pod_oracle`): the cheapest (configuration, grouping, shape,
+  packing) that sustains the peak target at a utilization, beside the paper's oracle.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Any
+
+from packer.pricing import (
+    EXACT_SHAPES,
+    PAPER_SHAPE,
+    Pods,
+    Priced,
+    Prices,
+    ShapeBounds,
+    candidate_shapes,
+    cheapest,
+    share_slots,
+    upstream_pods,
+    vertex_slots,
+)
+from policies.levels import managed_mib
+from policies.model import Configuration, VertexConfig
+from policies.spec import MemoryScaling
+from simulator.model import JobModel
+from simulator.results import _fewest_tasks, oracle, unit_loads
+from simulator.twin import BASE_MANAGED_MIB
+
+SLOTS = PAPER_SHAPE.max_slots or 4
+# One task's CPU, heap and network: a slot of the paper's TaskManager, as the controller
+# derives it from spec.taskManager (controller.api.TaskManagerShape.slot_footprint).
+TASK_CPU = PAPER_SHAPE.cpu_cores / SLOTS
+TASK_HEAP_MIB = PAPER_SHAPE.memory.task_heap_mib / SLOTS
+TASK_NETWORK_MIB = PAPER_SHAPE.memory.network_mib / SLOTS
+# At most this many configurations are screened by the bound in the pod oracle.
+MAX_COMBINATIONS = 512
+
+
+@dataclass(frozen=True)
+class PodBill:
+    """Pod CPU, pod memory and the price per hour, with how they were found."""
+
+    cpu_cores: float
+    memory_mib: float
+    price: float
+    replicas: int
+    shape: str
+    proven: bool | None = None  # the packing's TaskManager count proven minimal
+
+    def as_json(self) -> dict[str, Any]:
+        return {"pod_cpu": self.cpu_cores, "pod_memory_mb": round(self.memory_mib),
+                "price": round(self.price, 3), "replicas": self.replicas, "shape": self.shape,
+                "proven": self.proven}
+
+
+def _bill(priced: Priced) -> PodBill:
+    return PodBill(priced.cpu_cores, priced.memory_mib, priced.price, priced.replicas,
+                   priced.shape.name, priced.proven)
+
+
+def _slots(model: JobModel, configuration: Configuration,
+           base: float) -> list[Any]:
+    return vertex_slots(model.job_graph(), configuration, lambda lv: managed_mib(lv, base),
+                        TASK_CPU, TASK_HEAP_MIB, TASK_NETWORK_MIB)
+
+
+def ours(model: JobModel, configuration: Configuration, base: float = BASE_MANAGED_MIB,
+         bounds: ShapeBounds | None = None, prices: Prices | None = None,
+         time_limit_s: float = 2.0) -> PodBill:
+    """The pods the controller writes for `configuration` (fineGrained, default bounds)."""
+    priced = cheapest(_slots(model, configuration, base), bounds or ShapeBounds(),
+                      prices or Prices(), time_limit_s=time_limit_s)
+    if priced is None:
+        raise ValueError(f"{model.name}: no TaskManager within the bounds holds a slot")
+    return _bill(priced)
+
+
+def upstream(configuration: Configuration, prices: Prices | None = None) -> PodBill:
+    """Flink's default slot sharing on the paper's TaskManager."""
+    pods: Pods = upstream_pods({v: c.parallelism for v, c in configuration.items()})
+    return PodBill(pods.cpu_cores, pods.memory_mib, pods.price(prices or Prices()),
+                   pods.replicas, PAPER_SHAPE.name)
+
+
+@dataclass(frozen=True)
+class PodOracle:
+    configuration: Configuration
+    bill: PodBill
+    screened: int  # configurations the bound ranked
+
+
+def pod_oracle(model: JobModel, *, utilization: float = 0.5, horizon_s: float = 1200.0,
+               seed: int = 0, prices: Prices | None = None,
+               bounds: ShapeBounds | None = None) -> PodOracle | None:
+    """The cheapest configuration, grouping, shape and packing sustaining the peak at
+    `utilization`: per vertex the fewest tasks at each memory level (upstream vertices
+    at the paper oracle's sizes), every combination screened by the ceil-per-TaskManager
+    bound of its best fitted shape, the best few priced exactly. None if out of reach."""
+    prices, bounds = prices or Prices(), bounds or ShapeBounds()
+    paper = oracle(model, utilization=utilization, horizon_s=horizon_s, seed=seed)
+    if not paper.feasible:
+        return None
+    target = model.peak_target(horizon_s)
+    loads = unit_loads(model)
+    parallelism = {v: c.parallelism for v, c in paper.configuration.items()}
+    options: list[list[tuple[str, VertexConfig]]] = []
+    max_level = MemoryScaling().max_level
+    for vid in model.job_graph().topological_order():
+        op = model.by_vertex()[vid]
+        need = loads[vid] * target / (1.0 if op.fixed_parallelism else utilization)
+        levels: list[int | None] = [None] if op.state is None else list(range(max_level))
+        found = []
+        for level in levels:
+            p = _fewest_tasks(model, op, level, need, parallelism, seed)
+            if p is not None:
+                found.append((vid, VertexConfig(p, level)))
+        options.append(found or [(vid, paper.configuration[vid])])
+    combos = list(itertools.islice(itertools.product(*options), MAX_COMBINATIONS))
+    ranked: list[tuple[float, int, Configuration]] = []
+    for combo in combos:
+        config: Configuration = MappingProxyType(dict(combo))
+        groups = share_slots(_slots(model, config, BASE_MANAGED_MIB))
+        shapes = candidate_shapes(groups, bounds, prices)
+        if shapes:
+            ranked.append((shapes[0][0], len(ranked), config))
+    if not ranked:
+        return None
+    ranked.sort(key=lambda x: x[:2])
+    best: tuple[PodBill, Configuration] | None = None
+    for _, _, config in ranked[:EXACT_SHAPES]:
+        bill = ours(model, config, prices=prices, bounds=bounds)
+        if best is None or bill.price < best[0].price - 1e-9:
+            best = (bill, config)
+    assert best is not None
+    return PodOracle(best[1], best[0], len(ranked))
+
+
+def ratio(ours_value: float, theirs: float) -> float:
+    return ours_value / theirs if theirs > 0 else math.inf
