@@ -15,6 +15,7 @@ from pathlib import Path
 from controller.simulate import run
 from policies.model import VertexConfig
 from policies.spec import CpuScaling
+from simulator import pods
 from simulator.cli import describe
 from simulator.model import load_model
 from simulator.plot import plot_runs
@@ -95,9 +96,10 @@ def row(job: str, name: str, steps: str, at: str, cores: float, memory: float, c
             f" {extra} |")
 
 
-def results(plot: Path | None = None) -> tuple[str, list[tuple[str, str, float]]]:
+def results(plot: Path | None = None, runs_out: dict[str, dict[str, RunResult]] | None = None
+            ) -> tuple[str, list[tuple[str, str, float]]]:
     """The results table (Markdown) and the wall-clock seconds of each closed-loop run;
-    writes the q11 plot to `plot` when given."""
+    writes the q11 plot to `plot` when given, and the runs to `runs_out`."""
     lines = [
         "| job (peak target) | policy | steps to target (all) | converged at | CPU cores "
         "| memory MiB | final configuration (p;MiB) | against DS2 here / Justin's in the paper |",
@@ -111,6 +113,8 @@ def results(plot: Path | None = None) -> tuple[str, list[tuple[str, str, float]]
             start = time.perf_counter()
             runs[policy] = run(model, policy, DURATION_S)
             timings.append((job, policy, time.perf_counter() - start))
+        if runs_out is not None:
+            runs_out[job] = runs
         best = oracle(model, horizon_s=DURATION_S)
         target_util = CpuScaling().utilization_target
         aimed = oracle(model, horizon_s=DURATION_S, utilization=target_util)
@@ -139,6 +143,68 @@ def results(plot: Path | None = None) -> tuple[str, list[tuple[str, str, float]]
     return "\n".join(lines), timings
 
 
+PODS_BEGIN, PODS_END = "<!-- pods:begin -->", "<!-- pods:end -->"
+SEEDS = (0, 1, 2)
+
+
+def spread(values: list[float], fmt: str = "{:.2f}") -> str:
+    """Seed 0's value, and the range over the seeds when they differ."""
+    low, high = min(values), max(values)
+    head = fmt.format(values[0])
+    return head if fmt.format(low) == fmt.format(high) else \
+        f"{head} ({fmt.format(low)}–{fmt.format(high)})"
+
+
+def pods_table(first: dict[str, dict[str, RunResult]],
+               seeds: tuple[int, ...] = SEEDS) -> str:
+    """Each policy's final configuration as the pods the controller writes (pod CPU, pod
+    memory, price per hour at spec.cost's defaults), against DS2's final parallelism run
+    the upstream way (Flink's default group, ceil(max p / 4) paper TaskManagers: upstream
+    is not run here) and against the pod oracle; seed 0's value, the range over `seeds`."""
+    lines = [
+        "| job | policy | pod CPU | pod memory GiB | price / h | × upstream-realized DS2 "
+        "| × pod oracle | packing | per task: cores, MiB |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for job in JOBS:
+        model = load_model(job)
+        per_seed = [first[job] if seed == 0 else
+                    {p: run(model, p, DURATION_S, seed=seed) for p in ("ds2", "justin",
+                                                                       "capacity")}
+                    for seed in seeds]
+        oracles = [pods.pod_oracle(model, horizon_s=DURATION_S, seed=seed) for seed in seeds]
+        baseline = [pods.upstream(r["ds2"].final).price for r in per_seed]
+        for n, name in enumerate(("ds2", "justin", "capacity")):
+            bills = [pods.ours(model, r[name].final) for r in per_seed]
+            vs_up = [b.price / u for b, u in zip(bills, baseline, strict=True)]
+            vs_or = [b.price / o.bill.price for b, o in zip(bills, oracles, strict=True)
+                     if o is not None]
+            r0 = per_seed[0][name]
+            cores = spread([b.cpu_cores for b in bills], "{:.0f}")
+            lines.append(
+                f"| {job if n == 0 else ''} | {name} | {cores} "
+                f"| {spread([b.memory_mib / 1024 for b in bills], '{:.1f}')} "
+                f"| {spread([b.price for b in bills])} | {spread(vs_up)} "
+                f"| {spread(vs_or) if vs_or else '-'} "
+                f"| {bills[0].replicas} × {bills[0].shape}"
+                f"{'' if bills[0].proven else ' (feasible)'} "
+                f"| {r0.cpu_cores:.0f}, {r0.memory_mib:,.0f} |")
+        up = pods.upstream(per_seed[0]["ds2"].final)
+        lines.append(f"|  | upstream-realized DS2 | {up.cpu_cores:.0f} | "
+                     f"{up.memory_mib / 1024:.1f} | {spread(baseline)} | 1.00 | - | "
+                     f"{up.replicas} × {up.shape} | - |")
+        o = oracles[0]
+        if o is None:
+            lines.append("|  | pod oracle | - | - | - | - | - | out of reach | - |")
+        else:
+            lines.append(
+                f"|  | pod oracle | {o.bill.cpu_cores:.0f} | {o.bill.memory_mib / 1024:.1f} | "
+                f"{spread([x.bill.price for x in oracles if x is not None])} | "
+                f"{o.bill.price / baseline[0]:.2f} | 1.00 | {o.bill.replicas} × {o.bill.shape} "
+                f"| {describe(model, o.configuration)} |")
+    return "\n".join(lines)
+
+
 def documented(path: Path, begin: str = BEGIN, end: str = END) -> str | None:
     """The generated block between `begin` and `end` in `path`, if it has one."""
     found = re.search(re.escape(begin) + "\n(.*?)\n" + re.escape(end), path.read_text(), re.S)
@@ -149,8 +215,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--update-doc", action="store_true")
     args = parser.parse_args()
-    table, timings = results(PLOT if args.update_doc else None)
+    runs: dict[str, dict[str, RunResult]] = {}
+    table, timings = results(PLOT if args.update_doc else None, runs)
     print(table)
+    pod_table = pods_table(runs)
+    print("\nin pods (TaskManager requests), seeds " + ", ".join(map(str, SEEDS)) + ":\n"
+          + pod_table)
     print("\nwall-clock time of one 20-minute closed-loop experiment:")
     for job, policy, seconds in timings:
         print(f"  {job:4} {policy:7} {seconds:5.2f} s")
@@ -160,7 +230,8 @@ def main() -> None:
     if args.update_doc:
         for path in (DOC, README):
             text = path.read_text()
-            for begin, end, body in ((BEGIN, END, table), (FIG4_BEGIN, FIG4_END, grid)):
+            for begin, end, body in ((BEGIN, END, table), (FIG4_BEGIN, FIG4_END, grid),
+                                     (PODS_BEGIN, PODS_END, pod_table)):
                 if begin in text:
                     head, rest = text.split(begin, 1)
                     text = f"{head}{begin}\n{body}\n{end}{rest.split(end, 1)[1]}"

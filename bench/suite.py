@@ -65,6 +65,7 @@ from bench.peer.__main__ import _json_default  # non-finite floats as null
 from policies.decision import Decision
 from policies.model import ShipStrategy
 from policies.spec import MemoryScaling
+from simulator import pods
 from simulator.model import JobModel
 from simulator.perf import channels, vertex_limit, vertex_shares
 from simulator.results import (
@@ -193,6 +194,10 @@ def measure(result: RunResult, seed: int, onsets: dict[str, float]) -> dict[str,
         "converged_at_s": result.converged_at_s,
         "cpu_cores": result.cpu_cores,
         "memory_mb": round(result.memory_mib, 1),
+        # In pods: what the controller writes for the final configuration, and the same
+        # parallelism run the upstream way (Flink's default group, paper TaskManagers).
+        "pods": pods.ours(model, result.final).as_json(),
+        "upstream_pods": pods.upstream(result.final).as_json(),
         "peak_lag": round(max((s.lag for s in result.samples), default=0.0)),
         "steady_restarts_at_s": steady_restarts(result, seed),
         "write_memory": write_memory(result),
@@ -219,6 +224,8 @@ def oracle_item(seed: int, run_seed: int, duration_s: float) -> dict[str, Any]:
     target = last_phase_target(model, duration_s)
     full = oracle(model, target, seed=run_seed)
     aimed = jobgen.oracle_at_target(model, target, seed=run_seed)
+    in_pods = None if aimed is None else pods.pod_oracle(
+        model, target, utilization=aimed.utilization, horizon_s=duration_s, seed=run_seed)
     return {
         "model": seed, "run_seed": run_seed, "target_rate": round(target, 1),
         "oracle": {"cpu_cores": full.cpu_cores, "memory_mb": round(full.memory_mib, 1),
@@ -227,6 +234,8 @@ def oracle_item(seed: int, run_seed: int, duration_s: float) -> dict[str, Any]:
             "utilization": aimed.utilization, "cpu_cores": aimed.cpu_cores,
             "memory_mb": round(aimed.memory_mib, 1),
             "final": _describe(model, aimed.configuration)},
+        "pod_oracle": None if in_pods is None else {
+            **in_pods.bill.as_json(), "final": _describe(model, in_pods.configuration)},
         "skew_onsets": skew_onsets(model, run_seed, duration_s),
     }
 
@@ -377,7 +386,45 @@ def evaluate(runs: list[dict[str, Any]], oracles: dict[tuple[int, int], dict[str
             targets["skew named within 2 windows"] = {
                 "value": f"{len(due) - len(late)}/{len(due)} vertices", "pass": not late,
                 "misses": late}
-        # 6. peer
+        # 6. in pods: the price against upstream (its run, else DS2's parallelism run the
+        # upstream way) and against the pod oracle
+        up_price = {job: rows["flink-autoscaler"].get("pods", {}).get("price")
+                    for job, rows in (peer or {}).get("jobs", {}).items()}
+        cheaper, misses, counted = 0, [], 0
+        for r in mine:
+            ref = by_key.get((r["model"], r["run_seed"], REFERENCE))
+            theirs = up_price.get(_gen(r["model"])) or (
+                ref["upstream_pods"]["price"] if ref and "upstream_pods" in ref else None)
+            if theirs is None or "pods" not in r:
+                continue
+            counted += 1
+            if r["pods"]["price"] <= theirs + 1e-9:
+                cheaper += 1
+            else:
+                misses.append(f"{_name(r)}: price {r['pods']['price']:.2f} vs upstream "
+                              f"{theirs:.2f} ({r['pods']['price'] / theirs:.2f}×)")
+        if counted:
+            share = cheaper / counted
+            targets["pod price ≤ upstream on ≥ 90 %"] = {
+                "value": f"{100 * share:.0f} % ({cheaper}/{counted})", "pass": share >= 0.9,
+                "misses": misses}
+        within, misses, counted = 0, [], 0
+        for r in mine:
+            o = oracles[(r["model"], r["run_seed"])].get("pod_oracle")
+            if o is None or "pods" not in r:
+                continue
+            counted += 1
+            ratio = r["pods"]["price"] / o["price"]
+            if ratio <= 1.10 + 1e-9:
+                within += 1
+            else:
+                misses.append(f"{_name(r)}: {ratio:.2f}× pod oracle")
+        if counted:
+            share = within / counted
+            targets["pod price ≤ 1.10× pod oracle on ≥ 90 %"] = {
+                "value": f"{100 * share:.0f} % ({within}/{counted})", "pass": share >= 0.9,
+                "misses": misses}
+        # 7. peer
         if peer:
             misses, jobs = [], 0
             for job, rows in peer["jobs"].items():
@@ -389,11 +436,18 @@ def evaluate(runs: list[dict[str, Any]], oracles: dict[tuple[int, int], dict[str
                     if me[key] > up[key] + 1e-9:
                         misses.append(f"{job}: {what} {me[key]:,.0f} vs upstream "
                                       f"{up[key]:,.0f} ({me[key] / up[key]:.2f}×)")
-            targets["peer: cores and memory ≤ upstream"] = {
+                if "pods" in me and "pods" in up and me["pods"]["price"] > up["pods"]["price"]:
+                    misses.append(f"{job}: pod price {me['pods']['price']:.2f} vs upstream "
+                                  f"{up['pods']['price']:.2f}")
+            targets["peer: cores, memory (per task) and pod price ≤ upstream"] = {
                 "value": f"{jobs} jobs, {len(misses)} misses", "pass": not misses,
                 "misses": misses}
         report[policy] = targets
     return report
+
+
+def _gen(seed: int) -> str:
+    return f"gen-{seed:03d}"
 
 
 def _name(row: dict[str, Any]) -> str:
@@ -511,10 +565,11 @@ def run_peer(seeds: list[int], duration_s: float, workers: int, log: Any,
         up = entry(upstream[paths[seed]])
         rows = {"flink-autoscaler": {k: up[k] for k in ("steps", "steps_to_target",
                                                          "cpu_cores", "memory_mb", "final")}}
+        rows["flink-autoscaler"]["pods"] = up.get("pods")
         for r in ours:
             if r["model"] == seed:
                 rows[r["policy"]] = {k: r[k] for k in ("steps", "steps_to_target", "cpu_cores",
-                                                       "memory_mb", "final")}
+                                                       "memory_mb", "final", "pods")}
         jobs[names[seed]] = rows
     return {"duration_s": duration_s, "models": seeds, "jobs": jobs}
 

@@ -341,6 +341,21 @@ def candidate_shapes(groups: Sequence[SlotGroup], bounds: ShapeBounds,
         price = n * shape.price
         if shape.name not in seen or price < seen[shape.name][0]:
             seen[shape.name] = (price, shape)
+    # k slots of the largest slot in every dimension: always holds any k slots, so it
+    # prices every mix, also one with more groups than a TaskManager can take one of each.
+    slots_total = sum(g.slots for g in groups)
+    cpu, heap, managed, network = (
+        max((g.cpu_cores for g in groups), default=0.0), max((g.heap_mib for g in groups),
+                                                              default=0.0),
+        max((g.managed_mib for g in groups), default=0.0),
+        max((g.network_mib for g in groups), default=0.0))
+    for k in range(1, min(bounds.max_slots, max(slots_total, 1)) + 1):
+        shape = fit_shape(k * cpu, k * heap, k * managed, k * network, bounds, prices)
+        if shape is None:
+            continue
+        price = -(-slots_total // k) * shape.price
+        if shape.name not in seen or price < seen[shape.name][0]:
+            seen[shape.name] = (price, shape)
     return sorted(seen.values(), key=lambda x: (x[0], x[1].name))
 
 

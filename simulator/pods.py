@@ -102,18 +102,19 @@ class PodOracle:
     screened: int  # configurations the bound ranked
 
 
-def pod_oracle(model: JobModel, *, utilization: float = 0.5, horizon_s: float = 1200.0,
-               seed: int = 0, prices: Prices | None = None,
+def pod_oracle(model: JobModel, target_rate: float | None = None, *,
+               utilization: float = 0.5, horizon_s: float = 1200.0, seed: int = 0,
+               prices: Prices | None = None,
                bounds: ShapeBounds | None = None) -> PodOracle | None:
     """The cheapest configuration, grouping, shape and packing sustaining the peak at
     `utilization`: per vertex the fewest tasks at each memory level (upstream vertices
     at the paper oracle's sizes), every combination screened by the ceil-per-TaskManager
     bound of its best fitted shape, the best few priced exactly. None if out of reach."""
     prices, bounds = prices or Prices(), bounds or ShapeBounds()
-    paper = oracle(model, utilization=utilization, horizon_s=horizon_s, seed=seed)
+    paper = oracle(model, target_rate, utilization=utilization, horizon_s=horizon_s, seed=seed)
     if not paper.feasible:
         return None
-    target = model.peak_target(horizon_s)
+    target = paper.target_rate
     loads = unit_loads(model)
     parallelism = {v: c.parallelism for v, c in paper.configuration.items()}
     options: list[list[tuple[str, VertexConfig]]] = []

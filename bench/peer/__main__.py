@@ -35,6 +35,7 @@ from typing import Any
 from bench.peer import build, peer_command
 from controller.simulate import run
 from policies.spec import parse_duration
+from simulator import pods
 from simulator.cli import describe
 from simulator.model import JobModel, load_model
 from simulator.results import (
@@ -246,7 +247,14 @@ def entry(result: RunResult) -> dict[str, Any]:
     out["peak_lag"] = round(peak_lag(result))
     out["final"] = describe(result.model, result.final)
     out["steps_at_s"] = [round(s.time, 1) for s in result.steps]
+    # In pods: upstream's parallelism as Flink runs it (default slot sharing group, the
+    # paper's TaskManager); ours as the controller writes it (groups, fitted shape).
+    out["pods"] = (pods.upstream(result.final) if result.policy == UPSTREAM
+                   else pods.ours(result.model, result.final)).as_json()
     return out
+
+
+UPSTREAM = "flink-autoscaler"
 
 
 def ratio(ours: float | None, theirs: float | None) -> str:
@@ -260,25 +268,32 @@ def ratio(ours: float | None, theirs: float | None) -> str:
 def table(report: dict[str, Any]) -> str:
     lines = [
         "| job | autoscaler | reconfigs (to target) | time to target | cores | memory MB | "
+        "pod CPU | pod memory GiB | price / h | "
         "peak lag | final configuration (p;MB) | vs upstream: reconfigs / time to target / "
-        "cores / memory / peak lag |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "cores / memory / pod CPU / pod memory / price / peak lag |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for job, rows in report["jobs"].items():
         up = rows["flink-autoscaler"]
         for n, (name, e) in enumerate(rows.items()):
-            policy = name != "oracle"  # the oracle is a bound, not a run
+            policy = name not in ("oracle", "pod oracle")  # bounds, not runs
             at, to, lag = e["converged_at_s"], e["steps_to_target"], e.get("peak_lag")
             steps = f"{e['steps']} ({'-' if to is None else to})" if policy else "-"
             when = ("-" if at is None else f"{at:.0f} s") if policy else "-"
-            vs = "" if name == "flink-autoscaler" else " / ".join((
+            mine, theirs = e.get("pods") or {}, up.get("pods") or {}
+            vs = "" if name == UPSTREAM else " / ".join((
                 ratio(e["steps"], up["steps"]) if policy else "-",
                 ratio(at, up["converged_at_s"]) if policy else "-",
                 ratio(e["cpu_cores"], up["cpu_cores"]), ratio(e["memory_mb"], up["memory_mb"]),
+                ratio(mine.get("pod_cpu"), theirs.get("pod_cpu")),
+                ratio(mine.get("pod_memory_mb"), theirs.get("pod_memory_mb")),
+                ratio(mine.get("price"), theirs.get("price")),
                 ratio(lag, up["peak_lag"])))
+            pod = (f"{mine['pod_cpu']:.0f} | {mine['pod_memory_mb'] / 1024:.1f} | "
+                   f"{mine['price']:.2f}") if mine else "- | - | -"
             lines.append(
                 f"| {job if n == 0 else ''} | {name} | {steps} | {when} | {e['cpu_cores']:.0f} | "
-                f"{e['memory_mb']:,.0f} | {'-' if lag is None else f'{lag:,.0f}'} | "
+                f"{e['memory_mb']:,.0f} | {pod} | {'-' if lag is None else f'{lag:,.0f}'} | "
                 f"{e['final']} | {vs} |")
     return "\n".join(lines)
 
@@ -341,7 +356,16 @@ def main(argv: list[str] | None = None) -> int:
             for policy in ("ds2", "justin", "capacity"):
                 rows[policy] = entry(run(model, policy, duration_s, seed=args.seed))
             best = oracle(model)
-            rows["oracle"] = {**best.as_json(), "final": describe(model, best.configuration)}
+            rows["oracle"] = {**best.as_json(), "final": describe(model, best.configuration),
+                              "pods": pods.ours(model, best.configuration).as_json()}
+            in_pods = pods.pod_oracle(model)
+            if in_pods is not None:
+                cores, memory = paper_resources(model, in_pods.configuration)
+                rows["pod oracle"] = {
+                    "steps": 0, "steps_to_target": None, "converged_at_s": None,
+                    "peak_lag": None, "cpu_cores": cores, "memory_mb": round(memory, 1),
+                    "final": describe(model, in_pods.configuration),
+                    "pods": in_pods.bill.as_json()}
         report["jobs"][job] = rows
     report["wall_s"]["total"] = round(time.monotonic() - started, 1)
     report["events"] = [e for e in events if e.get("reason") != "Configuration recommendation"]

@@ -1,0 +1,69 @@
+"""The placement written to the FlinkDeployment is the one priced (issue 20)."""
+
+from __future__ import annotations
+
+import json
+
+from controller.realize import (
+    MANAGED_FRACTION_KEY,
+    NETWORK_FRACTION_KEY,
+    OVERRIDES_KEY,
+    RESOURCES_KEY,
+    SLOTS_KEY,
+    parse_memory_mib,
+    parse_overrides,
+)
+from packer.flink_memory import task_manager_memory
+from packer.pricing import Prices, ShapeBounds, cheapest, vertex_slots
+from policies.model import VertexConfig
+from tests.controller.test_loop import COUNTER, SOURCE, World, graph, policy
+
+
+def test_the_written_pods_are_the_priced_ones() -> None:
+    world = World()
+    world.run()
+    [body] = world.deployments.applied
+    conf = body["spec"]["flinkConfiguration"]
+    tm = body["spec"]["taskManager"]
+    placement = world.store.last.placement
+    assert placement is not None and placement.price_per_hour is not None
+
+    # Price the configuration that was written, independently of the pass.
+    resources = json.loads(conf[RESOURCES_KEY])
+    overrides = parse_overrides(conf[OVERRIDES_KEY])
+    assert overrides == {SOURCE: 2, COUNTER: 2}
+    spec = policy().spec
+    footprint = spec.scaling_params().footprint
+    configuration = {SOURCE: VertexConfig(2, None), COUNTER: VertexConfig(2, 1)}
+    priced = cheapest(
+        vertex_slots(graph(), configuration, spec.memory.managed_mib, footprint.cpu_cores,
+                     footprint.heap_mib, footprint.network_mib),
+        ShapeBounds(), Prices(spec.cost.cpu_core_price, spec.cost.memory_gib_price),
+        time_limit_s=spec.placement.solver_time_limit)
+    assert priced is not None
+
+    # The FlinkDeployment holds exactly that: shape, fractions, replicas, groups.
+    assert tm["replicas"] == priced.replicas == placement.task_managers
+    assert tm["resource"]["cpu"] == priced.shape.cpu_cores
+    assert parse_memory_mib(tm["resource"]["memory"]) == priced.shape.process_mib
+    options = priced.shape.memory_options
+    assert float(conf[MANAGED_FRACTION_KEY]) == options.managed_fraction
+    assert float(conf[NETWORK_FRACTION_KEY]) == options.network_fraction
+    assert int(conf[SLOTS_KEY]) == max(len(t.slots) for t in priced.placement.task_managers)
+    groups = priced.group_of()
+    assert {uid: e.get("slotSharingGroup") for uid, e in resources.items()} == {
+        "src": groups[SOURCE], "counter": groups[COUNTER]}
+    # Status says what the pods request and what they cost, and whether it is proven.
+    assert placement.pod_cpu == priced.cpu_cores
+    assert placement.pod_memory_mib == priced.memory_mib
+    assert placement.price_per_hour == round(priced.price, 4)
+    assert placement.solver_status == priced.placement.status.value.upper()
+    assert placement.slot_sharing_groups == {g.name: list(g.members) for g in priced.groups}
+
+    # Flink, given the written options, gives every TaskManager what its slots take.
+    split = task_manager_memory(float(parse_memory_mib(tm["resource"]["memory"]) or 0),
+                                options)
+    group_slot = resources["counter"]
+    per_tm = max(len(t.slots) for t in priced.placement.task_managers)
+    assert split.managed_mib >= per_tm * group_slot["managedMemoryMb"]
+    assert split.task_heap_mib >= per_tm * group_slot["taskHeapMb"]

@@ -1,0 +1,188 @@
+"""packer.pricing: a configuration's price is the TaskManager pods it needs."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from packer import check
+from packer.flink_memory import DEFAULT_OPTIONS, task_manager_memory
+from packer.pricing import (
+    PAPER_SHAPE,
+    Prices,
+    ShapeBounds,
+    SlotGroup,
+    VertexSlot,
+    candidate_shapes,
+    cheapest,
+    fit_shape,
+    own_groups,
+    price,
+    share_slots,
+    upstream_pods,
+)
+from packer.types import Status
+
+PRICES = Prices()
+HEAP = PAPER_SHAPE.memory.task_heap_mib / 4
+NET = PAPER_SHAPE.memory.network_mib / 4
+
+
+def vertex(vid: str, p: int, managed: float, *neighbours: str) -> VertexSlot:
+    return VertexSlot(vid, p, 1.0, HEAP, managed, NET, neighbours)
+
+
+def q11(p: int, managed: float) -> list[VertexSlot]:
+    """A source, a stateful session window, a sink: q11's graph."""
+    return [vertex("src", 2, 0, "session"), vertex("session", p, managed, "src", "sink"),
+            vertex("sink", 1, 0, "session")]
+
+
+# --- Flink's memory split of a fitted shape -------------------------------------------
+
+
+@pytest.mark.parametrize(("cpu", "heap", "managed", "network"), [
+    (1, HEAP, 632, NET), (7, 7 * HEAP, 7 * 632, 7 * NET), (4, 4 * HEAP, 0, 4 * NET),
+    (2, 2 * HEAP, 2 * 1264, 2 * NET), (6, 6 * HEAP, 6 * 158, 6 * NET),
+])
+def test_a_fitted_shape_offers_what_its_slots_take_by_flinks_own_split(
+        cpu: float, heap: float, managed: float, network: float) -> None:
+    shape = fit_shape(cpu, heap, managed, network, ShapeBounds(), PRICES)
+    assert shape is not None and shape.cpu_cores == cpu
+    # Flink's own derivation with the fractions written: every dimension is enough ...
+    split = task_manager_memory(shape.process_mib, shape.memory_options)
+    assert split.task_heap_mib >= heap and split.managed_mib >= managed
+    assert split.network_mib >= network
+    # ... and one memory step less is not (the shape is the smallest that fits).
+    assert fit_shape(cpu, heap, managed, network,
+                     ShapeBounds(max_memory_mib=shape.process_mib - 64), PRICES) is None
+    assert shape.process_mib % 64 == 0
+    # The fractions are Flink options with three decimals, in [0, 1).
+    for f in (shape.memory_options.managed_fraction, shape.memory_options.network_fraction):
+        assert 0 <= f < 1 and round(f, 3) == f
+    # Only the two fractions differ from Flink's defaults.
+    assert shape.memory_options.jvm_metaspace_mib == DEFAULT_OPTIONS.jvm_metaspace_mib
+    assert shape.price == pytest.approx(PRICES.of(cpu, shape.process_mib))
+
+
+def test_a_cache_heavy_slot_mix_gets_a_larger_managed_fraction_not_a_larger_pod() -> None:
+    """7 slots of 632 MiB managed: the fitted fraction is why under 7 GiB is enough."""
+    shape = fit_shape(7, 7 * HEAP, 7 * 632, 7 * NET, ShapeBounds(), PRICES)
+    assert shape is not None
+    assert shape.memory_options.managed_fraction > 0.7
+    assert shape.process_mib < 7 * 1024
+    assert task_manager_memory(shape.process_mib).managed_mib < 7 * 632  # at Flink's 0.4
+
+
+def test_bounds_are_respected_and_refused_when_nothing_fits() -> None:
+    bounds = ShapeBounds(min_cpu=2, max_cpu=4, min_memory_mib=4096, max_memory_mib=8192)
+    shape = fit_shape(1, HEAP, 158, NET, bounds, PRICES)
+    assert shape is not None and shape.cpu_cores == 2 and shape.process_mib == 4096
+    assert fit_shape(5, 5 * HEAP, 0, 5 * NET, bounds, PRICES) is None  # more cores than 4
+    assert fit_shape(1, HEAP, 9000, NET, bounds, PRICES) is None  # more memory than 8 GiB
+    with pytest.raises(ValueError, match="min_cpu"):
+        ShapeBounds(min_cpu=8, max_cpu=4)
+
+
+# --- slot sharing -----------------------------------------------------------------------
+
+
+def test_stateless_vertices_ride_in_a_neighbours_slot_when_that_adds_no_slot() -> None:
+    groups = share_slots(q11(7, 632))
+    assert [(g.name, g.members, g.slots) for g in groups] == [
+        ("session", ("session", "src", "sink"), 7)]
+    (g,) = groups
+    # One slot holds a subtask of each member: one task's CPU and heap, the members'
+    # managed memory summed (riders have none).
+    assert (g.cpu_cores, g.managed_mib) == (1.0, 632)
+
+
+def test_a_rider_with_more_tasks_than_its_neighbour_has_slots_does_not_ride() -> None:
+    groups = share_slots([vertex("src", 8, 0, "agg"), vertex("agg", 3, 316, "src", "sink"),
+                          vertex("sink", 1, 0, "agg")])
+    assert {g.name: (g.members, g.slots) for g in groups} == {
+        "agg": (("agg", "sink"), 3), "stateless": (("src",), 8)}
+
+
+def test_vertices_with_managed_memory_keep_their_own_groups() -> None:
+    groups = share_slots([vertex("a", 4, 158, "b"), vertex("b", 4, 632, "a")])
+    assert {g.name: g.members for g in groups} == {"a": ("a",), "b": ("b",)}
+    assert own_groups([vertex("a", 2, 0), vertex("b", 3, 0)]) == (
+        SlotGroup("a", ("a",), 2, 1.0, HEAP, 0, NET), SlotGroup("b", ("b",), 3, 1.0, HEAP, 0, NET))
+
+
+def test_sharing_is_chosen_by_price() -> None:
+    shared = price(share_slots(q11(7, 632)), ShapeBounds(), PRICES)
+    alone = price(own_groups(q11(7, 632)), ShapeBounds(), PRICES)
+    best = cheapest(q11(7, 632), ShapeBounds(), PRICES)
+    assert shared is not None and alone is not None and best is not None
+    assert shared.price < alone.price and best.price == shared.price
+    assert best.group_of() == {"session": "session", "src": "session", "sink": "session"}
+
+
+# --- the price --------------------------------------------------------------------------
+
+
+def test_q11_with_the_cache_costs_less_than_upstreams_pods_in_each_dimension() -> None:
+    """7 tasks at 632 MiB against upstream's 20 at 158 MiB on 5 paper TaskManagers."""
+    ours = cheapest(q11(7, 632), ShapeBounds(), PRICES)
+    theirs = upstream_pods({"src": 2, "session": 20, "sink": 1})
+    assert ours is not None and ours.proven
+    assert (theirs.replicas, theirs.cpu_cores, theirs.memory_mib) == (5, 20, 10240)
+    assert ours.cpu_cores <= theirs.cpu_cores and ours.memory_mib <= theirs.memory_mib
+    assert ours.price <= 0.6 * theirs.price(PRICES)
+
+
+def test_the_price_is_the_placement_it_comes_with() -> None:
+    priced = cheapest([vertex("a", 13, 316, "b"), vertex("b", 5, 0, "a")], ShapeBounds(),
+                      PRICES)
+    assert priced is not None
+    slots = [s for g in priced.groups for s in g.task_slots()]
+    assert check(priced.placement, slots, [priced.shape]) == []
+    assert priced.replicas >= priced.placement.count
+    assert priced.cpu_cores == priced.replicas * priced.shape.cpu_cores
+    assert priced.price == pytest.approx(PRICES.of(priced.cpu_cores, priced.memory_mib))
+    # No candidate shape's feasible packing is cheaper than what was chosen.
+    ranked = candidate_shapes(priced.groups, ShapeBounds(), PRICES)
+    assert priced.price <= min(p for p, _ in ranked) + 1e-9
+
+
+def test_the_exact_packer_proves_optimality_up_to_200_slots_with_shape_choice() -> None:
+    vertices = [vertex("join", 120, 632, "a", "b"), vertex("agg", 60, 316, "join"),
+                vertex("a", 10, 0, "join"), vertex("b", 10, 0, "join"),
+                vertex("win", 20, 158, "agg")]
+    priced = cheapest(vertices, ShapeBounds(), PRICES, time_limit_s=10.0)
+    assert priced is not None
+    assert sum(g.slots for g in priced.groups) <= 200
+    assert priced.placement.status is Status.OPTIMAL and priced.proven
+
+
+def test_a_menu_is_priced_by_the_same_rule() -> None:
+    small = PAPER_SHAPE
+    large = type(PAPER_SHAPE)("8cpu-16gi-8slots", 8.0, 16384.0, max_slots=8)
+    priced = cheapest(q11(7, 632), ShapeBounds(menu=(small, large)), PRICES)
+    assert priced is not None and priced.shape.name == large.name  # 632 MiB fits no paper slot
+    assert priced.replicas == 1 and math.isclose(priced.price, PRICES.of(8, 16384))
+    # A menu shape runs with Flink's default fractions.
+    assert priced.shape.memory_options == DEFAULT_OPTIONS
+
+
+def test_no_shape_within_the_bounds_holds_the_slot() -> None:
+    assert cheapest(q11(7, 40_000), ShapeBounds(), PRICES) is None
+
+
+def test_upstream_is_flinks_default_group_on_the_papers_taskmanager() -> None:
+    pods = upstream_pods([1, 30, 1, 1])
+    assert (pods.replicas, pods.cpu_cores, pods.memory_mib) == (8, 32, 16384)
+    assert pods.price(PRICES) == pytest.approx(32 + 16 * 0.134)
+
+
+def test_more_groups_than_a_taskmanager_holds_one_of_each_are_still_priced() -> None:
+    """Ten groups with managed memory and at most 7 cores a TaskManager: no TaskManager
+    takes one slot of each, but shapes of k largest slots do."""
+    vertices = [vertex(f"v{i}", 2, 158 * (1 + i % 3)) for i in range(10)]
+    priced = cheapest(vertices, ShapeBounds(), PRICES)
+    assert priced is not None and priced.cpu_cores >= 20
+    slots = [s for g in priced.groups for s in g.task_slots()]
+    assert check(priced.placement, slots, [priced.shape]) == []
