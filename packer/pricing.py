@@ -402,8 +402,10 @@ def cheapest(vertices: Sequence[VertexSlot], bounds: ShapeBounds, prices: Prices
     """The cheaper of two groupings, each priced exactly: riders in a neighbour's slot
     (`share_slots`), or every vertex on its own (`own_groups`)."""
     best: Priced | None = None
-    for groups in dict.fromkeys((share_slots(vertices), own_groups(vertices))):
-        priced = price(groups, bounds, prices, current, time_limit_s, keep_shape)
+    groupings = list(dict.fromkeys((share_slots(vertices), own_groups(vertices))))
+    for groups in groupings:  # the time limit holds for the whole choice
+        priced = price(groups, bounds, prices, current, time_limit_s / len(groupings),
+                       keep_shape)
         if priced is not None and (best is None or priced.price < best.price - 1e-9):
             best = priced
     return best

@@ -278,6 +278,13 @@ def without(field):
     (entry(managedMemoryMb=1.5), "managedMemoryMb must be an integer >= 0, got 1.5"),
     (entry(managedMemoryMb=-1), "managedMemoryMb must be an integer >= 0, got -1"),
     (entry(managedMemoryMb=3_000_000_000), "managedMemoryMb must be an integer >= 0"),
+    (entry(slotSharingGroup=""), "slotSharingGroup must be a non-empty string, got ''"),
+    (entry(slotSharingGroup=3), "slotSharingGroup must be a non-empty string, got 3"),
+    (json.dumps({"q11-session": {"cpuCores": 1, "taskHeapMb": 64, "managedMemoryMb": 632,
+                                 "slotSharingGroup": "g"},
+                 "q11-sink": {"cpuCores": 1, "taskHeapMb": 64, "managedMemoryMb": 0,
+                              "slotSharingGroup": "g"}}),
+     "slot sharing group 'g' is described with different resources by its members"),
 ])
 def test_operator_resources_flink_plugin_refuses_are_refused(value, fault):
     with pytest.raises(ConfigError, match=r"^hybridscaler\.operator-resources") as refused:
@@ -291,6 +298,30 @@ def test_operator_resources_as_the_controller_writes_them_are_accepted():
     written = entry(managedMemoryMb=316.0)  # an integral double passes, as in Jackson
     config = configuration_from_flink(model, {"hybridscaler.operator-resources": written}, 158)
     assert config[model.operator("q11-session").vertex_id].memory_level == 1
+
+
+def test_a_slot_sharing_group_is_honoured_as_the_controller_writes_it():
+    """One slot of the group for every member; the managed memory is the member's the group
+    is named after, riders have none; the REST job graph shows the written group."""
+    from simulator.serve import slot_sharing_groups
+    from simulator.twin import Twin
+
+    model = load_model("q11")
+    session, sink = model.operator("q11-session"), model.operator("q11-sink")
+    slot = {"cpuCores": 1, "taskHeapMb": 134, "managedMemoryMb": 632,
+            "slotSharingGroup": session.vertex_id}
+    conf = {"hybridscaler.operator-resources": json.dumps({"q11-session": slot,
+                                                             "q11-sink": slot})}
+    config = configuration_from_flink(model, conf, 158)
+    assert config[session.vertex_id].memory_level == 2
+    assert config[sink.vertex_id].memory_level is None
+    groups = slot_sharing_groups(model, conf)
+    assert groups == {session.vertex_id: session.vertex_id, sink.vertex_id: session.vertex_id}
+    twin = Twin(model, configuration=config)
+    twin.groups = groups
+    assert twin.slot_sharing_group(session.vertex_id) == twin.slot_sharing_group(sink.vertex_id)
+    source = model.operator("q11-source").vertex_id
+    assert twin.slot_sharing_group(source) != twin.slot_sharing_group(sink.vertex_id)
 
 
 def test_twin_serve_command_runs_standalone():

@@ -1,0 +1,77 @@
+"""What pricing in pods adds to a decision: the place stage's time at 10, 100 and 1,000
+tasks, before (one given TaskManager shape, a group per vertex) and now (grouping, shape
+chosen within the default bounds, the exact packer on the best few shapes).
+
+    .venv/bin/python -m bench.pricing            # 3 seeds per size
+    .venv/bin/python -m bench.pricing --quick    # one seed
+
+Jobs are Nexmark-like chains: a source, a stateless map, then stateful operators at
+random memory levels 0-2, and a sink; the tasks are spread over them. "Proven" counts
+the decisions whose TaskManager count CP-SAT proved minimal for the chosen shape.
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import statistics
+import time
+
+from packer import pack
+from packer.pricing import PAPER_SHAPE, Prices, ShapeBounds, VertexSlot, cheapest, own_groups
+from policies.levels import managed_mib
+
+SIZES = (10, 100, 200, 1000)
+HEAP = PAPER_SHAPE.memory.task_heap_mib / 4
+NET = PAPER_SHAPE.memory.network_mib / 4
+TIME_LIMIT_S = 2.0  # spec.placement.solverTimeLimit's default
+
+
+def job(tasks: int, rng: random.Random) -> list[VertexSlot]:
+    stateful = rng.randint(1, 4)
+    names = ["source", "map", *[f"op{i}" for i in range(stateful)], "sink"]
+    weights = [1, 2, *[rng.uniform(2, 6) for _ in range(stateful)], 0.5]
+    counts = [max(1, round(tasks * w / sum(weights))) for w in weights]
+    counts[names.index("map")] += tasks - sum(counts)  # exactly `tasks` tasks
+    counts = [max(1, c) for c in counts]
+    out = []
+    for i, (name, p) in enumerate(zip(names, counts, strict=True)):
+        level = rng.randint(0, 2) if name.startswith("op") else None
+        neighbours = tuple(n for n in (names[i - 1] if i else None,
+                                       names[i + 1] if i + 1 < len(names) else None) if n)
+        out.append(VertexSlot(name, p, 1.0, HEAP, managed_mib(level, 158.0), NET, neighbours))
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true")
+    args = parser.parse_args()
+    seeds = range(1 if args.quick else 3)
+    print("| tasks | before: paper shape, s (median) | now: priced in pods, s (median, max) "
+          "| added per decision, s | proven now | price now / before |")
+    print("|---|---|---|---|---|---|")
+    for size in SIZES:
+        before, now, proven, ratios = [], [], 0, []
+        for seed in seeds:
+            vertices = job(size, random.Random(seed * 7919 + size))
+            slots = [s for g in own_groups(vertices) for s in g.task_slots()]
+            started = time.perf_counter()
+            old = pack(slots, [PAPER_SHAPE], time_limit_s=TIME_LIMIT_S)
+            before.append(time.perf_counter() - started)
+            started = time.perf_counter()
+            priced = cheapest(vertices, ShapeBounds(), Prices(), time_limit_s=TIME_LIMIT_S)
+            now.append(time.perf_counter() - started)
+            assert priced is not None
+            proven += priced.proven
+            replicas = max(old.count, old.flink_count or 0)
+            ratios.append(priced.price / Prices().of(replicas * PAPER_SHAPE.cpu_cores,
+                                                     replicas * PAPER_SHAPE.process_mib))
+        added = statistics.median(now) - statistics.median(before)
+        print(f"| {size} | {statistics.median(before):.3f} | {statistics.median(now):.3f}, "
+              f"{max(now):.3f} | {added:+.3f} | {proven}/{len(now)} | "
+              f"{statistics.median(ratios):.2f} |")
+
+
+if __name__ == "__main__":
+    main()
