@@ -6,6 +6,8 @@ with field manager `hybrid-scaler`, so GitOps tools can ignore exactly them:
 * `spec.flinkConfiguration["pipeline.jobvertex-parallelism-overrides"]`
 * `spec.flinkConfiguration["hybridscaler.operator-resources"]` (fine-grained mode)
 * `spec.taskManager.resource.cpu` / `.memory` and `spec.taskManager.replicas`
+* `spec.flinkConfiguration["taskmanager.memory.managed.fraction"]`, `[...network.fraction]`
+  and `["taskmanager.numberOfTaskSlots"]` (a TaskManager shape fitted to the slots)
 
 Rendering is deterministic, so "is the decision already on the deployment?" is a
 field-by-field comparison. The stage, `realize`, applies `status.target` (the
