@@ -146,13 +146,35 @@ def test_skew_is_named_late_never_or_not_reported():
     assert unreported["pass"] is None and "n/a" in unreported["value"]
 
 
+PEER_TARGET = "peer: cores, memory (per task) and pod price ≤ upstream"
+
+
 def test_more_than_upstream_in_the_peer_bench_is_a_miss():
     peer = {"jobs": {"gen-000": {
-        "flink-autoscaler": {"cpu_cores": 10.0, "memory_mb": 2000.0},
-        "capacity": {"cpu_cores": 9.0, "memory_mb": 2600.0}}}}
+        "flink-autoscaler": {"cpu_cores": 10.0, "memory_mb": 2000.0, "pods": {"price": 8.5}},
+        "capacity": {"cpu_cores": 9.0, "memory_mb": 2600.0, "pods": {"price": 9.0}}}}}
     report = suite.evaluate(rows_for(0, capacity={}), ORACLES, peer)["capacity"]
-    assert report["peer: cores and memory ≤ upstream"]["misses"] == [
-        "gen-000: memory 2,600 vs upstream 2,000 (1.30×)"]
+    assert report[PEER_TARGET]["misses"] == [
+        "gen-000: memory 2,600 vs upstream 2,000 (1.30×)",
+        "gen-000: pod price 9.00 vs upstream 8.50"]
+
+
+def test_pod_prices_against_upstream_and_the_pod_oracle():
+    """Upstream's pods where it ran, else DS2's parallelism run the upstream way."""
+    pods = {"pods": {"price": 10.0}, "upstream_pods": {"price": 12.0}}
+    runs = rows_for(0, capacity={"pods": {"price": 13.0}}, ds2=pods)
+    oracles = {key: {**o, "pod_oracle": {"price": 11.0}} for key, o in ORACLES.items()}
+    report = suite.evaluate(runs, oracles)
+    mine, ds2 = report["capacity"], report["ds2"]
+    assert mine["pod price ≤ upstream on ≥ 90 %"]["misses"] == [
+        "gen-000: price 13.00 vs upstream 12.00 (1.08×)"]
+    assert mine["pod price ≤ 1.10× pod oracle on ≥ 90 %"]["pass"] is False
+    assert ds2["pod price ≤ upstream on ≥ 90 %"]["pass"] is True
+    assert ds2["pod price ≤ 1.10× pod oracle on ≥ 90 %"]["pass"] is True
+    peer = {"jobs": {"gen-000": {"flink-autoscaler": {"cpu_cores": 99.0, "memory_mb": 1e6,
+                                                      "pods": {"price": 14.0}}}}}
+    assert suite.evaluate(runs, oracles, peer)["capacity"][
+        "pod price ≤ upstream on ≥ 90 %"]["pass"] is True
 
 
 def test_the_summary_table_marks_misses():
