@@ -363,12 +363,11 @@ def candidate_shapes(groups: Sequence[SlotGroup], bounds: ShapeBounds,
 
 
 def price(groups: Sequence[SlotGroup], bounds: ShapeBounds, prices: Prices,
-          current: CurrentPlacement | None = None, time_limit_s: float = 2.0,
-          keep_shape: TaskManagerShape | None = None) -> Priced | None:
+          current: CurrentPlacement | None = None,
+          time_limit_s: float = 2.0) -> Priced | None:
     """The cheapest pods for these groups: screen every candidate shape by its bound,
-    price the best `EXACT_SHAPES` with the exact packer. `keep_shape` (today's shape)
-    is always among them, so a step that does not pay for new TaskManagers can keep
-    them. None when no shape within the bounds holds the largest slot."""
+    price the best `EXACT_SHAPES` with the exact packer (fewest moves from `current`
+    among equal prices). None when no shape within the bounds holds the largest slot."""
     import packer  # CP-SAT loads on first use
 
     slots = [s for g in groups for s in g.task_slots()]
@@ -378,9 +377,6 @@ def price(groups: Sequence[SlotGroup], bounds: ShapeBounds, prices: Prices,
     if not ranked:
         return None
     screened = _screen(slots, ranked)
-    if keep_shape is not None and unfit_slot(slots, keep_shape) is None and all(
-            s.name != keep_shape.name for s in screened):
-        screened.append(keep_shape)
     placement = packer.pack(slots, screened, current=current, time_limit_s=time_limit_s)
     chosen = next(s for s in screened if s.name == placement.shape)
     replicas = max(placement.count, placement.flink_count or 0)
@@ -397,15 +393,14 @@ def _screen(slots: Sequence[TaskSlot],
 
 
 def cheapest(vertices: Sequence[VertexSlot], bounds: ShapeBounds, prices: Prices,
-             current: CurrentPlacement | None = None, time_limit_s: float = 2.0,
-             keep_shape: TaskManagerShape | None = None) -> Priced | None:
+             current: CurrentPlacement | None = None,
+             time_limit_s: float = 2.0) -> Priced | None:
     """The cheaper of two groupings, each priced exactly: riders in a neighbour's slot
     (`share_slots`), or every vertex on its own (`own_groups`)."""
     best: Priced | None = None
     groupings = list(dict.fromkeys((share_slots(vertices), own_groups(vertices))))
     for groups in groupings:  # the time limit holds for the whole choice
-        priced = price(groups, bounds, prices, current, time_limit_s / len(groupings),
-                       keep_shape)
+        priced = price(groups, bounds, prices, current, time_limit_s / len(groupings))
         if priced is not None and (best is None or priced.price < best.price - 1e-9):
             best = priced
     return best
