@@ -32,8 +32,8 @@ from policies.quantity import MIB, parse_flink_memory_bytes
 from policies.restart_cost import (
     Enactment,
     enactment,
-    expected_downtime_s,
     last_state_downtime_s,
+    learned_downtime_s,
 )
 
 FIELD_MANAGER = "hybrid-scaler"
@@ -243,12 +243,6 @@ def enactment_of(deployment: Mapping[str, Any], changed: list[str],
         has_checkpoint=state_bytes is not None)
 
 
-def restart_downtime_s(deployment: Mapping[str, Any], state_bytes: float | None) -> float:
-    """The expected downtime of a step that restarts the job (what a policy weighs before it
-    knows which fields its step changes): last-state or savepoint, as the deployment has it."""
-    return expected_downtime_s(enactment_of(deployment, [], state_bytes), state_bytes)
-
-
 def with_enactment(status: Status, step: int, deployment: Mapping[str, Any],
                    desired: OwnedFields, state_bytes: float | None) -> Status:
     """Record how committed step `step` will be enacted and its expected downtime."""
@@ -257,7 +251,7 @@ def with_enactment(status: Status, step: int, deployment: Mapping[str, Any],
     entry = StepEnactment(
         step=step, kind=kind.value,
         state_bytes=None if state_bytes is None else round(state_bytes),
-        expected_downtime_s=expected_downtime_s(kind, state_bytes),
+        expected_downtime_s=learned_downtime_s(kind, state_bytes, status.observed_steps()),
         last_state_downtime_s=last_state_downtime_s(kind, state_bytes))
     kept = tuple(e for e in status.enactments if e.step != step)
     return status.model_copy(update={"enactments": (*kept, entry)[-ENACTMENTS_LIMIT:]})

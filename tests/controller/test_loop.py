@@ -15,7 +15,13 @@ from typing import Any
 
 import pytest
 
-from controller.api import ConditionType, HybridScalingPolicy, Status, parse_policy
+from controller.api import (
+    ConditionType,
+    HybridScalingPolicy,
+    Status,
+    StepEnactment,
+    parse_policy,
+)
 from controller.loop import reconcile
 from controller.place import slots
 from controller.ports import Collected, JobSummary, MetricsUnavailable, Ports
@@ -30,7 +36,7 @@ from policies.model import (
     VertexConfig,
     VertexMetrics,
 )
-from policies.restart_cost import Enactment, expected_downtime_s
+from policies.restart_cost import Enactment, expected_downtime_s, learned_downtime_s
 from policies.spec import MemoryScaling, TaskFootprint
 
 SOURCE, COUNTER = "a" * 32, "b" * 32
@@ -549,6 +555,34 @@ def test_a_step_records_its_enactment_expected_then_observed_downtime() -> None:
     world.now += 5
     world.run()
     assert world.store.last.enactments[-1].observed_downtime_s == 50.0
+
+
+def test_the_next_step_is_priced_from_the_observed_downtime_of_the_last() -> None:
+    """Restart costs are learned per deployment: status.enactments' observed downtimes
+    move the policy's price and the next step's expected downtime off the model."""
+    seen: list[float] = []
+
+    def spy(*args: Any) -> Any:
+        seen.append(args[3].restart_downtime_s)
+        return evaluate(*args)
+
+    from controller import decide as decide_stage
+    from policies import evaluate
+
+    model = expected_downtime_s(Enactment.SAVEPOINT, None)
+    slow = [StepEnactment(step=s, kind="savepoint", expected_downtime_s=model,
+                          applied_time=T0 - 3600 + s, observed_downtime_s=3 * model)
+            for s in (1, 2)]
+    world = World()
+    world.store.saved.append(Status(enactments=tuple(slow)))
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(decide_stage, "evaluate", spy)
+        world.run()
+    learned = learned_downtime_s(Enactment.SAVEPOINT, None, Status(
+        enactments=tuple(slow)).observed_steps())
+    assert learned > 1.5 * model
+    assert seen == [learned]
+    assert world.store.last.enactments[-1].expected_downtime_s == learned
 
 
 def test_without_a_checkpoint_a_last_state_step_is_priced_as_a_savepoint() -> None:
