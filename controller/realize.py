@@ -22,8 +22,15 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from controller.api import ENACTMENTS_LIMIT, Mode, Status, StepEnactment, Target
-from controller.ports import JobSummary
+from controller.api import (
+    ENACTMENTS_LIMIT,
+    ConditionType,
+    Mode,
+    Status,
+    StepEnactment,
+    Target,
+)
+from controller.ports import JobSummary, PatchRefused
 from controller.record import Realized, Reason, Run
 from policies.decision import epoch_seconds
 from policies.levels import level_of, managed_mib
@@ -358,15 +365,36 @@ def realize(run: Run) -> Realized | None:
         return None
     desired = target_fields(target)
     differences = desired.differences(current_fields(deployment))
-    enactments = run.status.enactments
-    if enactments and enactments[-1].step == target.step and enactments[-1].applied_time is None:
-        run.status = _with_last(run.status, applied_time=epoch_seconds(run.now))
     if differences:
         # Only a target from the current status may be applied: one held by a replica
         # that lost a race would roll the job back (docs/controller.md, one writer).
         run.ports.store.confirm()
-        note = run.ports.deployments.apply(run.namespace, run.target,
-                                           apply_body(run.target, run.namespace, desired))
+        try:
+            note = run.ports.deployments.apply(run.namespace, run.target,
+                                               apply_body(run.target, run.namespace, desired))
+        except PatchRefused as refused:
+            patch_refused(run, target.step, refused.code)
+            return None
         if note:
             run.event("Normal", Reason.FIELDS_TAKEN_OVER, note)
+    enactments = run.status.enactments
+    if enactments and enactments[-1].step == target.step and enactments[-1].applied_time is None:
+        run.status = _with_last(run.status, applied_time=epoch_seconds(run.now))
     return Realized(differences, in_place(deployment, differences))
+
+
+def patch_refused(run: Run, step: int, code: int) -> None:
+    """Admission turned our patch down: Scaling=False/PatchRefused with the HTTP code (never
+    the answer's text, which a webhook writes), one Warning per new refusal. The target
+    stays committed, so every later pass tries it again."""
+    run.outcome = "patch-refused"
+    run.count_error("realize")
+    message = (f"step {step}: the API server refused the patch of FlinkDeployment "
+               f"{run.namespace}/{run.target} with HTTP {code} (an admission webhook, a "
+               f"ResourceQuota, a ValidatingAdmissionPolicy, RBAC or the CRD's schema; its "
+               f"answer is in the API server's audit log); retried every pass")
+    # As the pass found it: the waiting rule may have set Stabilizing since.
+    scaling = run.saved.condition(ConditionType.SCALING)
+    if scaling is None or scaling.reason != Reason.PATCH_REFUSED or scaling.message != message:
+        run.event("Warning", Reason.PATCH_REFUSED, message)
+    run.condition(ConditionType.SCALING, False, Reason.PATCH_REFUSED, message)
