@@ -28,7 +28,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from types import MappingProxyType
 
-from policies import ds2, explain, skew, skew_stop
+from policies import ds2, explain, first_step, skew, skew_stop
 from policies.decision import Branch, SkewFinding, VertexDecision
 from policies.learning import (
     MIN_BUSYNESS,
@@ -244,7 +244,9 @@ def _plan_vertex(graph: JobGraph, v: Vertex, m: VertexMetrics, learning: VertexL
                            note="too idle to measure; stateless: no managed memory")
         return replace(keep, note="capacity unknown (too idle to measure): keeps its "
                                   "configuration")
-    surface = fit(learning.points, anchor, params.memory.base_managed_memory)
+    # Until the miss cost is measured, the gain a step banks on is bounded (first_step).
+    surface = first_step.bounded(fit(learning.points, anchor, params.memory.base_managed_memory),
+                                 anchor, learning.points, cpu)
     hashed = any(e.ship_strategy == ShipStrategy.HASH for e in graph.inputs(v.id))
     measured = {pt.parallelism: pt.hottest_ratio for pt in learning.points}
     spread = _Skew(anchor.hottest_ratio, v.parallelism, v.max_parallelism if hashed else 0,
