@@ -18,7 +18,10 @@ chose, the measured true processing rate is compared with the predicted one. A
 configuration that fell short (and every one it dominates) is never chosen again
 for that need. Skew is part of the surface: the busiest subtask's share is modelled
 as an indivisible hot key plus evenly hashed key groups, so scaling out stops where
-it stops helping (`Branch.SKEW_LIMITED`).
+it stops helping (`Branch.SKEW_LIMITED`), and a vertex whose busiest subtask more tasks
+no longer relieve takes no restart and is named (`policies/skew_stop.py`). Until the
+miss cost is measured, the gain a step banks on is bounded so that it lands within the
+utilization band (`policies/first_step.py`).
 """
 
 from __future__ import annotations
