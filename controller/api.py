@@ -40,6 +40,7 @@ from policies.decision import (
 )
 from policies.learning import POINTS_PER_VERTEX, VertexLearning
 from policies.params import HISTORY_LIMIT, ScalingParams
+from policies.restart_cost import Enactment, ObservedStep
 from policies.spec import (
     DURATION_MAX_LENGTH,
     HOUR,
@@ -565,6 +566,14 @@ class Status(StatusModel):
 
     def condition(self, type_: ConditionType) -> Condition | None:
         return next((c for c in self.conditions if c.type == type_), None)
+
+    def observed_steps(self) -> tuple[ObservedStep, ...]:
+        """The applied steps whose downtime was observed, as the policy layer learns from
+        them (policies/restart_cost.py); an entry of an unknown kind is left out."""
+        kinds = {k.value: k for k in Enactment}
+        return tuple(ObservedStep(kinds[e.kind], e.state_bytes, e.observed_downtime_s)
+                     for e in self.enactments
+                     if e.observed_downtime_s is not None and e.kind in kinds)
 
 HybridScalingPolicy.model_rebuild()
 

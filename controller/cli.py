@@ -33,6 +33,7 @@ from policies.model import JobGraph, Observation
 from policies.spec import Duration, parse_duration
 from simulator.cli import model_or_exit, report, run_suite_or_exit, twin_app
 from simulator.model import BUILTIN_JOBS
+from simulator.results import PolicyName
 
 app = typer.Typer(
     name="hybrid-scaler",
@@ -187,6 +188,13 @@ def explain(
 
 
 
+# `simulate --policy` values: each policy of spec.policy alone, or several side by side.
+SIMULATED_POLICIES: Mapping[str, list[PolicyName]] = {
+    "capacity": ["capacity"], "ds2": ["ds2"], "justin": ["justin"],
+    "both": ["justin", "ds2"], "all": ["capacity", "justin", "ds2"],
+}
+
+
 @app.command()
 def simulate(
     job: Annotated[str | None, typer.Option(
@@ -194,20 +202,22 @@ def simulate(
     jobs: Annotated[Path | None, typer.Option(
         help="a directory of job-model YAMLs, or a suite file (`jobs: [q11, ./my.yaml]`): "
              "runs them all and prints one summary table")] = None,
-    policy: Annotated[str, typer.Option(help="justin, ds2 or both")] = "both",
+    policy: Annotated[str, typer.Option(
+        help="capacity (the default policy), ds2, justin, both (justin and ds2) or all")
+    ] = "all",
     duration: Annotated[str, typer.Option(help="virtual time, e.g. 20m")] = "20m",
     seed: Annotated[int, typer.Option(help="seed of the twin's noise")] = 0,
     seeds: Annotated[int, typer.Option(help="with --jobs: seeds seed .. seed+N-1")] = 1,
     plot: Annotated[Path | None, typer.Option(help="write a Figure-5-like PNG here")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="print JSON only")] = False,
 ) -> None:
-    """Run DS2 and/or Justin in a closed loop against the twin, and the oracle.
+    """Run capacity, DS2 and/or Justin in a closed loop against the twin, and the oracle.
 
     The loop is the controller's own pass (gate, collect, decide, place, realize,
     record) on in-memory ports backed by the twin, in virtual time.
     """
-    if policy not in ("justin", "ds2", "both"):
-        typer.echo("--policy must be justin, ds2 or both", err=True)
+    if policy not in SIMULATED_POLICIES:
+        typer.echo(f"--policy must be one of {', '.join(SIMULATED_POLICIES)}", err=True)
         raise typer.Exit(2)
     if (job is None) == (jobs is None):
         typer.echo("give either --job or --jobs", err=True)
@@ -221,10 +231,7 @@ def simulate(
         typer.echo(str(exc), err=True)
         raise typer.Exit(2) from None
     from controller import simulate as closed_loop
-    from simulator.results import PolicyName
-
-    names: list[PolicyName] = (
-        ["justin", "ds2"] if policy == "both" else [policy])  # type: ignore[list-item]
+    names: list[PolicyName] = SIMULATED_POLICIES[policy]
     if jobs is not None:
         run_suite_or_exit(jobs, names, range(seed, seed + seeds), seconds, as_json,
                           closed_loop.run)

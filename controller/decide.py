@@ -24,9 +24,9 @@ from controller.realize import (
     as_target,
     current_fields,
     desired_fields,
+    enactment_of,
     keeps_task_managers,
     refusal,
-    restart_downtime_s,
     unhonoured_memory,
     with_enactment,
 )
@@ -43,15 +43,18 @@ from controller.record import (
 from policies import Evaluation, evaluate
 from policies.decision import Decision
 from policies.model import JobGraph
+from policies.restart_cost import RestartFacts
 
 
 def decide(run: Run, graph: JobGraph, collected: Collected) -> Evaluation:
     """The core's evaluation, recorded; a decision that changes nothing ends the pass."""
     started = time.perf_counter()
-    # What a restart costs, for a policy that weighs it (unless spec.cost.restartDowntime
-    # says): the measured model for how this deployment restarts, with its state.
-    params = replace(run.spec.scaling_params(), expected_downtime_s=restart_downtime_s(
-        run.deployment or {}, collected.checkpoint_bytes))
+    # The facts a restart is priced from (unless spec.cost.restartDowntime says), priced by
+    # the policy layer: how this deployment restarts, its state, its observed downtimes.
+    state_bytes = collected.checkpoint_bytes
+    params = replace(run.spec.scaling_params(), restart=RestartFacts(
+        enactment_of(run.deployment or {}, [], state_bytes), state_bytes,
+        run.status.observed_steps()))
     evaluation = evaluate(graph, collected.observation, policy_state(run.status), params,
                           run.now)
     decision = evaluation.decision

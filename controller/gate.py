@@ -9,8 +9,9 @@ FlinkDeployment and `/jobs/overview`: no job graph, no Prometheus.
 
 Quiet passes read less. While the last full pass found everything in order (the
 spec unchanged since, Ready=True/Evaluating, no step committed but unapplied, no
-restart or enactment to observe) and the last evaluation is less than a window old,
-no evaluation can be due: every term of the waiting rule only moves it later. Such
+restart or enactment to observe) and the waiting rule's due time (`due_time`, written
+once for both), counted without the job's start, lies ahead, no evaluation can be due:
+the job's start only moves it later. Such
 a pass reads nothing in Recommend mode, and in Active mode only the FlinkDeployment
 (so a drifted target is still re-applied and a deleted or replaced target still
 noticed within one resolution); never the JobManager. It reports when the
@@ -85,10 +86,9 @@ def quiet(run: Run) -> None:
                 and scaling.reason in (Reason.RECONFIGURING, Reason.STABILIZING))
             or (enactment is not None and enactment.observed_downtime_s is None)):
         return
-    # The waiting rule's due time is max(restart + stabilization, last evaluation) + window:
-    # never earlier than this, whatever the job did since.
-    earliest = last.time + run.spec.metrics.window
-    if run.now < earliest:
+    # The job is not read here: the due time without its start, which only moves it later.
+    earliest = due_time(status, run.spec.metrics.window, run.spec.metrics.stabilization)
+    if earliest is not None and run.now < earliest:
         run.due = earliest
         raise Stop("quiet")
 
@@ -131,17 +131,36 @@ def watching(run: Run, job: JobSummary) -> str:
     return f"watching job {job.jid} of FlinkDeployment {run.target}"
 
 
+def stable_from(status: Status, stabilization: float, started: float | None) -> float | None:
+    """When the job has settled: `stabilization` after its start and the last
+    reconfiguration (None: neither known)."""
+    last_change = status.last_reconfiguration_time
+    since = [t for t in (started, last_change) if t is not None]
+    return max(since) + stabilization if since else None
+
+
+def due_time(status: Status, window: float, stabilization: float,
+             started: float | None = None) -> float | None:
+    """The waiting rule, written once: an evaluation is due when a full metrics window lies
+    after the job settled (`stable_from`) and after the last evaluation. Without the job's
+    start (a quiet pass does not read the job) it is the earliest the evaluation can be
+    due: a start only moves it later. None: nothing bounds it yet."""
+    last = status.last_decision
+    bounds = [t for t in (stable_from(status, stabilization, started),
+                          last.time if last is not None else None) if t is not None]
+    return max(bounds) + window if bounds else None
+
+
 def waiting(run: Run, job: JobSummary) -> str | None:
     """Why no evaluation is due yet: the window must lie after stabilization."""
     metrics = run.spec.metrics
     started = job.start_time_ms / 1000.0
-    last_change = run.status.last_reconfiguration_time
-    stable_from = max(started, last_change or started) + metrics.stabilization
-    last = run.status.last_decision
-    due = max(stable_from, last.time if last is not None else stable_from) + metrics.window
-    if run.now < stable_from:
+    settled = stable_from(run.status, metrics.stabilization, started)
+    due = due_time(run.status, metrics.window, metrics.stabilization, started)
+    assert settled is not None and due is not None  # the job's start bounds both
+    if run.now < settled:
         run.condition(ConditionType.SCALING, True, Reason.STABILIZING,
-                      f"stabilizing until {now_text(stable_from)} "
+                      f"stabilizing until {now_text(settled)} "
                       f"({metrics.stabilization:g}s after the last restart)")
         return "stabilizing"
     scaling = run.status.condition(ConditionType.SCALING)

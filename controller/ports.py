@@ -26,8 +26,19 @@ class Deployments(Protocol):
     def get(self, namespace: str, name: str) -> Mapping[str, Any] | None: ...
 
     def apply(self, namespace: str, name: str, body: Mapping[str, Any]) -> str:
-        """Server-side apply of `body`; returns a note for humans (e.g. fields taken over)."""
+        """Server-side apply of `body`; returns a note for humans (e.g. fields taken over).
+        Raises `PatchRefused` when admission turns the patch down."""
         ...
+
+
+class PatchRefused(RuntimeError):
+    """The API server refused our patch at admission (a webhook, a ResourceQuota, a
+    ValidatingAdmissionPolicy, RBAC or the CRD's schema): only its HTTP code is kept,
+    never its text, which a webhook writes."""
+
+    def __init__(self, code: int) -> None:
+        super().__init__(f"HTTP {code}")
+        self.code = code
 
 
 class StatusConflict(RuntimeError):

@@ -24,8 +24,15 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from controller.api import ENACTMENTS_LIMIT, Mode, Status, StepEnactment, Target
-from controller.ports import JobSummary
+from controller.api import (
+    ENACTMENTS_LIMIT,
+    ConditionType,
+    Mode,
+    Status,
+    StepEnactment,
+    Target,
+)
+from controller.ports import JobSummary, PatchRefused
 from controller.record import Realized, Reason, Run
 from policies.decision import epoch_seconds
 from policies.levels import level_of, managed_mib, own_managed_mib
@@ -34,8 +41,8 @@ from policies.quantity import MIB, parse_flink_memory_bytes
 from policies.restart_cost import (
     Enactment,
     enactment,
-    expected_downtime_s,
     last_state_downtime_s,
+    learned_downtime_s,
 )
 
 FIELD_MANAGER = "hybrid-scaler"
@@ -279,12 +286,6 @@ def enactment_of(deployment: Mapping[str, Any], changed: list[str],
         has_checkpoint=state_bytes is not None)
 
 
-def restart_downtime_s(deployment: Mapping[str, Any], state_bytes: float | None) -> float:
-    """The expected downtime of a step that restarts the job (what a policy weighs before it
-    knows which fields its step changes): last-state or savepoint, as the deployment has it."""
-    return expected_downtime_s(enactment_of(deployment, [], state_bytes), state_bytes)
-
-
 def with_enactment(status: Status, step: int, deployment: Mapping[str, Any],
                    desired: OwnedFields, state_bytes: float | None) -> Status:
     """Record how committed step `step` will be enacted and its expected downtime."""
@@ -293,7 +294,7 @@ def with_enactment(status: Status, step: int, deployment: Mapping[str, Any],
     entry = StepEnactment(
         step=step, kind=kind.value,
         state_bytes=None if state_bytes is None else round(state_bytes),
-        expected_downtime_s=expected_downtime_s(kind, state_bytes),
+        expected_downtime_s=learned_downtime_s(kind, state_bytes, status.observed_steps()),
         last_state_downtime_s=last_state_downtime_s(kind, state_bytes))
     kept = tuple(e for e in status.enactments if e.step != step)
     return status.model_copy(update={"enactments": (*kept, entry)[-ENACTMENTS_LIMIT:]})
@@ -402,15 +403,36 @@ def realize(run: Run) -> Realized | None:
         return None
     desired = target_fields(target)
     differences = desired.differences(current_fields(deployment))
-    enactments = run.status.enactments
-    if enactments and enactments[-1].step == target.step and enactments[-1].applied_time is None:
-        run.status = _with_last(run.status, applied_time=epoch_seconds(run.now))
     if differences:
         # Only a target from the current status may be applied: one held by a replica
         # that lost a race would roll the job back (docs/controller.md, one writer).
         run.ports.store.confirm()
-        note = run.ports.deployments.apply(run.namespace, run.target,
-                                           apply_body(run.target, run.namespace, desired))
+        try:
+            note = run.ports.deployments.apply(run.namespace, run.target,
+                                               apply_body(run.target, run.namespace, desired))
+        except PatchRefused as refused:
+            patch_refused(run, target.step, refused.code)
+            return None
         if note:
             run.event("Normal", Reason.FIELDS_TAKEN_OVER, note)
+    enactments = run.status.enactments
+    if enactments and enactments[-1].step == target.step and enactments[-1].applied_time is None:
+        run.status = _with_last(run.status, applied_time=epoch_seconds(run.now))
     return Realized(differences, in_place(deployment, differences))
+
+
+def patch_refused(run: Run, step: int, code: int) -> None:
+    """Admission turned our patch down: Scaling=False/PatchRefused with the HTTP code (never
+    the answer's text, which a webhook writes), one Warning per new refusal. The target
+    stays committed, so every later pass tries it again."""
+    run.outcome = "patch-refused"
+    run.count_error("realize")
+    message = (f"step {step}: the API server refused the patch of FlinkDeployment "
+               f"{run.namespace}/{run.target} with HTTP {code} (an admission webhook, a "
+               f"ResourceQuota, a ValidatingAdmissionPolicy, RBAC or the CRD's schema; its "
+               f"answer is in the API server's audit log); retried every pass")
+    # As the pass found it: the waiting rule may have set Stabilizing since.
+    scaling = run.saved.condition(ConditionType.SCALING)
+    if scaling is None or scaling.reason != Reason.PATCH_REFUSED or scaling.message != message:
+        run.event("Warning", Reason.PATCH_REFUSED, message)
+    run.condition(ConditionType.SCALING, False, Reason.PATCH_REFUSED, message)

@@ -61,6 +61,7 @@ class Reason(StrEnum):
     RECOMMENDED = "Recommended"  # Recommend mode: recorded, not applied (also a Normal Event)
     UNPLACEABLE = "Unplaceable"  # no allowed TaskManager shape holds the tasks (Warning Refused)
     REFUSED = "Refused"  # the deployment cannot take a step now (also the Warning Event's reason)
+    PATCH_REFUSED = "PatchRefused"  # admission refused our patch: HTTP code (also a Warning)
     MEMORY_NOT_HONOURED = "MemoryNotHonoured"  # Flink ignores the managed memory written
     # Skewed
     HOT_SUBTASK = "HotSubtask"  # a hot key saturates one subtask; scale-out cannot relieve it
@@ -181,8 +182,9 @@ def record(run: Run, realized: Realized | None) -> Pass:
     """End the pass: announce a step this pass applied, mark it applied, save the status."""
     target = run.status.target
     applied = realized.applied if realized is not None else []
-    applying = run.decision is not None or run.scaling() == Reason.RECONFIGURING
-    if run.decision is not None:
+    applying = run.decision is not None or run.scaling() in (Reason.RECONFIGURING,
+                                                             Reason.PATCH_REFUSED)
+    if run.decision is not None and realized is not None:  # None: the patch was refused
         decision = run.decision
         for v in decision.vertices:
             if v.action in EVENT_REASONS:

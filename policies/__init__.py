@@ -1,7 +1,10 @@
-"""DS2 and Justin as pure functions: no kopf, kubernetes, Prometheus or network imports.
+"""The scaling core as pure functions: no kopf, kubernetes, Prometheus or network imports.
 
-`evaluate` is the one entry point the controller and the simulator call; `ds2`,
-`justin` and `limits` are its steps, usable alone.
+Three policies (`spec.policy`): capacity (the default: a learned capacity surface per
+vertex, `capacity` and `learning`), DS2 (`ds2`) and Justin (`justin`, DS2 then
+Algorithm 1). `evaluate` is the one entry point the controller and the simulator call:
+it runs the chosen policy, then `limits`, and reports skew (`skew`) for every policy;
+restarts are priced here too (`restart_cost`, `params.ScalingParams.restart_downtime_s`).
 """
 
 from policies import ds2, justin, limits

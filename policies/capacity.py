@@ -18,7 +18,10 @@ chose, the measured true processing rate is compared with the predicted one. A
 configuration that fell short (and every one it dominates) is never chosen again
 for that need. Skew is part of the surface: the busiest subtask's share is modelled
 as an indivisible hot key plus evenly hashed key groups, so scaling out stops where
-it stops helping (`Branch.SKEW_LIMITED`).
+it stops helping (`Branch.SKEW_LIMITED`), and a vertex whose busiest subtask more tasks
+no longer relieve takes no restart and is named (`policies/skew_stop.py`). Until the
+miss cost is measured, the gain a step banks on is bounded so that it lands within the
+utilization band (`policies/first_step.py`).
 """
 
 from __future__ import annotations
@@ -28,8 +31,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from types import MappingProxyType
 
-from policies import ds2, explain, skew
-from policies.decision import Branch, VertexDecision
+from policies import ds2, explain, first_step, skew, skew_stop
+from policies.decision import Branch, SkewFinding, VertexDecision
 from policies.learning import (
     MIN_BUSYNESS,
     CapacityPoint,
@@ -67,6 +70,7 @@ class Result:
     vertices: tuple[VertexDecision, ...]
     configuration: Mapping[str, VertexConfig]
     learned: Mapping[str, VertexLearning]
+    skew: tuple[SkewFinding, ...] = ()  # skew-stopped vertices (policies/skew_stop.py)
 
 
 @dataclass(frozen=True)
@@ -86,6 +90,7 @@ class _Plan:
     surplus: bool  # `best` is cheaper and enough for the peak need with margin
     skew_limited: bool
     note: str
+    stop: skew_stop.SkewStop | None = None
 
 
 def evaluate(graph: JobGraph, observation: Observation, state: PolicyState,
@@ -161,8 +166,11 @@ def evaluate(graph: JobGraph, observation: Observation, state: PolicyState,
         learned[v.id] = learning
         decisions.append(_vertex_decision(p, after, rates[v.id], params))
 
+    sources = sum(rates[v.id] for v in graph.vertices if not graph.inputs(v.id))
+    stopped = tuple(skew_stop.finding(p.vertex, p.metrics, p.stop, rates[vid], sources)
+                    for vid, p in plans.items() if p.stop is not None)
     return Result(triggered, reason, tuple(decisions), MappingProxyType(chosen),
-                  MappingProxyType(learned))
+                  MappingProxyType(learned), stopped)
 
 
 def _learn(old: VertexLearning | None, v: Vertex, observation: Observation,
@@ -239,7 +247,9 @@ def _plan_vertex(graph: JobGraph, v: Vertex, m: VertexMetrics, learning: VertexL
                            note="too idle to measure; stateless: no managed memory")
         return replace(keep, note="capacity unknown (too idle to measure): keeps its "
                                   "configuration")
-    surface = fit(learning.points, anchor, params.memory.base_managed_memory)
+    # Until the miss cost is measured, the gain a step banks on is bounded (first_step).
+    surface = first_step.bounded(fit(learning.points, anchor, params.memory.base_managed_memory),
+                                 anchor, learning.points, cpu)
     hashed = any(e.ship_strategy == ShipStrategy.HASH for e in graph.inputs(v.id))
     measured = {pt.parallelism: pt.hottest_ratio for pt in learning.points}
     spread = _Skew(anchor.hottest_ratio, v.parallelism, v.max_parallelism if hashed else 0,
@@ -254,25 +264,68 @@ def _plan_vertex(graph: JobGraph, v: Vertex, m: VertexMetrics, learning: VertexL
     # subtask between the two is sized away in a step that happens anyway, but does not
     # restart the job alone (its busyness moves more with noise and key placement).
     deficit = mean_now > high_u or hottest_now > max(high_u, SATURATED)
+    stop = _skew_stop(v, surface, spread, learning, params, target + catch_up) if (
+        deficit and mean_now <= high_u) else None
+    if stop is not None:
+        deficit = False  # only its busiest subtask is short, and more tasks do not help
 
     # Sized for the mean at the utilization target, and the busiest subtask below the
     # trigger by three times the measured noise (sizing it to the target would multiply
     # a hot key's cost; sizing it to the trigger would let noise fire the next step).
     margin = 1.0 if deficit else 1.0 + 2.0 * learning.noise
     need = max(rate, learning.surplus_peak_need or 0.0) * margin
-    hottest_u = max(cpu.utilization_target, high_u / (1.0 + 3.0 * learning.noise))
+    hottest_u = busiest_bound(cpu.utilization_target, high_u, learning.noise)
+    useful = spread.useful()
     best, limited = _cheapest(v, surface, spread, need / cpu.utilization_target,
-                                        need / hottest_u, learning, params,
-                                        above=current if deficit else None)
+                              need / hottest_u, learning, params,
+                              above=current if deficit else None, cap=useful)
+    if limited and useful is not None:
+        # A hot key: its subtask cannot reach the bound within the useful tasks; the
+        # cheapest configuration whose busiest subtask still keeps up beats a plateau
+        # that leaves it saturated.
+        keep_up = 1.0 / (1.0 + 3.0 * learning.noise)
+        alt, short = _cheapest(v, surface, spread, need / cpu.utilization_target,
+                               need / keep_up, learning, params,
+                               above=current if deficit else None, cap=useful)
+        if not short and alt != current:
+            best = alt
+    if stop is not None:
+        best, limited = current, True  # stays as it is, also in a restart that happens anyway
     cost_best, cost_now = _cost(v, best, params), _cost(v, current, params)
     surplus = not deficit and best != current and cost_best < cost_now
     note = ""
-    if limited:
+    if stop is not None:
+        note = (f"skew: a hot key; more tasks do not raise its busiest subtask's capacity "
+                f"({explain.rate(stop.capacity_now)}; Skewed names it)")
+    elif limited:
         note = (f"busiest subtask carries {spread.hot_share:.0%} of the load it cannot split: "
                 f"scaling out stops at {best.parallelism} (skew)")
     return _Plan(v, m, learning, surface, spread, rate, need / cpu.utilization_target,
                  need / hottest_u, current, best, hottest_now, deficit, surplus,
-                 limited, note)
+                 limited, note, stop)
+
+
+def _skew_stop(v: Vertex, surface: Surface, spread: _Skew, learning: VertexLearning,
+               params: ScalingParams, rate: float) -> skew_stop.SkewStop | None:
+    """Whether more tasks (or memory) still relieve the busiest subtask (skew_stop.assess):
+    every parallelism up to the bounds and the useful one, not only one step's reach."""
+    current = VertexConfig(v.parallelism, v.memory_level)
+    high = min(v.max_parallelism, params.cpu.bounds_for(v.id, v.operator_uids)[1],
+               spread.useful() or v.max_parallelism)
+    ps = list(range(v.parallelism, max(v.parallelism, high) + 1))
+    candidates = [VertexConfig(p, level) for level in _levels(v, surface, params) for p in ps]
+    keep_up = rate * (1.0 + 3.0 * learning.noise)
+    return skew_stop.assess(current, surface, {p: spread.ratio(p) for p in ps},
+                            spread.hot_share, candidates, learning,
+                            max(SHORT_BY, 2 * learning.noise), keep_up)
+
+
+def busiest_bound(target: float, high_u: float, noise: float) -> float:
+    """The utilization the busiest subtask is sized to: below what triggers a step for it
+    (`SATURATED`, or `high_u` when higher) by three times the measured noise, never
+    below the mean's target. Below `high_u` instead, a hot key's subtask (which scales
+    with h + (1 − h)/p, not 1/p) would cost several times the tasks for the last tenth."""
+    return max(target, max(high_u, SATURATED) / (1.0 + 3.0 * noise))
 
 
 @dataclass(frozen=True)
@@ -304,6 +357,14 @@ class _Skew:
             return share
         return skew.hot_key_group_share(share, self.parallelism, self.key_groups)
 
+    def useful(self) -> int | None:
+        """With a hot key group, the most tasks that still relieve the busiest subtask
+        (`skew.useful_parallelism`); None: no hot key, or the input is not hashed."""
+        h = self.hot_share
+        if not self.key_groups or h <= 0:
+            return None
+        return skew.useful_parallelism(h, self.parallelism, self.key_groups)
+
     def ratio(self, p: int) -> float:
         h = self.hot_share
         if not self.key_groups and h > 0:
@@ -322,7 +383,14 @@ def _levels(v: Vertex, surface: Surface, params: ScalingParams) -> list[int | No
     return list(range(params.memory.max_level))
 
 
-def _parallelisms(v: Vertex, params: ScalingParams) -> list[int]:
+def _parallelisms(v: Vertex, params: ScalingParams, cap: int | None = None) -> list[int]:
+    """Candidate parallelisms within the bounds and scale factors; with `cap` (a hot key's
+    useful parallelism) none above it but the current one."""
+    every = _bounded_parallelisms(v, params)
+    return every if cap is None else [p for p in every if p <= cap or p == v.parallelism]
+
+
+def _bounded_parallelisms(v: Vertex, params: ScalingParams) -> list[int]:
     cpu = params.cpu
     low, high = cpu.bounds_for(v.id, v.operator_uids)
     upper = min(high, v.max_parallelism,
@@ -339,8 +407,8 @@ def _parallelisms(v: Vertex, params: ScalingParams) -> list[int]:
 
 
 def _cheapest(v: Vertex, surface: Surface, spread: _Skew, need: float, need_hottest: float,
-              learning: VertexLearning, params: ScalingParams, above: VertexConfig | None = None
-              ) -> tuple[VertexConfig, bool]:
+              learning: VertexLearning, params: ScalingParams, above: VertexConfig | None = None,
+              cap: int | None = None) -> tuple[VertexConfig, bool]:
     """The cheapest configuration that reaches `need` and whose busiest subtask reaches
     `need_hottest`. Failing any, the busiest subtask cannot keep up (a hot key, or the
     bounds): the cheapest configuration that reaches `need` and `PLATEAU` of the most the
@@ -349,7 +417,7 @@ def _cheapest(v: Vertex, surface: Surface, spread: _Skew, need: float, need_hott
     best: tuple[float, int, VertexConfig, float] | None = None
     short: list[tuple[float, bool, float, VertexConfig, float]] = []
     for level in _levels(v, surface, params):
-        for p in _parallelisms(v, params):
+        for p in _parallelisms(v, params, cap):
             config = VertexConfig(p, level)
             if learning.excluded(p, level, need) is not None:
                 continue

@@ -7,7 +7,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from types import MappingProxyType
 
-from policies import capacity, ds2, explain, justin, limits, skew
+from policies import capacity, ds2, explain, justin, limits, skew, skew_stop
 from policies.decision import (
     Action,
     Branch,
@@ -66,6 +66,9 @@ def evaluate(
     if params.policy == Policy.CAPACITY:
         planned = capacity.evaluate(graph, observation, state, params, now)
         state = replace(state, learned=planned.learned)
+        # A skew-stopped vertex is named (Skewed) with what it sustains and what would lift it.
+        skewed = skew_stop.merge(skewed, planned.skew)
+        state = replace(state, skewed=frozenset(f.vertex_id for f in skewed))
         if not planned.triggered:
             return _unchanged(current, state, params, now, planned.reason, planned.vertices,
                               skewed)

@@ -9,6 +9,7 @@ from types import MappingProxyType
 from policies.decision import Decision, HistoryRecord, Totals
 from policies.learning import VertexLearning
 from policies.model import Configuration
+from policies.restart_cost import RestartFacts
 from policies.spec import CostSpec, CpuScaling, Limits, MemoryScaling, Policy, TaskFootprint
 
 HISTORY_LIMIT = 10  # decision records kept in PolicyState (and in the policy's status)
@@ -22,9 +23,10 @@ def _empty() -> Mapping[str, float]:
 class ScalingParams:
     policy: Policy = Policy.CAPACITY
     cost: CostSpec = field(default_factory=CostSpec)
-    # Expected downtime of one restart when spec.cost.restartDowntime is unset: the
-    # controller fills in its estimate for how the deployment restarts, with its state
-    # (policies/restart_cost.py through controller.realize.restart_downtime_s).
+    # How the deployment restarts, its state and observed downtimes (the controller fills
+    # them in): priced by policies/restart_cost.py when spec.cost.restartDowntime is unset.
+    restart: RestartFacts | None = None
+    # Without either: one restart is expected to cost this.
     expected_downtime_s: float = 60.0
     cpu: CpuScaling = field(default_factory=CpuScaling)
     memory: MemoryScaling = field(default_factory=MemoryScaling)
@@ -34,9 +36,12 @@ class ScalingParams:
 
     @property
     def restart_downtime_s(self) -> float:
-        """What one restart is expected to cost in downtime: the spec's, else the estimate."""
+        """What one restart is expected to cost in downtime: the spec's; else the measured
+        model for how this deployment restarts, learned from its observed steps."""
         if self.cost.restart_downtime is not None:
             return self.cost.restart_downtime
+        if self.restart is not None:
+            return self.restart.downtime_s
         return self.expected_downtime_s
 
 

@@ -34,7 +34,7 @@ e2e runs, is the machine's load, not state. In-place has one point and no state 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from types import MappingProxyType
@@ -113,3 +113,64 @@ def last_state_downtime_s(kind: Enactment, state_bytes: float | None,
     instead = expected_downtime_s(Enactment.LAST_STATE, state_bytes, costs)
     return instead if instead < expected_downtime_s(kind, state_bytes, costs) else None
 
+
+
+# Learning a deployment's own restart costs. The model above is the prior, worth this many
+# observed steps: one slow step (a busy node, a cold image pull) moves the estimate a third
+# of the way, three move it 60 %.
+PRIOR_STEPS = 2.0
+# An observation further than this factor from the model is clipped to it: a step the
+# controller saw late (a pass that came late, a job stuck in a crash loop) is not a price.
+MAX_RATIO = 4.0
+
+
+@dataclass(frozen=True)
+class ObservedStep:
+    """One applied step of this deployment: how it was enacted, its state, and the downtime
+    observed from the patch until the job ran again (status.enactments)."""
+
+    kind: Enactment
+    state_bytes: float | None
+    downtime_s: float
+
+
+def learned_downtime_s(kind: Enactment, state_bytes: float | None,
+                       observed: Sequence[ObservedStep],
+                       costs: Mapping[Enactment, RestartCost] = MEASURED) -> float:
+    """The expected downtime of a step enacted as `kind`, learned from this deployment's
+    observed steps of the same kind with the model as the prior.
+
+    Each observation counts as its ratio to what the model predicts for its own state (so
+    steps with other state sizes still inform the scale), clipped to [1/MAX_RATIO,
+    MAX_RATIO]; the model adds PRIOR_STEPS ratios of 1. The mean scales the model's
+    prediction for `state_bytes`. Other kinds do not count: an in-place rescale says
+    nothing about a restart's cold start, and the converse.
+    """
+    model = expected_downtime_s(kind, state_bytes, costs)
+    ratios = []
+    for step in observed:
+        if step.kind != kind or not step.downtime_s >= 0:
+            continue
+        predicted = expected_downtime_s(kind, step.state_bytes, costs)
+        if predicted <= 0:
+            continue
+        ratios.append(min(MAX_RATIO, max(1.0 / MAX_RATIO, step.downtime_s / predicted)))
+    if not ratios:
+        return model
+    scale = (PRIOR_STEPS + sum(ratios)) / (PRIOR_STEPS + len(ratios))
+    return round(model * scale, 1)
+
+
+@dataclass(frozen=True)
+class RestartFacts:
+    """What the policy layer prices a restart from: how this deployment would restart (a
+    step's fields are not known before the policy decides, so never in place), its state,
+    and the downtimes its earlier steps were observed to cost."""
+
+    kind: Enactment
+    state_bytes: float | None
+    observed: tuple[ObservedStep, ...] = ()
+
+    @property
+    def downtime_s(self) -> float:
+        return learned_downtime_s(self.kind, self.state_bytes, self.observed)

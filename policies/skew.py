@@ -194,6 +194,13 @@ def _records_share(m: VertexMetrics) -> float | None:
     return min(1.0, max(top, 0.0) / m.records_in_per_s)
 
 
+def useful_parallelism(hot: float, p: int, k: int) -> int:
+    """Where more tasks stop relieving a subtask with a hot key group of share `hot`:
+    past it, the other key groups add at most DIMINISHING of the hot one's load (never
+    below p, never above K)."""
+    return _useful_parallelism(hot, p, k)
+
+
 def _useful_parallelism(hot: float, p: int, k: int) -> int:
     """Smallest p' whose non-hot part on the busiest subtask, (1 − h)/p', is within
     DIMINISHING of the hot key group's h; never below p, never above K."""

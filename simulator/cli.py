@@ -109,6 +109,9 @@ def suite_models(where: Path) -> list[JobModel]:
     return models
 
 
+LINE_STYLE = {"justin": "plain", "ds2": "dotted", "capacity": "dash-dotted"}
+
+
 def report(model: JobModel, runs: list[RunResult], plot: Path | None, as_json: bool,
            duration_s: float, seed: int = 0) -> None:
     """Print the runs and both oracles (a table, or JSON), and plot them if asked."""
@@ -120,7 +123,8 @@ def report(model: JobModel, runs: list[RunResult], plot: Path | None, as_json: b
     if plot is not None:
         from simulator.plot import plot_runs
 
-        plot_runs(runs, plot, f"{model.name}: Justin (plain) vs DS2 (dotted)")
+        plot_runs(runs, plot, f"{model.name}: " + " vs ".join(
+            f"{r.policy} ({LINE_STYLE.get(r.policy, 'dashed')})" for r in runs))
     entries = {r.policy: r.as_json() for r in runs}
     entries["oracle"] = best.as_json()
     entries["oracle_at_target"] = aimed.as_json()

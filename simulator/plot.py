@@ -10,15 +10,16 @@ from typing import Any
 from simulator.results import RunResult
 from simulator.twin import managed_mib
 
-STYLE = {"justin": "-", "ds2": ":"}
-COLOURS = {"justin": "tab:purple", "ds2": "tab:orange"}
+STYLE = {"justin": "-", "ds2": ":", "capacity": "-."}
+COLOURS = {"justin": "tab:purple", "ds2": "tab:orange", "capacity": "tab:blue"}
 # Catch-up after a restart runs far above the target; clip the rate axis above the peak
 # target so the steady state stays readable.
 RATE_HEADROOM = 1.5
 
 
 def plot_runs(runs: Sequence[RunResult], path: Path, title: str) -> None:
-    """Write a PNG: Justin in plain lines, DS2 dotted (as in the paper's Figure 5); dashed
+    """Write a PNG: Justin in plain lines, DS2 dotted (as in the paper's Figure 5), capacity
+    dash-dotted; dashed
     verticals mark reconfigurations (in the policy's colour). All memory in MiB."""
     import matplotlib
 

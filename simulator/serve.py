@@ -550,7 +550,8 @@ class TwinServer:
                                 f"max parallelism {top}")
             config[vid] = VertexConfig(upper, twin.configuration[vid].memory_level)
             lower_bounds[vid] = lower
-        downtime = twin.apply(config)
+        # In place, as the adaptive scheduler does it: its measured cost, not a savepoint's.
+        downtime = twin.apply(config, kind=Enactment.IN_PLACE)
         if downtime > 0:
             now = self.now_ms()
             hosted.job = replace(hosted.job, running_ms=now + int(1000 * downtime),

@@ -197,6 +197,8 @@ class Twin:
         self.time = 0.0
         self.restarts = 0
         self.down_until = 0.0
+        # How the last step was enacted, and the downtime it cost (None: no step yet).
+        self.last_step: tuple[Enactment, float] | None = None
         self._ops = model.by_vertex()
         # vertex id -> slot sharing group written in hybridscaler.operator-resources
         self.groups: dict[str, str] = {}
@@ -267,6 +269,7 @@ class Twin:
         downtime = self.downtime_s(kind)
         self.down_until = self.time + downtime
         self.restarts += 1
+        self.last_step = (kind, downtime)
         self._reset_counters()
         return downtime
 

@@ -16,12 +16,15 @@ from pydantic import ValidationError
 
 from controller import api
 from controller.api import Status
-from controller.ports import StatusConflict
+from controller.ports import PatchRefused, StatusConflict
 from controller.realize import FIELD_MANAGER, FLINK_GROUP, FLINK_PLURAL, FLINK_VERSION
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 RETRIED = frozenset({409, 429, 500, 502, 503, 504})
+# What admission answers when it turns a write down: 403 (a webhook's default, a quota,
+# RBAC), 422 and 400 (a ValidatingAdmissionPolicy, the CRD's schema, a webhook's choice).
+REFUSED = frozenset({400, 403, 422})
 CAS_ATTEMPTS = 3  # status writes whose precondition failed on a change outside status
 
 
@@ -77,10 +80,17 @@ class KubeDeployments:
             retrying(lambda: patch(False), retried=RETRIED - {409})
             return ""
         except ApiException as e:
+            if e.status in REFUSED:
+                raise PatchRefused(e.status) from None
             if e.status != 409:
                 raise
             managers = sorted(set(re.findall(r'conflict with \\?"([^"\\]+)\\?"', str(e.body))))
-        retrying(lambda: patch(True))
+        try:
+            retrying(lambda: patch(True))
+        except ApiException as e:
+            if e.status in REFUSED:
+                raise PatchRefused(e.status) from None
+            raise
         return ("took over fields owned by " + ", ".join(managers or ["another manager"])
                 + " (server-side apply conflict)")
 

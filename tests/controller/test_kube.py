@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 from kubernetes.client.exceptions import ApiException
 
-from controller.adapters.kube import RETRIED, KubeEvents, retrying
+from controller.adapters.kube import RETRIED, KubeDeployments, KubeEvents, retrying
+from controller.ports import PatchRefused
 
 
 class Flaky:
@@ -92,3 +93,28 @@ def test_an_event_that_cannot_be_posted_never_fails_the_pass(
     KubeEvents(Core(error), POLICY, "c", "i", "p-").emit(  # type: ignore[arg-type]
         "Normal", "ScaledOut", "step 1")
     assert "could not post the Normal Event ScaledOut" in caplog.text
+
+
+class Objects:
+    """CustomObjectsApi's patch, answering every apply with `status` and a webhook's text."""
+
+    def __init__(self, status: int) -> None:
+        self.status = status
+
+    def patch_namespaced_custom_object(self, *args: object, **kwargs: object) -> None:
+        error = ApiException(status=self.status, reason="test")
+        error.body = 'admission webhook "deny.example" denied: <script>call 555-0100</script>'
+        raise error
+
+
+@pytest.mark.parametrize("status", [400, 403, 422])
+def test_an_admission_refusal_is_raised_with_its_code_and_never_its_text(status: int) -> None:
+    with pytest.raises(PatchRefused) as raised:
+        KubeDeployments(Objects(status)).apply("ns", "q11", {"spec": {}})  # type: ignore[arg-type]
+    assert raised.value.code == status and str(raised.value) == f"HTTP {status}"
+    assert raised.value.__cause__ is None and raised.value.__suppress_context__
+
+
+def test_a_server_error_on_apply_is_not_an_admission_refusal() -> None:
+    with pytest.raises(ApiException):
+        KubeDeployments(Objects(404)).apply("ns", "q11", {"spec": {}})  # type: ignore[arg-type]

@@ -15,10 +15,16 @@ from typing import Any
 
 import pytest
 
-from controller.api import ConditionType, HybridScalingPolicy, Status, parse_policy
+from controller.api import (
+    ConditionType,
+    HybridScalingPolicy,
+    Status,
+    StepEnactment,
+    parse_policy,
+)
 from controller.loop import reconcile
 from controller.place import slots
-from controller.ports import Collected, JobSummary, MetricsUnavailable, Ports
+from controller.ports import Collected, JobSummary, MetricsUnavailable, PatchRefused, Ports
 from controller.realize import OVERRIDES_KEY, RESOURCES_KEY, SHAPE_KEYS, memory_levels
 from controller.record import Pass, Reason
 from policies.model import (
@@ -30,7 +36,7 @@ from policies.model import (
     VertexConfig,
     VertexMetrics,
 )
-from policies.restart_cost import Enactment, expected_downtime_s
+from policies.restart_cost import Enactment, expected_downtime_s, learned_downtime_s
 from policies.spec import MemoryScaling, TaskFootprint
 
 SOURCE, COUNTER = "a" * 32, "b" * 32
@@ -61,6 +67,18 @@ class FakeDeployments:
         tm.update({k: v for k, v in body["spec"]["taskManager"].items() if k != "resource"})
         tm.setdefault("resource", {}).update(body["spec"]["taskManager"]["resource"])
         return ""
+
+
+@dataclass
+class RefusingDeployments(FakeDeployments):
+    """Admission refuses every apply with `code` while it is set."""
+
+    code: int | None = 403
+
+    def apply(self, namespace: str, name: str, body: Mapping[str, Any]) -> str:
+        if self.code is not None:
+            raise PatchRefused(self.code)
+        return super().apply(namespace, name, body)
 
 
 @dataclass
@@ -555,6 +573,56 @@ def test_a_step_records_its_enactment_expected_then_observed_downtime() -> None:
     world.now += 5
     world.run()
     assert world.store.last.enactments[-1].observed_downtime_s == 50.0
+
+
+def test_the_next_step_is_priced_from_the_observed_downtime_of_the_last() -> None:
+    """Restart costs are learned per deployment: status.enactments' observed downtimes
+    move the policy's price and the next step's expected downtime off the model."""
+    seen: list[float] = []
+
+    def spy(*args: Any) -> Any:
+        seen.append(args[3].restart_downtime_s)
+        return evaluate(*args)
+
+    from controller import decide as decide_stage
+    from policies import evaluate
+
+    model = expected_downtime_s(Enactment.SAVEPOINT, None)
+    slow = [StepEnactment(step=s, kind="savepoint", expected_downtime_s=model,
+                          applied_time=T0 - 3600 + s, observed_downtime_s=3 * model)
+            for s in (1, 2)]
+    world = World()
+    world.store.saved.append(Status(enactments=tuple(slow)))
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(decide_stage, "evaluate", spy)
+        world.run()
+    learned = learned_downtime_s(Enactment.SAVEPOINT, None, Status(
+        enactments=tuple(slow)).observed_steps())
+    assert learned > 1.5 * model
+    assert seen == [learned]
+    assert world.store.last.enactments[-1].expected_downtime_s == learned
+
+
+def test_an_admission_refusal_has_its_own_reason_with_the_code_and_is_retried() -> None:
+    deployments = RefusingDeployments(flink_deployment())
+    world = World(deployments=deployments)
+    assert world.run().outcome == "patch-refused"
+    scaling = world.store.last.condition(ConditionType.SCALING)
+    assert scaling is not None and (scaling.status, scaling.reason) == ("False",
+                                                                        "PatchRefused")
+    assert "HTTP 403" in scaling.message
+    assert world.store.last.target is not None  # still committed: retried every pass
+    assert world.store.last.enactments[-1].applied_time is None
+    assert "ScaledUp" not in world.events.reasons()  # nothing was applied
+    world.now += 5
+    assert world.run().outcome == "patch-refused"
+    assert world.events.reasons().count("PatchRefused") == 1  # once, not every pass
+    deployments.code = None  # the quota was raised
+    world.now += 5
+    world.run()
+    assert deployments.applied and "Resumed" in world.events.reasons()
+    assert scaling_reason(world.store.last) == Reason.STABILIZING
+    assert world.store.last.enactments[-1].applied_time == world.now
 
 
 def test_without_a_checkpoint_a_last_state_step_is_priced_as_a_savepoint() -> None:

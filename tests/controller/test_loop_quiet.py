@@ -189,3 +189,20 @@ def test_an_applied_step_is_watched_until_observed_then_drift_is_reapplied_quiet
     result = world.run()
     assert result.outcome == "reapplied" and conf[OVERRIDES_KEY] == wanted
     assert world.reads()[1] == job_reads
+
+
+def test_quiet_and_full_passes_serve_one_due_time_after_a_step() -> None:
+    """The waiting rule's due time is computed once (gate.due_time): after a step, a quiet
+    pass counts the stabilization too, rather than waking a window after the decision."""
+    world = Counted()
+    world.run()  # a step at T0, committed and applied
+    assert isinstance(world.flink, FakeFlink)
+    world.flink.start_ms = int(T0 * 1000)  # the job restarted with it at once
+    world.now = T0 + 4
+    world.run()
+    world.now = T0 + 12
+    full = world.run()  # Stable: a full pass waits for the window after stabilization
+    assert full.outcome == "window-filling" and full.due == T0 + 10 + WINDOW
+    world.now = T0 + 13
+    quiet = world.run()
+    assert quiet.outcome == "quiet" and quiet.due == full.due

@@ -12,10 +12,11 @@ import json
 import math
 from dataclasses import dataclass, replace
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from policies import PolicyState, ScalingParams, evaluate
+from policies import PolicyState, ScalingParams, evaluate, first_step, skew
 from policies.decision import Branch
 from policies.learning import (
     CapacityPoint,
@@ -192,30 +193,46 @@ def test_a_wait_that_did_not_pay_back_starts_over_and_forgets_its_old_peak() -> 
     assert world.counter(last[1], last[2], 20_000).busyness <= 0.6, times
 
 
-def test_a_configuration_that_fell_short_is_never_chosen_again() -> None:
+def test_an_overstated_prior_still_lands_the_first_jump_within_the_band() -> None:
     """State latency overstates what a miss costs (40x): the prior promises a big gain
-    from memory, the first jump falls short, and the policy never returns to it (or to
-    anything it dominates), and ends where the vertex keeps up."""
+    from memory and more tasks' cache. Until a second miss ratio is measured, a step banks
+    on at most utilizationMax / utilizationTarget over linear (policies/first_step.py), so
+    the one jump lands within [utilizationMin, utilizationMax] (unbounded: it landed at
+    0.87 and a second step followed). The shortfall against the prediction is still
+    recorded, so the configuration is not chosen again for that need."""
     world = World(miss_us=10.0, reported_miss_us=400.0, cpu_us=60.0)
     g, steps, state = run(world, 80_000)
-    learned = state.learned["counter"]
-    assert learned.fell_short, steps
-    for short in learned.fell_short:
-        later = steps[steps.index((short.parallelism, short.memory_level)) + 1:]
-        assert later, steps
-        assert all(not (p <= short.parallelism and (m or 0) <= (short.memory_level or 0))
-                   for p, m in later), (short, steps)
+    assert len(steps) == 1, steps
     c = g.vertex("counter")
-    assert world.counter(c.parallelism, c.memory_level, 80_000).busyness <= 0.8
+    assert 0.2 <= world.counter(c.parallelism, c.memory_level, 80_000).busyness <= 0.8
+    assert [(s.parallelism, s.memory_level) for s in state.learned["counter"].fell_short] \
+        == steps
 
+
+def test_the_first_step_banks_on_at_most_the_band_over_linear() -> None:
+    cpu = CpuScaling()
+    assert first_step.gain(cpu) == pytest.approx(1.6)  # 0.8/0.5, and 0.5/0.2 = 2.5
+    point = CapacityPoint(parallelism=2, memory_level=0, time=0.0, service_us=100.0,
+                          miss_ratio=0.9, state_latency_ns=400_000.0,
+                          cache_accesses_per_record=30.0, state_bytes=8e9)
+    surface = fit([point], point, BASE)
+    assert surface.capacity(16, 2) > 16 * 10_000 * 2  # the prior: over twice linear
+    bounded = first_step.bounded(surface, point, [point], cpu)
+    assert bounded.capacity(16, 2) == pytest.approx(16 * 10_000 * 1.6)
+    assert bounded.capacity(2, 0) == pytest.approx(surface.capacity(2, 0))  # what ran
+    measured = [point, point.model_copy(update={"parallelism": 4, "miss_ratio": 0.6})]
+    assert first_step.bounded(surface, point, measured, cpu) is surface
 
 def test_a_hot_key_stops_the_scale_out_and_says_so() -> None:
     """One key carries 20 % of the records: the busiest subtask can never drop below that,
-    so past ~16 tasks more buy almost nothing; the policy stops and names the skew."""
+    so past (1 − h)/(0.1 h) = 40 tasks more buy almost nothing (skew.useful_parallelism);
+    the policy takes the cheapest that keeps the busiest subtask up, stops and names it."""
     world = World(hot_share=0.2, gets=0.0, cpu_us=50.0)
     g, steps, _ = run(world, 80_000, windows=3)
     e = evaluate(g, world.observe(g, 80_000, 120.0 * 4), PolicyState(), PARAMS, 120.0 * 4)
-    assert g.vertex("counter").parallelism <= 20, steps
+    c = g.vertex("counter")
+    assert c.parallelism <= 40, steps
+    assert world.counter(c.parallelism, c.memory_level, 80_000).busy_ms_per_s_max < 1000
     assert e.decision.vertex("counter").branch is Branch.SKEW_LIMITED
     assert "skew" in e.decision.vertex("counter").reason
 
@@ -331,3 +348,34 @@ def test_what_it_learns_is_strict_json_also_for_idle_stateless_vertices() -> Non
         for learned in state.learned.values():
             json.dumps(learned.model_dump(mode="json", by_alias=True), allow_nan=False)
         json.dumps(e.decision.model_dump(mode="json", by_alias=True), allow_nan=False)
+
+
+@pytest.mark.parametrize("hot,busiest", [(0.15, 1.08), (0.2, 1.08), (0.3, 1.08), (0.3, 1.5)])
+def test_a_hot_key_class_restarts_at_most_once_and_is_named_within_two_windows(
+        hot: float, busiest: float) -> None:
+    """Issue 22's hot-key class: 10 tasks, the busiest subtask needs 1.08 of a task while
+    the mean is at 0.3-0.5 (or 1.5, out of reach at any parallelism). Flink keeps the hot
+    key on one subtask, so past the plateau more tasks buy nothing: at most one restart,
+    and the vertex is named within two windows of the first evaluation; if it stays hot,
+    Skewed says what the job sustains and what would lift it."""
+    world = World(hot_share=hot, gets=0.0, cpu_us=50.0)
+    rate = busiest * 10 * 20_000 / (1 + 9 * hot)  # the busiest subtask's need at 10 tasks
+    g, state, restarts, named, blocked = graph(10, 0), PolicyState(), [], None, []
+    for n in range(20):
+        now = 120.0 * (n + 1)
+        e = evaluate(g, world.observe(g, rate, now), state, PARAMS, now)
+        state = e.state
+        found = [f for f in e.decision.skew if f.vertex_id == "counter"]
+        if found and named is None:
+            named = n
+        blocked = [f.message for f in found if skew.blocks_scale_out(f)]
+        if e.decision.reconfigures:
+            restarts.append((now, e.configuration["counter"].parallelism))
+            g = g.with_configuration(e.configuration)
+    assert len(restarts) <= 1, restarts
+    assert named is not None and named <= 1, (named, restarts)
+    c = g.vertex("counter")
+    hottest = world.counter(c.parallelism, c.memory_level, rate).busy_ms_per_s_max / 1000
+    if hottest >= 0.9:  # it stays hot: Skewed says so, what the job sustains, and the remedy
+        assert blocked and "the job sustains about" in blocked[0], (hottest, restarts)
+        assert "mini-batch" in blocked[0]

@@ -9,11 +9,15 @@ import pytest
 
 from policies.restart_cost import (
     MEASURED,
+    PRIOR_STEPS,
     Enactment,
+    ObservedStep,
     RestartCost,
+    RestartFacts,
     enactment,
     expected_downtime_s,
     last_state_downtime_s,
+    learned_downtime_s,
 )
 
 STEPS = Path(__file__).resolve().parents[2] / "bench" / "results" / "realflink-steps.json"
@@ -70,3 +74,44 @@ def test_a_savepoint_step_with_a_checkpoint_says_what_last_state_would_cost() ->
     assert last_state_downtime_s(Enactment.SAVEPOINT, 1e6) is None
     slow_kill = {**MEASURED, Enactment.LAST_STATE: RestartCost(60.0, None, 46.7)}
     assert last_state_downtime_s(Enactment.SAVEPOINT, 100e6, slow_kill) is None
+
+
+# ---- learned per deployment (issue 22, item 5) ----------------------------------------------
+
+SP = Enactment.SAVEPOINT
+
+
+def test_without_observations_the_model_is_the_estimate() -> None:
+    assert learned_downtime_s(SP, 100e6, ()) == expected_downtime_s(SP, 100e6)
+
+
+def test_observed_downtimes_move_the_estimate_from_the_model_towards_them() -> None:
+    model = expected_downtime_s(SP, 100e6)
+    slow = [ObservedStep(SP, 100e6, 2 * model)] * 3
+    # Three steps at twice the model against the prior's PRIOR_STEPS at the model.
+    want = model * (PRIOR_STEPS + 3 * 2.0) / (PRIOR_STEPS + 3)
+    assert learned_downtime_s(SP, 100e6, slow) == pytest.approx(want, abs=0.1)
+    assert model < learned_downtime_s(SP, 100e6, slow) < 2 * model
+    fast = [ObservedStep(SP, 100e6, model / 2)] * 20
+    assert learned_downtime_s(SP, 100e6, fast) < 0.6 * model  # many steps: the data wins
+
+
+def test_observations_scale_with_their_own_state_size() -> None:
+    # Observed at 1 GB, asked at 100 MB: the ratio to the model carries over, not the seconds.
+    big = expected_downtime_s(SP, 1e9)
+    learned = learned_downtime_s(SP, 100e6, [ObservedStep(SP, 1e9, big)] * 5)
+    assert learned == pytest.approx(expected_downtime_s(SP, 100e6), abs=0.1)
+
+
+def test_other_kinds_and_outliers_do_not_set_the_price() -> None:
+    model = expected_downtime_s(SP, None)
+    in_place = [ObservedStep(Enactment.IN_PLACE, None, 3.0)] * 10
+    assert learned_downtime_s(SP, None, in_place) == model
+    stuck = [ObservedStep(SP, None, 3600.0)]  # seen an hour late: clipped to 4x the model
+    assert learned_downtime_s(SP, None, stuck) == pytest.approx(
+        model * (PRIOR_STEPS + 4) / (PRIOR_STEPS + 1), abs=0.1)
+
+
+def test_restart_facts_price_a_restart_as_learned() -> None:
+    facts = RestartFacts(SP, 100e6, (ObservedStep(SP, 100e6, 90.0),))
+    assert facts.downtime_s == learned_downtime_s(SP, 100e6, facts.observed)

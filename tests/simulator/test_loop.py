@@ -97,7 +97,8 @@ def test_simulate_json_has_the_documented_shape(tmp_path):
     doc = json.loads(out.stdout)
     assert set(doc) == {"job", "target_rate", "policies"}
     assert doc["job"] == "q3" and doc["target_rate"] == 1_000_000
-    assert set(doc["policies"]) == {"justin", "ds2", "oracle", "oracle_at_target"}
+    # The default runs every policy, the default one (capacity) included.
+    assert set(doc["policies"]) == {"capacity", "justin", "ds2", "oracle", "oracle_at_target"}
     at_target, limit = doc["policies"]["oracle_at_target"], doc["policies"]["oracle"]
     assert (at_target["utilization"], limit["utilization"]) == (0.5, 1.0)
     assert at_target["cpu_cores"] > limit["cpu_cores"]
@@ -124,6 +125,16 @@ def test_simulate_explains_bad_input(tmp_path):
     assert out.exit_code == 2 and "operators" in out.output
     out = CliRunner().invoke(app, ["simulate", "--job", "q1", "--policy", "magic"])
     assert out.exit_code == 2
+
+
+@pytest.mark.parametrize("policy,runs", [("capacity", {"capacity"}), ("ds2", {"ds2"}),
+                                         ("justin", {"justin"}), ("both", {"justin", "ds2"}),
+                                         ("all", {"capacity", "justin", "ds2"})])
+def test_simulate_runs_each_policy_including_the_default(policy, runs):
+    out = CliRunner().invoke(app, ["simulate", "--job", "q1", "--policy", policy, "--json",
+                                   "--duration", "4m"])
+    assert out.exit_code == 0, out.output
+    assert set(json.loads(out.stdout)["policies"]) == runs | {"oracle", "oracle_at_target"}
 
 
 @pytest.mark.parametrize("policy", ["justin", "ds2"])

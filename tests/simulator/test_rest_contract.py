@@ -16,6 +16,7 @@ import pytest
 import requests
 from prometheus_client.parser import text_string_to_metric_families
 
+from policies.restart_cost import Enactment
 from simulator.model import load_model
 from tests.golden import FLINK_1_20
 from tests.simulator.test_serve import Q11, TM, assert_same_shape, wait_for
@@ -318,6 +319,11 @@ def test_put_resource_requirements_rescales_in_place(server, q11):
     assert server.twin("default", "q11").configuration[session].parallelism == 3
     assert get(base, path).json()[session]["parallelism"]["upperBound"] == 3
     assert server.status("default", "q11")["restarts"] == 0  # no new job: no savepoint
+    # ... and it costs what an in-place rescale costs (policies/restart_cost.py), not a
+    # savepoint's restart: a peer driven through this path would otherwise wait ~25x longer.
+    twin = server.twin("default", "q11")
+    assert twin.last_step == (Enactment.IN_PLACE, twin.downtime_s(Enactment.IN_PLACE))
+    assert twin.downtime_s(Enactment.IN_PLACE) < twin.downtime_s(Enactment.SAVEPOINT) / 5
 
 
 # ---- G10: restarts keep time sane ------------------------------------------------------------
