@@ -285,6 +285,11 @@ class RocksDB(Strict):
     unmanaged_cache_mib: float = Field(
         8.0, gt=0, description="cache of a stateful task given no managed memory"
     )
+    fill_mib_per_s: float = Field(
+        13.0, gt=0,
+        description="MiB/s a task's block cache refills at after a restart (real Flink "
+                    "1.20: bench/results/realflink-warmup.json)",
+    )
 
 
 class Episodes(Strict):
