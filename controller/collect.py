@@ -38,8 +38,9 @@ def collect(run: Run, seen: Seen) -> tuple[JobGraph, Collected]:
                   f"all {len(graph.vertices)} vertices reported over the last {window:g}s")
     # Since when the tasks run, their block caches refilled from empty (policies.warmup):
     # the job's start, or the last step's commit (an in-place rescale keeps the start).
-    restarted = max(seen.job.start_time_ms / 1000.0,
-                    run.status.last_reconfiguration_time or 0.0)
+    restarted = seen.job.start_time_ms / 1000.0
+    if run.status.last_reconfiguration_time is not None:
+        restarted = max(restarted, run.status.last_reconfiguration_time)
     return graph, replace(collected, observation=replace(collected.observation,
                                                          restarted=restarted))
 

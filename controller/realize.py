@@ -25,6 +25,7 @@ from typing import Any
 from controller.api import ENACTMENTS_LIMIT, Mode, Status, StepEnactment, Target
 from controller.ports import JobSummary
 from controller.record import Realized, Reason, Run
+from policies import buffering
 from policies.decision import epoch_seconds
 from policies.levels import level_of, managed_mib
 from policies.model import Configuration, JobGraph
@@ -64,6 +65,9 @@ class OwnedFields:
     tm_cpu: float | None = None
     tm_memory_mib: int | None = None
     replicas: int | None = None
+    # Flink SQL's mini-batch and two-phase aggregation settings (policies/buffering.py),
+    # owned only once spec.skew.applySqlSettings wrote them; None: leave alone.
+    sql_settings: Mapping[str, str] | None = None
 
     def differences(self, current: OwnedFields) -> list[str]:
         """Names of the fields where `current` does not yet hold what `self` wants."""
@@ -82,6 +86,8 @@ class OwnedFields:
             diff.append("taskManager.resource.memory")
         if self.replicas is not None and self.replicas != current.replicas:
             diff.append("taskManager.replicas")
+        if self.sql_settings is not None:
+            diff.extend(buffering.missing(self.sql_settings, current.sql_settings or {}))
         return diff
 
 
@@ -138,6 +144,7 @@ def current_fields(deployment: Mapping[str, Any]) -> OwnedFields:
         tm_cpu=float(cpu) if cpu is not None else None,
         tm_memory_mib=parse_memory_mib(resource.get("memory")),
         replicas=tm.get("replicas"),
+        sql_settings={k: str(conf[k]) for k in buffering.SQL_KEYS if k in conf} or None,
     )
 
 
@@ -191,6 +198,7 @@ def apply_body(name: str, namespace: str, desired: OwnedFields) -> dict[str, Any
             {uid: r.as_json() for uid, r in sorted(desired.operator_resources.items())},
             separators=(",", ":"),
         )
+    conf.update(desired.sql_settings or {})
     tm: dict[str, Any] = {}
     resource: dict[str, Any] = {}
     if desired.tm_cpu is not None:

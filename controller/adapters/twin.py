@@ -17,7 +17,7 @@ from typing import Any
 
 from controller.api import Status
 from controller.ports import Collected, JobSummary, MetricsUnavailable, Ports
-from controller.realize import OVERRIDES_KEY, RESOURCES_KEY, WRITE_BUFFER_RATIO_KEY
+from controller.realize import WRITE_BUFFER_RATIO_KEY
 from policies.model import JobGraph
 from simulator.model import JobModel
 from simulator.serve import JOB_MODEL_KEY, SLOTS_KEY, configuration_from_flink
@@ -64,9 +64,8 @@ class TwinDeployments:
         wanted = body["spec"]
         spec = self.deployment["spec"]
         conf = spec["flinkConfiguration"]
-        for key in (OVERRIDES_KEY, RESOURCES_KEY):
-            if key in wanted.get("flinkConfiguration", {}):
-                conf[key] = wanted["flinkConfiguration"][key]
+        # Every key the apply sends: ours (overrides, resources, SQL settings) are in it.
+        conf.update(wanted.get("flinkConfiguration", {}))
         tm = wanted.get("taskManager", {})
         spec["taskManager"].setdefault("resource", {}).update(tm.get("resource", {}))
         if "replicas" in tm:
