@@ -17,42 +17,26 @@ from __future__ import annotations
 
 import json
 import os
-import re
-import signal
 import statistics
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Annotated, Any
 
-import requests
 import typer
 
+from bench.realflink_warmup import counter_samples, start
 from e2e import realflink
-
-_LINE = re.compile(r'^(\w+)\{(.*)\} (\S+)$')
-COUNTER = "counter"
 
 
 def _counter(deployment: realflink.Deployment) -> dict[str, float] | None:
     """The counter's countsVerified and countMismatches over its subtasks (None: not yet)."""
-    cluster = deployment.cluster
-    if cluster is None:
-        return None
+    samples = counter_samples(deployment)
     out: dict[str, float] = {}
-    for port in cluster.metrics_ports[1:]:
-        try:
-            text = requests.get(f"http://127.0.0.1:{port}/metrics", timeout=5).text
-        except requests.RequestException:
-            return None
-        for line in text.splitlines():
-            m = _LINE.match(line)
-            if m is None or f'operator_name="{COUNTER}"' not in m.group(2):
-                continue
-            for name in ("countsVerified", "countMismatches"):
-                if m.group(1) == f"flink_taskmanager_job_task_operator_{name}":
-                    out[name] = out.get(name, 0.0) + float(m.group(3))
+    for name, value in samples or []:
+        for counter in ("countsVerified", "countMismatches"):
+            if name == f"flink_taskmanager_job_task_operator_{counter}":
+                out[counter] = out.get(counter, 0.0) + value
     return out if "countsVerified" in out else None
 
 
@@ -126,12 +110,7 @@ def main(
         = Path("bench/results/realflink-buffering.json"),
 ) -> None:
     """Throughput with and without pre-aggregation on a hot-key job, and its exactness."""
-    classpath, _ = realflink.job_build()
-    runtime = next((p for p in classpath.split(os.pathsep)
-                    if Path(p).name.startswith("flink-runtime-")), "flink-runtime-?.jar")
-    flink = Path(runtime).name.removeprefix("flink-runtime-").removesuffix(".jar")
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))
-    engine = realflink.RealFlink(Path(tempfile.mkdtemp(prefix="realflink-buffering-"))).start()
+    engine, flink = start("realflink-buffering-")
     rows: list[dict[str, Any]] = []
     try:
         for seed in seeds or [1, 2, 3]:

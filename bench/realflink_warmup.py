@@ -37,14 +37,24 @@ STATE = "value"  # VerifyingCounter.STATE: the counter's column family
 _LINE = re.compile(r'^(\w+)\{(.*)\} (\S+)$')
 
 
-def _scrape(deployment: realflink.Deployment) -> dict[str, float] | None:
-    """The counter's cumulative numbers over its subtasks, or None while not reported."""
+def start(prefix: str) -> tuple[realflink.RealFlink, str]:
+    """A RealFlink engine in a fresh run directory (every JVM it starts stops with it, also
+    on SIGTERM), and the Flink version on the job's classpath."""
+    classpath, _ = realflink.job_build()
+    runtime = next((p for p in classpath.split(os.pathsep)
+                    if Path(p).name.startswith("flink-runtime-")), "flink-runtime-?.jar")
+    flink = Path(runtime).name.removeprefix("flink-runtime-").removesuffix(".jar")
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))
+    return realflink.RealFlink(Path(tempfile.mkdtemp(prefix=prefix))).start(), flink
+
+
+def counter_samples(deployment: realflink.Deployment) -> list[tuple[str, float]] | None:
+    """(metric name, value) of every series of the counter (its operator metrics, and the
+    task metrics of its chain) on every TaskManager; None when a reporter did not answer."""
     cluster = deployment.cluster
     if cluster is None:
         return None
-    sums = {"records": 0.0, "hits": 0.0, "misses": 0.0, "usage": 0.0, "capacity": 0.0,
-            "busy": 0.0, "subtasks": 0.0}
-    seen = False
+    found: list[tuple[str, float]] = []
     for port in cluster.metrics_ports[1:]:
         try:
             text = requests.get(f"http://127.0.0.1:{port}/metrics", timeout=5).text
@@ -52,25 +62,35 @@ def _scrape(deployment: realflink.Deployment) -> dict[str, float] | None:
             return None
         for line in text.splitlines():
             m = _LINE.match(line)
-            # Operator metrics name the counter; task metrics its chain (counter -> sink).
-            if m is None or (f'operator_name="{COUNTER}"' not in m.group(2)
-                             and f'task_name="{COUNTER}' not in m.group(2)):
-                continue
-            name, value = m.group(1), float(m.group(3))
-            if name == "flink_taskmanager_job_task_operator_numRecordsIn":
-                sums["records"] += value
-                seen = True
-            elif name == "flink_taskmanager_job_task_operator_rocksdb_block_cache_hit":
-                sums["hits"] += value
-            elif name == "flink_taskmanager_job_task_operator_rocksdb_block_cache_miss":
-                sums["misses"] += value
-            elif name.endswith(f"_{STATE}_rocksdb_block_cache_usage"):
-                sums["usage"] += value
-            elif name.endswith(f"_{STATE}_rocksdb_block_cache_capacity"):
-                sums["capacity"] += value
-            elif name == "flink_taskmanager_job_task_busyTimeMsPerSecond":
-                sums["busy"] += value
-                sums["subtasks"] += 1
+            if m is not None and (f'operator_name="{COUNTER}"' in m.group(2)
+                                  or f'task_name="{COUNTER}' in m.group(2)):
+                found.append((m.group(1), float(m.group(3))))
+    return found
+
+
+def _scrape(deployment: realflink.Deployment) -> dict[str, float] | None:
+    """The counter's cumulative numbers over its subtasks, or None while not reported."""
+    samples = counter_samples(deployment)
+    if samples is None:
+        return None
+    sums = {"records": 0.0, "hits": 0.0, "misses": 0.0, "usage": 0.0, "capacity": 0.0,
+            "busy": 0.0, "subtasks": 0.0}
+    seen = False
+    for name, value in samples:
+        if name == "flink_taskmanager_job_task_operator_numRecordsIn":
+            sums["records"] += value
+            seen = True
+        elif name == "flink_taskmanager_job_task_operator_rocksdb_block_cache_hit":
+            sums["hits"] += value
+        elif name == "flink_taskmanager_job_task_operator_rocksdb_block_cache_miss":
+            sums["misses"] += value
+        elif name.endswith(f"_{STATE}_rocksdb_block_cache_usage"):
+            sums["usage"] += value
+        elif name.endswith(f"_{STATE}_rocksdb_block_cache_capacity"):
+            sums["capacity"] += value
+        elif name == "flink_taskmanager_job_task_busyTimeMsPerSecond":
+            sums["busy"] += value
+            sums["subtasks"] += 1
     return sums if seen else None
 
 
@@ -126,12 +146,7 @@ def main(
         = Path("bench/results/realflink-warmup.json"),
 ) -> None:
     """Measure the block cache's warm-up after restores on real Flink."""
-    classpath, _ = realflink.job_build()
-    runtime = next((p for p in classpath.split(os.pathsep)
-                    if Path(p).name.startswith("flink-runtime-")), "flink-runtime-?.jar")
-    flink = Path(runtime).name.removeprefix("flink-runtime-").removesuffix(".jar")
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))
-    engine = realflink.RealFlink(Path(tempfile.mkdtemp(prefix="realflink-warmup-"))).start()
+    engine, flink = start("realflink-warmup-")
     key = ("bench", "warmup")
     manifest = realflink.state_job_deployment(*key, managed_mb=managed_mb)
     conf = {**manifest["spec"]["flinkConfiguration"], "hybridscaler.job.keys": str(keys),
