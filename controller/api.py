@@ -53,6 +53,7 @@ from policies.spec import (
     MemoryScaling,
     ParallelismOverride,
     Policy,
+    SkewSpec,
     SpecModel,
     TaskFootprint,
     Within,
@@ -249,6 +250,7 @@ class HybridScalingPolicySpec(SpecModel):
     cost: CostSpec = CostSpec()
     task_manager: TaskManagerSpec = TaskManagerSpec()
     placement: PlacementSpec = PlacementSpec()
+    skew: SkewSpec = SkewSpec()
 
     def scaling_params(self) -> ScalingParams:
         """The core's parameters; a task's CPU, heap and network are its share of a slot

@@ -8,6 +8,8 @@ means `MetricsAvailable=False` and no decision this pass.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from controller.api import ConditionType
 from controller.gate import Seen, job_unavailable, watching
 from controller.ports import Collected, FlinkRestError, Metrics, MetricsError
@@ -34,7 +36,13 @@ def collect(run: Run, seen: Seen) -> tuple[JobGraph, Collected]:
         raise Stop("metrics-unavailable")
     run.condition(ConditionType.METRICS_AVAILABLE, True, Reason.METRICS_FRESH,
                   f"all {len(graph.vertices)} vertices reported over the last {window:g}s")
-    return graph, collected
+    # Since when the tasks run, their block caches refilled from empty (policies.warmup):
+    # the job's start, or the last step's commit (an in-place rescale keeps the start).
+    restarted = seen.job.start_time_ms / 1000.0
+    if run.status.last_reconfiguration_time is not None:
+        restarted = max(restarted, run.status.last_reconfiguration_time)
+    return graph, replace(collected, observation=replace(collected.observation,
+                                                         restarted=restarted))
 
 
 def job_graph(run: Run, seen: Seen, metrics: Metrics) -> JobGraph:

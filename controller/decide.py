@@ -36,11 +36,12 @@ from controller.record import (
     Stop,
     policy_state,
     record_skew,
+    trim,
     with_decision,
     with_operators,
     with_policy_state,
 )
-from policies import Evaluation, evaluate
+from policies import Evaluation, buffering, evaluate, skew
 from policies.decision import Decision
 from policies.model import JobGraph
 from policies.restart_cost import RestartFacts
@@ -112,12 +113,33 @@ def desired(run: Run, deployment: Mapping[str, Any], graph: JobGraph,
         # operator upgrades (restarts) on a replicas change: leave it as it is, so a
         # parallelism-only step stays in place.
         replicas = current.replicas
-    return desired_fields(
+    fields = desired_fields(
         graph, evaluation.configuration, cpu_per_task=task.cpu_cores,
         heap_per_task_mib=task.heap_mib, base_managed_mib=run.spec.memory.base_managed_memory,
         tm_cpu=cpu, tm_memory_mib=memory_mib, replicas=replicas, per_operator=not adaptive,
         groups=None if adaptive else placed.groups, flink_options=placed.flink_options,
     )
+    return replace(fields, sql_settings=sql_settings(run, current, evaluation.decision))
+
+
+def sql_settings(run: Run, current: OwnedFields, decision: Decision) -> dict[str, str] | None:
+    """Mini-batch and two-phase aggregation for a skew-limited SQL aggregation, only with
+    spec.skew.applySqlSettings (Active mode: the only one that commits). Once written they
+    stay in every later step (server-side apply would drop fields we stop sending)."""
+    skew_spec = run.spec.skew
+    if not skew_spec.apply_sql_settings:
+        return None
+    wanted = buffering.sql_settings(skew_spec.mini_batch_latency, skew_spec.mini_batch_size)
+    limited = buffering.sql_vertices(f for f in decision.skew if skew.blocks_scale_out(f))
+    held = not buffering.missing(wanted, current.sql_settings or {})
+    if not limited and not held:
+        return None
+    if limited and not held:
+        run.event("Normal", Reason.SQL_BUFFERING, trim(
+            f"step {decision.step} writes {', '.join(f'{k}: {v}' for k, v in wanted.items())} "
+            f"for skew-limited {', '.join(f.vertex_name or f.vertex_id for f in limited)} "
+            f"(spec.skew.applySqlSettings); they take effect at the restart"))
+    return wanted
 
 
 def unrealizable(run: Run, graph: JobGraph, decision: Decision) -> str | None:

@@ -34,6 +34,7 @@ from controller.api import (
 )
 from controller.ports import JobSummary, PatchRefused
 from controller.record import Realized, Reason, Run
+from policies import buffering
 from policies.decision import epoch_seconds
 from policies.levels import level_of, managed_mib, own_managed_mib
 from policies.model import Configuration, JobGraph
@@ -86,6 +87,9 @@ class OwnedFields:
     tm_memory_mib: int | None = None
     replicas: int | None = None
     flink_options: Mapping[str, str] | None = None  # SHAPE_KEYS a fitted shape sets
+    # Flink SQL's mini-batch and two-phase aggregation settings (policies/buffering.py),
+    # owned only once spec.skew.applySqlSettings wrote them; None: leave alone.
+    sql_settings: Mapping[str, str] | None = None
 
     def differences(self, current: OwnedFields) -> list[str]:
         """Names of the fields where `current` does not yet hold what `self` wants."""
@@ -107,6 +111,8 @@ class OwnedFields:
         for key, value in sorted((self.flink_options or {}).items()):
             if (current.flink_options or {}).get(key) != value:
                 diff.append(key)
+        if self.sql_settings is not None:
+            diff.extend(buffering.missing(self.sql_settings, current.sql_settings or {}))
         return diff
 
 
@@ -165,6 +171,7 @@ def current_fields(deployment: Mapping[str, Any]) -> OwnedFields:
         tm_memory_mib=parse_memory_mib(resource.get("memory")),
         replicas=tm.get("replicas"),
         flink_options={k: str(conf[k]) for k in SHAPE_KEYS if k in conf},
+        sql_settings={k: str(conf[k]) for k in buffering.SQL_KEYS if k in conf} or None,
     )
 
 
@@ -234,6 +241,7 @@ def apply_body(name: str, namespace: str, desired: OwnedFields) -> dict[str, Any
             {uid: r.as_json() for uid, r in sorted(desired.operator_resources.items())},
             separators=(",", ":"),
         )
+    conf.update(desired.sql_settings or {})
     tm: dict[str, Any] = {}
     resource: dict[str, Any] = {}
     if desired.tm_cpu is not None:

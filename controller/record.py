@@ -30,7 +30,7 @@ from controller.api import (
     timestamp,
 )
 from controller.ports import Ports
-from policies import skew
+from policies import buffering, skew
 from policies.decision import Action, Decision, Totals, VertexDecision, epoch_seconds
 from policies.levels import format_level
 from policies.params import HISTORY_LIMIT, PolicyState
@@ -76,6 +76,7 @@ class Reason(StrEnum):
     REAPPLIED = "Reapplied"  # the deployment had drifted from status.target; applied again
     FIELDS_TAKEN_OVER = "FieldsTakenOver"  # server-side apply conflict: our fields taken over
     SKEWED = "Skewed"  # Warning: Skewed turned True, or its set of vertices changed
+    SQL_BUFFERING = "SqlBufferingApplied"  # spec.skew.applySqlSettings: settings in a step
     TARGET_REPLACED = "TargetReplaced"  # a new FlinkDeployment uid: fresh history (also Scaling)
 
 
@@ -227,7 +228,9 @@ def record_skew(run: Run, previous: Decision | None, decision: Decision) -> None
               if previous is not None and old is not None
               and old.status == ConditionStatus.TRUE else set())
     if blocked:
-        message = "; ".join(f.message for f in blocked)
+        spec = run.spec.skew
+        settings = buffering.sql_settings(spec.mini_batch_latency, spec.mini_batch_size)
+        message = "; ".join(f"{f.message}. {buffering.remedy(f, settings)}" for f in blocked)
         run.condition(ConditionType.SKEWED, True, Reason.HOT_SUBTASK, message)
         if {f.vertex_id for f in blocked} != before:
             run.event("Warning", Reason.SKEWED, message)

@@ -43,6 +43,22 @@ def _spec_view(deployment: dict[str, Any]) -> tuple[dict[str, int], dict[str, fl
             {uid: float(resources[uid]["managedMemoryMb"]) for uid in heads})
 
 
+def surface(hsp: dict[str, Any], held: set[tuple[str | None, str | None]]) -> str:
+    """The learned capacity points (status.learned) and the windows held back as cold."""
+    lines = [f"windows held back while a block cache refilled: {len(held)}"
+             + "".join(f"\n  {t} {v}" for t, v in sorted(held, key=str))]
+    for v in (hsp.get("status") or {}).get("learned") or []:
+        warmup = v.get("warmup") or {}
+        lines.append(f"vertex {v.get('vertexId')}: warm-up {warmup}")
+        for p in v.get("points") or []:
+            tpr = p["parallelism"] * 1e6 / p["serviceUs"]
+            miss = p.get("missRatio")
+            lines.append(f"  p={p['parallelism']} level={p.get('memoryLevel')} "
+                         f"windows={p['windows']} capacity={tpr:,.0f}/s "
+                         f"hit={'-' if miss is None else f'{1 - miss:.2f}'} at {p['time']}")
+    return "\n".join(lines)
+
+
 def run(seconds: float, plot_path: Path, keep: bool) -> None:
     from e2e import stack
 
@@ -87,6 +103,8 @@ def run(seconds: float, plot_path: Path, keep: bool) -> None:
     selector = f'namespace="{namespace}",flinkdeployment="{NAME}"'
     target = float(realflink.STATE_JOB_CONF["hybridscaler.job.rate"])
     samples: list[Sample] = []
+    held: set[tuple[str | None, str | None]] = set()  # (decision time, vertex) held back
+    hsp: dict[str, Any] = {}
     t0, last_step, steady_since = time.monotonic(), -1, None
     try:
         while time.monotonic() - t0 < seconds:
@@ -99,6 +117,10 @@ def run(seconds: float, plot_path: Path, keep: bool) -> None:
             parallelism, managed = _spec_view(deployment)
             samples.append(Sample(time.monotonic() - t0, achieved, target, parallelism,
                                   managed, step))
+            decision = (hsp.get("status") or {}).get("lastDecision") or {}
+            for v in decision.get("vertices") or []:
+                if v.get("branch") == "cache-warming":
+                    held.add((decision.get("time"), v.get("vertexName") or v.get("vertexId")))
             if step != last_step:
                 print(k("get", "hsp", "-n", namespace), flush=True)
                 last_step = step
@@ -110,6 +132,7 @@ def run(seconds: float, plot_path: Path, keep: bool) -> None:
                 break
             time.sleep(5)
         print(k("describe", "hsp", "-n", namespace, NAME), flush=True)
+        print(surface(hsp, held), flush=True)
         plot(samples, plot_path, f"StateJob on real Flink 1.20: {last_step} reconfigurations")
         print(f"convergence plot: {plot_path}", flush=True)
     finally:

@@ -31,7 +31,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from types import MappingProxyType
 
-from policies import ds2, explain, first_step, skew, skew_stop
+from policies import ds2, explain, first_step, skew, skew_stop, warmup
 from policies.decision import Branch, SkewFinding, VertexDecision
 from policies.learning import (
     MIN_BUSYNESS,
@@ -181,6 +181,14 @@ def _learn(old: VertexLearning | None, v: Vertex, observation: Observation,
     point = point_of(v, m, observation.time)
     if point is None:
         return learning
+    known = learning.point(*point.key)
+    admitted, warm = warmup.admit(
+        learning.warmup, None if point.miss_ratio is None else 1.0 - point.miss_ratio,
+        observation.restarted, observation.time, observation.window_s,
+        None if known is None or known.miss_ratio is None else 1.0 - known.miss_ratio)
+    learning = learning.model_copy(update={"warmup": warm})
+    if not admitted:  # a cold cache: neither a capacity nor a verdict on the last step
+        return learning
     learning = learning.model_copy(update={
         "points": merge(learning.points, point, observation.window_s)})
     predicted = learning.predicted
@@ -240,6 +248,8 @@ def _plan_vertex(graph: JobGraph, v: Vertex, m: VertexMetrics, learning: VertexL
                  False, False, "")
     if cpu.excludes(v.id, v.operator_uids):
         return replace(keep, note="excluded from scaling")
+    if learning.warming and learning.warmup is not None:
+        return replace(keep, note=warmup.note(learning.warmup))
     if anchor is None:
         if not m.has_state_backend_metrics and v.memory_level is not None:
             # Idle and stateless: it keeps its tasks, and needs no managed memory.
@@ -496,7 +506,10 @@ def _vertex_decision(p: _Plan, after: VertexConfig, target: float,
                      params: ScalingParams) -> VertexDecision:
     memory = params.memory
     if p.surface is None:
-        branch, why = Branch.CAPACITY_UNKNOWN, p.note
+        warming = p.learning.warming and not params.cpu.excludes(
+            p.vertex.id, p.vertex.operator_uids)
+        branch = Branch.CACHE_WARMING if warming else Branch.CAPACITY_UNKNOWN
+        why = p.note
     elif after == p.current:
         if p.surplus:
             branch = Branch.SURPLUS_WAITING

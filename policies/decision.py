@@ -89,6 +89,7 @@ class Branch(StrEnum):
     STEADY = "steady"  # the current configuration is the one to keep
     SKEW_LIMITED = "skew-limited"  # a hot key: more tasks stopped helping
     CAPACITY_UNKNOWN = "capacity-unknown"  # too idle to measure, or excluded
+    CACHE_WARMING = "cache-warming"  # block cache refilling after a restart: window held back
 
 
 class RecordModel(BaseModel):

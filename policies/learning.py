@@ -42,6 +42,7 @@ from pydantic import Field
 
 from policies.decision import EpochTime, RecordModel
 from policies.levels import managed_mib
+from policies.warmup import CacheWarmup
 
 POINTS_PER_VERTEX = 8
 SHORT_CONFIGURATIONS_PER_VERTEX = 8
@@ -133,6 +134,13 @@ class VertexLearning(RecordModel):
     # highest need seen since (a scale-down sizes for it).
     surplus_since: EpochTime | None = None
     surplus_peak_need: float | None = None
+    # The block cache's warm-up since the vertex's tasks last restarted (policies.warmup).
+    warmup: CacheWarmup | None = None
+
+    @property
+    def warming(self) -> bool:
+        """The last window was held back: the cache was still refilling after a restart."""
+        return self.warmup is not None and not self.warmup.warm
 
     def point(self, parallelism: int, level: int | None) -> CapacityPoint | None:
         for p in self.points:

@@ -214,6 +214,9 @@ class Observation:
     time: float
     window_s: float
     vertices: Mapping[str, VertexMetrics] = field(default_factory=dict)
+    # When the job's tasks last (re)started, their block caches empty (policies.warmup);
+    # None when not known.
+    restarted: float | None = None
 
     def missing(self, graph: JobGraph) -> tuple[str, ...]:
         """Vertex ids of `graph` this observation has no metrics for."""

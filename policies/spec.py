@@ -347,6 +347,23 @@ class CostSpec(SpecModel):
                             "within this time")
 
 
+class SkewSpec(SpecModel):
+    """What to do for a vertex that more tasks cannot relieve (a hot key): recommend
+    buffering (policies/buffering.py), and apply it to SQL jobs only when asked."""
+
+    apply_sql_settings: bool = Field(
+        False, description="Active mode: when a SQL aggregation is skew-limited, write "
+                           "mini-batch and two-phase aggregation settings into the "
+                           "FlinkDeployment's flinkConfiguration with the next step (they "
+                           "take effect at its restart); unset or false: only recommend")
+    mini_batch_latency: Annotated[Duration, Within(0.001, 60.0)] = Field(
+        2.0, description="table.exec.mini-batch.allow-latency: the most a record waits "
+                         "in a batch")
+    mini_batch_size: int = Field(
+        5000, ge=1, le=1_000_000,
+        description="table.exec.mini-batch.size: records buffered per batch at most")
+
+
 class Limits(SpecModel):
     """Caps on the whole job's task resources; a decision above them is clipped."""
 

@@ -285,6 +285,11 @@ class RocksDB(Strict):
     unmanaged_cache_mib: float = Field(
         8.0, gt=0, description="cache of a stateful task given no managed memory"
     )
+    fill_mib_per_s: float = Field(
+        8.3, gt=0,
+        description="MiB/s a task's block cache refills at after a restart (real Flink "
+                    "1.20, median of 3 restores: bench/results/realflink-warmup.json)",
+    )
 
 
 class Episodes(Strict):

@@ -108,14 +108,18 @@ class TaskCost:
 
 
 def task_cost(
-    op: Operator, parallelism: int, managed_mib: float | None, rocksdb: RocksDB
+    op: Operator, parallelism: int, managed_mib: float | None, rocksdb: RocksDB,
+    fill: float = 1.0,
 ) -> TaskCost:
-    """Per-record cost of one task of `op` at this parallelism and managed memory (MiB)."""
+    """Per-record cost of one task of `op` at this parallelism and managed memory (MiB);
+    `fill`: the share of its block cache filled so far (a restart empties it)."""
     if op.state is None:
         return TaskCost(op.cpu_us, None, 0.0, 0.0, None, None, 0.0)
     state = op.state
     managed = managed_mib if managed_mib else 0.0
-    cache = cache_bytes(managed, rocksdb) if managed > 0 else rocksdb.unmanaged_cache_mib * MIB
+    capacity = (cache_bytes(managed, rocksdb) if managed > 0
+                else rocksdb.unmanaged_cache_mib * MIB)
+    cache = capacity * min(1.0, max(0.0, fill))
     index_bytes = rocksdb.index_fraction * state.total_bytes / parallelism
     pool = rocksdb.high_priority_ratio * cache
     index_hit = 1.0 if index_bytes <= 0 else min(1.0, pool / index_bytes)
@@ -151,7 +155,7 @@ def task_cost(
         misses_per_record=misses,
         get_latency_ns=get_us * 1000.0 if gets > 0 else None,
         put_latency_ns=put_us * 1000.0 if puts > 0 else None,
-        cache_bytes=cache,
+        cache_bytes=capacity,
         get_sd_ns=math.sqrt(get_var) * 1000.0 if gets > 0 else 0.0,
     )
 

@@ -50,6 +50,8 @@ SCRAPE_S = 5.0
 # As the controller (controller/collect.py): a series whose last sample is older than
 # two scrapes plus slack is stale, and one covering less than half the window is missing.
 STALE_AFTER_S = 2 * SCRAPE_S + 5.0
+# A refilling block cache is modelled in this many steps (a cost per step, not per tick).
+FILL_STEPS = 20
 
 
 def managed_mib(level: int | None, base: float = BASE_MANAGED_MIB) -> float:
@@ -207,6 +209,8 @@ class Twin:
         self._config: dict[str, VertexConfig] = dict(self._graph.configuration())
         self._costs: dict[str, TaskCost] = {}
         self._share_cache: dict[str, tuple[float, ...]] = {}
+        # Stateful vertices whose block caches are refilling since a restart, and how far.
+        self._filling: dict[str, float] = {}
         self._init_noise(seed)
         if configuration is not None:
             self._set(configuration)
@@ -271,6 +275,9 @@ class Twin:
         self.restarts += 1
         self.last_step = (kind, downtime)
         self._reset_counters()
+        # The restored tasks open RocksDB with empty block caches (policies/warmup.py).
+        self._filling = {vid: 0.0 for vid, op in self._ops.items() if op.state is not None}
+        self._costs = {}
         return downtime
 
     def _set(self, configuration: Configuration) -> None:
@@ -315,6 +322,7 @@ class Twin:
                 vc.parallelism,
                 managed_mib(vc.memory_level, self.base_managed_mib),
                 self.model.rocksdb,
+                self._filling.get(vertex_id, 1.0),
             )
             parallelism = {vid: c.parallelism for vid, c in self._config.items()}
             self._costs[vertex_id] = scaled(base, vc.parallelism, self.model.scaling,
@@ -341,9 +349,35 @@ class Twin:
             self._history.append(Tick(self.time, False, target))
             return
         flows = self._flows(due, dt)
+        self._refill(dt)
         self.time += dt
         self._history.append(Tick(self.time, True, target, MappingProxyType(flows),
                                   MappingProxyType(dict(self._bias))))
+
+    def cache_fill(self, vertex_id: str) -> float:
+        """Share of the vertex's block caches filled since the last restart (1: warm)."""
+        return self._filling.get(vertex_id, 1.0)
+
+    def _refill(self, dt: float) -> None:
+        """A restored task reads its blocks back into the cache at the rate real Flink
+        showed (`RocksDB.fill_mib_per_s`) until the cache, or the task's share of the
+        state, is full; so the hit rate climbs. The cost follows in `FILL_STEPS` steps."""
+        for vid in list(self._filling):
+            state = self._ops[vid].state
+            cost = self.cost(vid)
+            full = cost.cache_bytes if state is None else min(
+                cost.cache_bytes,
+                state.total_bytes * self.model.rocksdb.footprint_factor
+                / self._config[vid].parallelism)
+            filled = (self.time + dt - self.down_until) * self.model.rocksdb.fill_mib_per_s \
+                * MIB_BYTES / max(full, 1.0)
+            step = min(1.0, math.floor(filled * FILL_STEPS) / FILL_STEPS)
+            if step >= 1.0:
+                del self._filling[vid]
+                self._costs.pop(vid, None)
+            elif step > self._filling[vid]:
+                self._filling[vid] = step
+                self._costs.pop(vid, None)
 
     def _drift_bias(self, dt: float) -> None:
         """AR(1) step of each vertex's busy-time error: it persists for busy_bias_time_s,

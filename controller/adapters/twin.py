@@ -17,7 +17,7 @@ from typing import Any
 
 from controller.api import Status
 from controller.ports import Collected, JobSummary, MetricsUnavailable, Ports
-from controller.realize import OVERRIDES_KEY, RESOURCES_KEY, SHAPE_KEYS, WRITE_BUFFER_RATIO_KEY
+from controller.realize import WRITE_BUFFER_RATIO_KEY
 from policies.model import JobGraph
 from simulator.model import JobModel
 from simulator.serve import (
@@ -69,9 +69,8 @@ class TwinDeployments:
         wanted = body["spec"]
         spec = self.deployment["spec"]
         conf = spec["flinkConfiguration"]
-        for key in (OVERRIDES_KEY, RESOURCES_KEY, *SHAPE_KEYS):
-            if key in wanted.get("flinkConfiguration", {}):
-                conf[key] = wanted["flinkConfiguration"][key]
+        # Every key the apply sends: ours (overrides, resources, SQL settings) are in it.
+        conf.update(wanted.get("flinkConfiguration", {}))
         tm = wanted.get("taskManager", {})
         spec["taskManager"].setdefault("resource", {}).update(tm.get("resource", {}))
         if "replicas" in tm:

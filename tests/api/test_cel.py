@@ -251,6 +251,8 @@ OUT_OF_RANGE = {
     ("spec.taskManager.memoryStep", "must be at most 1024Gi"): "1.5Ti",
     ("spec.placement.solverTimeLimit", "must be more than 0s"): "0s",
     ("spec.placement.solverTimeLimit", "must be at most 1m"): "60001ms",
+    ("spec.skew.miniBatchLatency", "must be at least 1ms"): "0.5ms",
+    ("spec.skew.miniBatchLatency", "must be at most 1m"): "61s",
 }
 
 

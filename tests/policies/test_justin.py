@@ -144,6 +144,7 @@ def test_every_algorithm_1_branch_has_a_row() -> None:
         # the capacity policy's (tests/policies/test_capacity.py)
         Branch.DEFICIT, Branch.SURPLUS, Branch.SURPLUS_WAITING, Branch.RIDE_ALONG,
         Branch.STEADY, Branch.SKEW_LIMITED, Branch.CAPACITY_UNKNOWN,
+        Branch.CACHE_WARMING,  # tests/policies/test_warmup.py
     }
     assert {c.branch for c in CASES} == set(Branch) - outside_algorithm_1
 

@@ -259,3 +259,34 @@ def test_a_step_costs_what_the_same_enactment_cost_on_real_flink():
     session = vid(model, "bench-update")
     assert twin.apply({session: VertexConfig(2, 0)}, kind=Enactment.IN_PLACE) == pytest.approx(
         MEASURED[Enactment.IN_PLACE].fixed_s)
+
+
+def test_after_a_restart_the_block_cache_refills_and_the_hit_rate_climbs():
+    """A restart empties the block caches (real Flink: bench/results/realflink-warmup.json);
+    every miss loads a block until the cache is full, so θ and the true processing rate
+    climb back to where they were, and a twin that was never restarted is warm."""
+    model = load_model("statejob").model_copy(update={"noise": Noise.off()})
+    counter = vid(model, "counter")
+    twin = Twin(model, seed=4, configuration={counter: VertexConfig(1, 1)})
+    assert twin.cache_fill(counter) == 1.0
+    twin.advance(120)
+    warm = twin.observe(60).vertices[counter]
+    assert warm.cache_hit_rate is not None and warm.cache_hit_rate > 0.5
+
+    downtime = twin.apply({}, restart=True)
+    assert twin.cache_fill(counter) == 0.0
+    twin.advance(downtime + 5)
+    first = twin.observe(5).vertices[counter]
+    assert first.cache_hit_rate is not None
+    assert first.cache_hit_rate < warm.cache_hit_rate - 0.2
+    rates, fills = [first.cache_hit_rate], [twin.cache_fill(counter)]
+    while twin.cache_fill(counter) < 1.0 and len(rates) < 120:
+        twin.advance(5)
+        rates.append(twin.observe(5).vertices[counter].cache_hit_rate or 0.0)
+        fills.append(twin.cache_fill(counter))
+    assert fills == sorted(fills) and fills[-1] == 1.0
+    assert rates[-1] == pytest.approx(warm.cache_hit_rate, abs=0.02)
+    assert rates[len(rates) // 2] > rates[0]
+    twin.advance(60)
+    assert twin.observe(60).vertices[counter].true_processing_rate == pytest.approx(
+        warm.true_processing_rate, rel=0.05)
