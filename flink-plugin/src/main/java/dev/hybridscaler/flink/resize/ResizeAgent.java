@@ -40,6 +40,8 @@ public final class ResizeAgent {
     /** Flink's task thread name: {@code <vertex name> (<subtask>/<parallelism>)#<attempt>}. */
     private static final Pattern TASK_THREAD = Pattern.compile("^(.*) \\((\\d+)/(\\d+)\\)#(\\d+)$");
     private static final long MIB = 1024 * 1024;
+    /** The shim binds to the RocksDB library Flink loads with the first slot's RocksDB. */
+    static final String NOT_YET = "no RocksDB slot has been created on this TaskManager yet";
 
     /** The native calls, a port so the ordering and budget rules can be unit-tested. */
     interface Ops {
@@ -134,6 +136,7 @@ public final class ResizeAgent {
                             Integer.parseInt(m.group(3)), Integer.parseInt(m.group(4)), cache, capacity)
                     : new Slot(nextId++, job, name, -1, 0, 0, cache, capacity);
             slots.put(s.id, s);
+            ensureBound(); // RocksDB's JNI library is loaded now: the cache above needed it
             LOG.info("hybridscaler resize: slot {} registered: job {}, task '{}', subtask {}, cache {} B",
                     s.id, s.jobId, s.task, s.subtask, capacity);
             return cache;
@@ -174,12 +177,11 @@ public final class ResizeAgent {
 
     // ---- the controller's operations ----
 
-    /** Why resizing is disabled, or null when it works (binds the shim on first use). */
+    /** Why resizing is disabled, or null when it works. */
     public String disabledReason() {
         lock.lock();
         try {
-            ensureBound();
-            return disabled;
+            return bound ? disabled : NOT_YET;
         } finally {
             lock.unlock();
         }
@@ -228,7 +230,6 @@ public final class ResizeAgent {
     public List<SlotView> slots() {
         lock.lock();
         try {
-            ensureBound();
             List<SlotView> out = new ArrayList<>();
             for (Slot s : slots.values()) {
                 out.add(view(s));
@@ -240,7 +241,7 @@ public final class ResizeAgent {
     }
 
     private SlotView view(Slot s) {
-        boolean on = disabled == null;
+        boolean on = bound && disabled == null;
         long cache = on ? ops.cacheCapacity(s.cache.getNativeHandle()) : -1;
         long wb = on && s.writeBuffers != null && ops.canResizeWriteBuffers()
                 ? ops.writeBufferSize(s.writeBuffers.getNativeHandle()) : -1;
@@ -256,9 +257,8 @@ public final class ResizeAgent {
     public List<SlotView> resize(List<Target> targets) throws Refused {
         lock.lock();
         try {
-            ensureBound();
-            if (disabled != null) {
-                throw new Refused("resizing is disabled on this TaskManager: " + disabled);
+            if (disabledReason() != null) {
+                throw new Refused("resizing is disabled on this TaskManager: " + disabledReason());
             }
             Map<Slot, long[]> plan = plan(targets);
             // Memory moves between slots: free it everywhere before taking it anywhere.
