@@ -22,6 +22,7 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "dev_hybridscaler_flink_resize_NativeResize.h"
 
@@ -33,11 +34,15 @@ typedef void (*set_capacity_fn)(rocksdb_cache_t *, size_t);
 typedef size_t (*get_capacity_fn)(rocksdb_cache_t *);
 typedef void (*set_buffer_size_fn)(rocksdb_write_buffer_manager_t *, size_t);
 typedef size_t (*buffer_size_fn)(rocksdb_write_buffer_manager_t *);
+typedef rocksdb_cache_t *(*create_lru_fn)(size_t);
+typedef void (*destroy_cache_fn)(rocksdb_cache_t *);
 
 static set_capacity_fn set_capacity;
 static get_capacity_fn get_capacity;
 static set_buffer_size_fn set_buffer_size; /* NULL on 6.20.3: not in its C API */
 static buffer_size_fn buffer_size;         /* likewise */
+static create_lru_fn create_lru;
+static destroy_cache_fn destroy_cache;
 static char library[4096];
 static char error[4096 + 512]; /* room for a full path */
 
@@ -96,8 +101,17 @@ JNIEXPORT jstring JNICALL Java_dev_hybridscaler_flink_resize_NativeResize_bind(J
         dlclose(lib);
         return (*env)->NewStringUTF(env, error);
     }
+    create_lru_fn create = (create_lru_fn) dlsym(lib, "rocksdb_cache_create_lru");
+    destroy_cache_fn destroy = (destroy_cache_fn) dlsym(lib, "rocksdb_cache_destroy");
+    if (create == NULL || destroy == NULL) {
+        snprintf(error, sizeof error, "%s exports no rocksdb_cache_create_lru/destroy", f.path);
+        dlclose(lib);
+        return (*env)->NewStringUTF(env, error);
+    }
     set_capacity = set;
     get_capacity = get;
+    create_lru = create;
+    destroy_cache = destroy;
     set_buffer_size = (set_buffer_size_fn) dlsym(lib, "rocksdb_write_buffer_manager_set_buffer_size");
     buffer_size = (buffer_size_fn) dlsym(lib, "rocksdb_write_buffer_manager_buffer_size");
     if (buffer_size == NULL) {
@@ -160,4 +174,52 @@ JNIEXPORT jlong JNICALL Java_dev_hybridscaler_flink_resize_NativeResize_writeBuf
         return -1;
     }
     return (jlong) buffer_size((rocksdb_write_buffer_manager_t *) (intptr_t) handle);
+}
+
+/*
+ * Reads one pointer-sized word at addr without faulting: the kernel copies it into a pipe and
+ * reports EFAULT for an unmapped address, where a plain load would crash the TaskManager.
+ */
+static int probe(const void *addr, void **out) {
+    int fds[2];
+    if (addr == NULL || pipe(fds) != 0) {
+        return 0;
+    }
+    int ok = write(fds[1], addr, sizeof *out) == (ssize_t) sizeof *out
+             && read(fds[0], out, sizeof *out) == (ssize_t) sizeof *out;
+    close(fds[0]);
+    close(fds[1]);
+    return ok;
+}
+
+/*
+ * Checks, before any call through it, that a RocksJava cache handle has the layout the C API
+ * assumes: a shared_ptr whose element is an LRUCache of the bound library, i.e. whose vtable is
+ * the one of a cache the C API itself creates (rocksdb_cache_create_lru). Null when it matches.
+ * Nothing is dereferenced except through probe().
+ */
+JNIEXPORT jstring JNICALL Java_dev_hybridscaler_flink_resize_NativeResize_verifyCacheHandle(
+        JNIEnv *env, jclass cls, jlong handle) {
+    (void) cls;
+    void *element = NULL;
+    void *vtable = NULL;
+    if (create_lru == NULL) {
+        return (*env)->NewStringUTF(env, "the shim is not bound");
+    }
+    if (!probe((void *) (intptr_t) handle, &element) || !probe(element, &vtable)) {
+        return (*env)->NewStringUTF(env, "the cache handle does not point to a readable shared_ptr");
+    }
+    rocksdb_cache_t *reference = create_lru(1 << 20);
+    void *ref_element = NULL;
+    void *ref_vtable = NULL;
+    int readable = probe(reference, &ref_element) && probe(ref_element, &ref_vtable);
+    destroy_cache(reference);
+    if (!readable) {
+        return (*env)->NewStringUTF(env, "a cache created by the C API is not a readable shared_ptr");
+    }
+    if (vtable != ref_vtable) {
+        return (*env)->NewStringUTF(env,
+                "the cache handle's object is not an LRUCache of the bound RocksDB library");
+    }
+    return NULL;
 }

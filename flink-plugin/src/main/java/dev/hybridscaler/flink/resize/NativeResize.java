@@ -28,6 +28,12 @@ final class NativeResize {
     /** Whether the bound library exports write-buffer-manager resizing (not 6.20.3). */
     static native boolean canResizeWriteBuffers();
 
+    /**
+     * Null when the handle has the layout the C API assumes (its object has the vtable of an
+     * LRUCache the C API creates itself), else why not; reads memory without faulting.
+     */
+    static native String verifyCacheHandle(long cacheHandle);
+
     static native long cacheCapacity(long cacheHandle);
 
     static native boolean setCacheCapacity(long cacheHandle, long bytes);

@@ -424,6 +424,10 @@ public final class ResizeAgent {
             long after = 5 * MIB + 8192;
             try (LRUCache scratch = new LRUCache(before)) {
                 long h = scratch.getNativeHandle();
+                String layout = NativeResize.verifyCacheHandle(h);
+                if (layout != null) {
+                    return "self-test: " + layout + " (" + NativeResize.library() + ")";
+                }
                 long read = NativeResize.cacheCapacity(h);
                 if (read != before) {
                     return "self-test: a cache created with " + before + " B reads " + read

@@ -1,6 +1,7 @@
 package dev.hybridscaler.flink.resize;
 
 import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertNotNull;
 import static org.junit.jupiter.api.Assertions.assertNull;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
@@ -45,6 +46,18 @@ class NativeResizeTest {
                 assertTrue(NativeResize.setWriteBufferSize(wbm.getNativeHandle(), 2 * MIB));
                 assertEquals(2 * MIB, NativeResize.writeBufferSize(wbm.getNativeHandle()));
             }
+        }
+    }
+
+    /** The layout check reads through the kernel: a wrong handle is refused, not a crash. */
+    @Test
+    void handlesOfAnotherKindAreRefusedWithoutCrashing() {
+        assertNotNull(NativeResize.verifyCacheHandle(8), "an unmapped address");
+        try (LRUCache cache = new LRUCache(MIB);
+             WriteBufferManager wbm = new WriteBufferManager(MIB / 2, cache)) {
+            assertNotNull(NativeResize.verifyCacheHandle(wbm.getNativeHandle()), "not a cache");
+            assertNotNull(NativeResize.verifyCacheHandle(cache.getNativeHandle() + 8), "a shifted handle");
+            assertNull(NativeResize.verifyCacheHandle(cache.getNativeHandle()));
         }
     }
 
