@@ -45,6 +45,7 @@ final class ControlServer {
     private static final int MAX_BODY = 64 * 1024;
     private static final Set<String> TARGET_FIELDS =
             Set.of("jobId", "task", "subtask", "cacheBytes", "writeBufferBytes");
+    private static ReadableConfig settings;
     private static boolean started;
 
     private final ResizeAgent agent;
@@ -55,12 +56,23 @@ final class ControlServer {
         this.token = token;
     }
 
-    /** Starts the endpoint on the first call in this JVM; later calls do nothing. */
-    static synchronized void startOnce(ReadableConfig config, ResizeAgent agent) {
-        if (started) {
+    /** Keeps the first configuration the state backend was created with in this JVM. */
+    static synchronized void configure(ReadableConfig config) {
+        if (settings == null) {
+            settings = config;
+        }
+    }
+
+    /**
+     * Starts the endpoint once, when the first slot's RocksDB memory is created: only
+     * TaskManagers do that (a JobManager loads the state backend too, but holds no slot).
+     */
+    static synchronized void startOnce(ResizeAgent agent) {
+        if (started || settings == null) {
             return;
         }
         started = true;
+        ReadableConfig config = settings;
         String tokenFile = config.get(ResizableRocksDBStateBackendFactory.TOKEN_FILE);
         if (tokenFile == null || tokenFile.isBlank()) {
             LOG.warn("hybridscaler resize: no {} set: the resize endpoint is not started",

@@ -56,7 +56,7 @@ public final class ResizableRocksDBStateBackendFactory implements StateBackendFa
     @Override
     public StateBackend createFromConfig(ReadableConfig config, ClassLoader classLoader)
             throws IllegalConfigurationException {
-        ControlServer.startOnce(config, ResizeAgent.get());
+        ControlServer.configure(config);
         Class<?> backendClass = backendClass();
         try {
             Object backend = backendClass.getConstructor().newInstance();
@@ -109,7 +109,9 @@ public final class ResizableRocksDBStateBackendFactory implements StateBackendFa
             switch (method.getName()) {
                 case "createCache": {
                     long capacity = (Long) args[0];
-                    return agent.register(new ResizableCache(capacity, (Double) args[1], agent), capacity);
+                    Cache cache = agent.register(new ResizableCache(capacity, (Double) args[1], agent), capacity);
+                    ControlServer.startOnce(agent);
+                    return cache;
                 }
                 case "createWriteBufferManager": {
                     long bytes = (Long) args[0];
