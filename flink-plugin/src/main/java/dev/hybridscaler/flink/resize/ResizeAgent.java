@@ -397,6 +397,11 @@ public final class ResizeAgent {
         }
     }
 
+    /** Whether a thread waits for the resize lock, for tests. */
+    boolean waitsForLock(Thread t) {
+        return lock.hasQueuedThread(t);
+    }
+
     /** The live slots' ids, for tests. */
     List<Long> ids() {
         lock.lock();

@@ -211,8 +211,10 @@ class ResizeAgentTest {
         assertTrue(ops.inResize.await(10, TimeUnit.SECONDS));
         Thread closer = new Thread(cache::close);
         closer.start();
-        closer.join(300);
-        assertTrue(closer.isAlive(), "close must wait for the resize");
+        while (closer.isAlive() && !agent.waitsForLock(closer)) {
+            Thread.onSpinWait();
+        }
+        assertTrue(agent.waitsForLock(closer), "close must wait for the resize's lock");
         assertTrue(cache.isOwningHandle(), "the native cache is still alive during the resize");
         ops.inResize = null;
         ops.release.countDown();
