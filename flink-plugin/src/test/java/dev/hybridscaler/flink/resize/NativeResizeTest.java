@@ -2,6 +2,7 @@ package dev.hybridscaler.flink.resize;
 
 import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertNotNull;
+import static org.junit.jupiter.api.Assertions.assertNotSame;
 import static org.junit.jupiter.api.Assertions.assertNull;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
@@ -14,6 +15,9 @@ import org.rocksdb.Options;
 import org.rocksdb.RocksDB;
 import org.rocksdb.WriteBufferManager;
 
+import java.lang.reflect.Method;
+import java.net.URL;
+import java.net.URLClassLoader;
 import java.nio.charset.StandardCharsets;
 import java.nio.file.Files;
 import java.nio.file.Path;
@@ -46,6 +50,26 @@ class NativeResizeTest {
                 assertTrue(NativeResize.setWriteBufferSize(wbm.getNativeHandle(), 2 * MIB));
                 assertEquals(2 * MIB, NativeResize.writeBufferSize(wbm.getNativeHandle()));
             }
+        }
+    }
+
+    /**
+     * A copy of the agent in a job's classloader (Flink's user-code classloader is child-first)
+     * refuses to load the shim and says how to install it instead.
+     */
+    @Test
+    void refusesToLoadTheShimFromAJobsClassLoader() throws Exception {
+        URL classes = NativeResize.class.getProtectionDomain().getCodeSource().getLocation();
+        try (URLClassLoader job = new URLClassLoader(new URL[] {classes},
+                ClassLoader.getPlatformClassLoader())) {
+            Class<?> copy = job.loadClass(NativeResize.class.getName());
+            assertNotSame(NativeResize.class, copy);
+            Method load = copy.getDeclaredMethod("load");
+            load.setAccessible(true);
+            String why = (String) load.invoke(null);
+            assertNotNull(why, "loaded from a job's classloader");
+            assertTrue(why.contains("lib/")
+                    && why.contains("classloader.parent-first-patterns.additional"), why);
         }
     }
 
