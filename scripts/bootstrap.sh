@@ -25,6 +25,8 @@ apt_packages() {
   command -v mvn >/dev/null || missing+=(maven)
   command -v java >/dev/null || missing+=(openjdk-17-jdk-headless)
   command -v go >/dev/null || missing+=(golang-go)
+  # flink-plugin's resize shim (src/main/native) is compiled from source by its Maven build.
+  command -v gcc >/dev/null || missing+=(gcc libc6-dev)
   if [ ${#missing[@]} -gt 0 ]; then
     echo "bootstrap: apt-get install ${missing[*]}" >&2
     if [ "$(id -u)" = 0 ]; then SUDO=""; else SUDO="sudo"; fi
