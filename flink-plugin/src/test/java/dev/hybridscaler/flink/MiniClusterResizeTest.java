@@ -99,6 +99,19 @@ class MiniClusterResizeTest {
         String grow = resizeBody(job, task, 0, initial + 64 * MIB);
         assertEquals(401, call("POST", "resize", grow, "x" + TOKEN).statusCode());
 
+        // Malformed requests are refused as such, naming the field, and change nothing.
+        String job16 = "\"jobId\": \"" + job.toHexString() + "\", \"task\": " + JSON.writeValueAsString(task);
+        assertBadRequest("{\"targets\": [{" + job16 + ", \"cacheBytes\": 1, \"cachebytes\": 2}]}",
+                "unknown target field 'cachebytes'");
+        assertBadRequest("{\"targets\": [{" + job16 + ", \"cacheBytes\": \"96Mi\"}]}",
+                "cacheBytes must be an integer");
+        assertBadRequest("{\"targets\": [{" + job16 + ", \"subtask\": -1, \"cacheBytes\": 1}]}",
+                "subtask must be an integer >= 0");
+        assertBadRequest("{\"targets\": [{\"jobId\": \"../x\", \"task\": \"t\", \"cacheBytes\": 1}]}",
+                "jobId must be a 32-digit hex Flink job id");
+        assertBadRequest("{\"targets\": ", "the body is not JSON");
+        assertCapacities(job, Map.of(0, initial, 1, initial));
+
         // Memory freed by one slot goes to the other in one request: within Flink's reservation.
         long processed = ResizeJob.PROCESSED.get();
         HttpResponse<String> moved = call("POST", "resize", "{\"targets\": ["
@@ -214,6 +227,12 @@ class MiniClusterResizeTest {
         assertTrue(rssAfter - rssBefore < 256 * MIB, "RSS " + rssBefore + " -> " + rssAfter);
         flink.mini().cancelJob(second).get(30, TimeUnit.SECONDS);
         FlinkCluster.await("the cancelled job's caches closed", TIMEOUT, () -> slotsOf(second).isEmpty());
+    }
+
+    private static void assertBadRequest(String body, String error) throws Exception {
+        HttpResponse<String> r = call("POST", "resize", body, TOKEN);
+        assertEquals(400, r.statusCode(), r.body());
+        assertEquals(error, JSON.readTree(r.body()).get("error").asText());
     }
 
     // ---- the job ----

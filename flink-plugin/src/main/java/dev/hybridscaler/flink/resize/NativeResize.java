@@ -49,7 +49,19 @@ final class NativeResize {
      * copy in the job jar would fail again after the job restarts, and a registry per job could
      * not see the other slots of the TaskManager.
      */
-    static String load() {
+    static synchronized String load() {
+        if (!attempted) {
+            attempted = true;
+            loadFailure = loadOnce();
+        }
+        return loadFailure;
+    }
+
+    /** Once per JVM: a second copy would have its own, unbound, function pointers. */
+    private static boolean attempted;
+    private static String loadFailure;
+
+    private static String loadOnce() {
         ClassLoader own = NativeResize.class.getClassLoader();
         if (!isSystemOrAncestor(own)) {
             return "dev.hybridscaler.flink.resize was loaded by " + own
