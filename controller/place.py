@@ -24,10 +24,11 @@ import packer
 from controller import telemetry
 from controller.api import ConditionType, Mode, PlacementStatus, Realization, TaskManagerSpec
 from controller.api import TaskManagerShape as SpecShape
-from controller.record import Reason, Run, Stop, policy_state, with_policy_state
+from controller.realize import pods_now
+from controller.record import Reason, Run, Stop, pod_request, policy_state, with_policy_state
 from policies import Evaluation, explain
 from policies.model import Configuration, JobGraph
-from policies.spec import MemoryScaling, TaskFootprint
+from policies.spec import CostSpec, MemoryScaling, TaskFootprint
 
 
 def shape_name(shape: SpecShape) -> str:
@@ -40,13 +41,21 @@ class Placed:
     replicas: int  # what Flink's own allocator needs
     placement: packer.Placement
 
-    def status(self) -> PlacementStatus:
+    def bill(self, cost: CostSpec) -> packer.PodBill:
+        """What its TaskManager pods request, priced at `cost`."""
+        return packer.pod_bill(self.shape.cpu, self.shape.memory, self.replicas,
+                               cpu_core_price=cost.cpu_core_price,
+                               memory_gib_price=cost.memory_gib_price)
+
+    def status(self, cost: CostSpec, before: packer.PodBill | None) -> PlacementStatus:
         return PlacementStatus(
             task_managers=self.replicas,
             shape=self.shape,
             lower_bound=self.placement.lower_bound,
             solver_status=self.placement.status.value.upper(),
             moved_tasks=self.placement.moved,
+            pods_before=None if before is None else pod_request(before),
+            pods=pod_request(self.bill(cost)),
         )
 
 
@@ -109,12 +118,14 @@ def place(run: Run, graph: JobGraph, evaluation: Evaluation) -> Placed:
         run.status = with_policy_state(run.status, replace(
             state, scale_down_wanted_since=evaluation.state.scale_down_wanted_since,
             learned=evaluation.state.learned))
-        where = (f" on {placed.replicas} TaskManagers" if isinstance(placed, Placed)
-                 else f" (unplaceable: {placed.reason})")
+        where = (f"; {packer.describe_change(pods_now(run), placed.bill(spec.cost))}"
+                 if isinstance(placed, Placed) else f" (unplaceable: {placed.reason})")
         run.event("Normal", Reason.RECOMMENDED, decision.reason + where)
         run.count(decision, "Recommend")
         advice = ("" if decision.forecast is None else
                   "; " + explain.forecast(decision.before, decision.after, decision.forecast))
+        if isinstance(placed, Placed):
+            advice += where
         run.condition(ConditionType.SCALING, False, Reason.RECOMMENDED,
                       "mode is Recommend: the decision is recorded, nothing is patched" + advice)
         raise Stop("recommended")
