@@ -7,6 +7,7 @@ restart downtime is scaled down, so each test takes a minute or two.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -17,10 +18,10 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from controller.operator.settings import HOLD_APPLY_ENV
 from controller.record import EVENT_REASONS
-from policies.spec import parse_memory_mib
 from e2e.conftest import Cluster, Twin, wait_until
 from e2e.demo import ControllerProcess, flink_deployment, policy
 from e2e.stack import StackInfo
+from policies.spec import parse_memory_mib
 
 pytestmark = pytest.mark.e2e
 
@@ -185,9 +186,11 @@ def test_printer_columns_are_what_the_task_manager_pods_request(
     assert int(tm["replicas"]) > 1, tm
     summary = hsp(cluster, namespace, "q11")["status"]["summary"]
     assert summary["taskManagers"] == int(tm["replicas"])
+    # What the tasks use is kept beside it.
+    assert float(columns["CPU"]) == summary["cpu"] and summary["taskCpu"] > 0, (columns, summary)
     described = cluster.kubectl("describe", "hsp", "-n", namespace, "q11").stdout
     # Requested by the pods, and used by the tasks, side by side.
-    assert f"Task Managers:  {tm['replicas']}" in described, described
+    assert re.search(rf"Task Managers:\s+{tm['replicas']}\n", described), described
     assert "Task Cpu:" in described and "Task Memory:" in described, described
     announced = [m for r, m in events(cluster, namespace, "q11") if r in EVENT_REASONS.values()]
     assert announced and all("TaskManager" in m and "/h" in m for m in announced), announced
