@@ -360,10 +360,14 @@ def requested_pods(fields: OwnedFields, cost: CostSpec,
     replicas a native-mode deployment leaves unset (Flink then starts what it needs, which
     is what the placement predicts). None when the resource or the count is unknown."""
     replicas = fields.replicas if fields.replicas is not None else task_managers
-    if fields.tm_cpu is None or fields.tm_memory_mib is None or replicas is None:
+    cpu, memory = fields.tm_cpu, fields.tm_memory_mib
+    # Whatever a hand-edited deployment holds: the columns keep their last value rather
+    # than the pass fail.
+    if (cpu is None or memory is None or not isinstance(replicas, int) or replicas < 0
+            or not math.isfinite(cpu) or cpu < 0 or memory < 0):
         return None
-    return pod_bill(fields.tm_cpu, fields.tm_memory_mib, replicas,
-                    cpu_core_price=cost.cpu_core_price, memory_gib_price=cost.memory_gib_price)
+    return pod_bill(cpu, memory, replicas, cpu_core_price=cost.cpu_core_price,
+                    memory_gib_price=cost.memory_gib_price)
 
 
 def pods_now(run: Run) -> PodBill | None:
