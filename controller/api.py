@@ -405,18 +405,25 @@ class OperatorStatus(StatusModel):
     state_latency_ns: float | None = None
 
 
+class PodRequest(StatusModel):
+    """TaskManager pods of one shape: their summed requests, priced at spec.cost."""
+
+    task_managers: int = Field(ge=0)
+    cpu: float = Field(ge=0, description="CPU cores of all pods")
+    memory: MemoryMiB = Field(description="memory of all pods")
+    price: float = Field(ge=0, description="per hour at spec.cost")
+
+
 class PlacementStatus(StatusModel):
     task_managers: int = Field(ge=0)
     shape: TaskManagerShape
     lower_bound: int = Field(ge=0, description="no packing can use fewer TaskManagers")
     solver_status: str = Field(description="optimal, feasible or fallback (first-fit decreasing)")
     moved_tasks: int = Field(0, ge=0, description="tasks that change TaskManager")
-    # What the TaskManager pods request, the unit the cluster bills (issue 20).
-    pod_cpu: float | None = Field(None, ge=0, description="CPU cores all TaskManager pods request")
-    pod_memory_mib: float | None = Field(
-        None, ge=0, description="memory (MiB) all TaskManager pods request")
-    price_per_hour: float | None = Field(
-        None, ge=0, description="the pods at spec.cost's prices, per hour")
+    pods_before: PodRequest | None = Field(
+        None, description="what the TaskManager pods requested when the step was decided")
+    pods: PodRequest | None = Field(
+        None, description="what the TaskManager pods request for this placement")
     managed_fraction: float | None = Field(
         None, description="taskmanager.memory.managed.fraction of the chosen shape")
     network_fraction: float | None = Field(
@@ -473,11 +480,22 @@ class StepEnactment(StatusModel):
 
 
 class Summary(StatusModel):
-    """Flat values for `kubectl get hsp` columns."""
+    """Flat values for `kubectl get hsp` columns and `kubectl describe`: what the
+    TaskManager pods request (what the cluster reserves and bills), beside what the
+    tasks use (the Justin paper's accounting)."""
 
     operators: int = 0
-    cpu: float = Field(0.0, description="task CPU cores after the last decision")
-    memory: str = Field("0Mi", description="task memory after the last decision")
+    task_managers: int = Field(0, ge=0, description="TaskManager pods the FlinkDeployment "
+                                                     "requests (spec.taskManager.replicas)")
+    cpu: float = Field(0.0, description="CPU cores the TaskManager pods request: "
+                                        "spec.taskManager.resource.cpu × replicas")
+    memory: str = Field("0Mi", description="memory the TaskManager pods request: "
+                                           "spec.taskManager.resource.memory × replicas")
+    price: float = Field(0.0, ge=0, description="price per hour of those requests at spec.cost")
+    task_cpu: float = Field(0.0, description="CPU cores the tasks use after the last decision "
+                                             "(one slot's share per task)")
+    task_memory: str = Field("0Mi", description="memory the tasks use after the last decision "
+                                                "(heap, network and managed per task)")
     step: int = 0
     last_action: str = Field("", description="e.g. 'scale-up count 4 (level 0→1)'")
 

@@ -55,8 +55,11 @@ PRINTER_COLUMNS: tuple[dict[str, str], ...] = (
     {"name": "Target", "type": "string", "jsonPath": ".spec.targetRef.name"},
     {"name": "Mode", "type": "string", "jsonPath": ".spec.mode"},
     {"name": "Operators", "type": "integer", "jsonPath": ".status.summary.operators"},
-    {"name": "CPU", "type": "number", "jsonPath": ".status.summary.cpu"},
-    {"name": "Memory", "type": "string", "jsonPath": ".status.summary.memory"},
+    # What the TaskManager pods request (what the cluster bills), not what tasks use.
+    {"name": "CPU", "type": "number", "jsonPath": ".status.summary.cpu",
+     "description": "CPU cores the TaskManager pods request (cpu × replicas)"},
+    {"name": "Memory", "type": "string", "jsonPath": ".status.summary.memory",
+     "description": "memory the TaskManager pods request (memory × replicas)"},
     {"name": "Step", "type": "integer", "jsonPath": ".status.summary.step"},
     {"name": "Last Decision", "type": "string", "jsonPath": ".status.summary.lastAction"},
     {"name": "Ready", "type": "string",

@@ -26,6 +26,7 @@ from controller.realize import (
     desired_fields,
     enactment_of,
     keeps_task_managers,
+    pods_now,
     refusal,
     unhonoured_memory,
     with_enactment,
@@ -34,6 +35,7 @@ from controller.record import (
     Reason,
     Run,
     Stop,
+    pods_change,
     policy_state,
     record_skew,
     trim,
@@ -92,10 +94,11 @@ def commit(run: Run, graph: JobGraph, collected: Collected, evaluation: Evaluati
     run.status = with_enactment(
         with_policy_state(run.status, evaluation.state), decision.step, deployment, fields,
         collected.checkpoint_bytes,
-    ).model_copy(update={"placement": placed.status(), "target": as_target(decision.step, fields)})
+    ).model_copy(update={"placement": placed.status(run.spec.cost, pods_now(run)),
+                         "target": as_target(decision.step, fields)})
     run.condition(ConditionType.SCALING, True, Reason.RECONFIGURING,
                   f"step {decision.step}: applying to FlinkDeployment {run.target} "
-                  f"{run.status.enactments[-1].describe()}")
+                  f"{run.status.enactments[-1].describe()}; {pods_change(run.status)}")
     run.save()
     run.decision = decision
 

@@ -24,12 +24,12 @@ import packer
 from controller import telemetry
 from controller.api import ConditionType, Mode, PlacementStatus, Realization, TaskManagerSpec
 from controller.api import TaskManagerShape as SpecShape
-from controller.realize import MANAGED_FRACTION_KEY, NETWORK_FRACTION_KEY, SLOTS_KEY
-from controller.record import Reason, Run, Stop, policy_state, with_policy_state
+from controller.realize import MANAGED_FRACTION_KEY, NETWORK_FRACTION_KEY, SLOTS_KEY, pods_now
+from controller.record import Reason, Run, Stop, pod_request, policy_state, with_policy_state
 from packer.pricing import Priced, Prices, ShapeBounds, cheapest, vertex_slots
 from policies import Evaluation, explain
 from policies.model import Configuration, JobGraph
-from policies.spec import MemoryScaling, TaskFootprint
+from policies.spec import CostSpec, MemoryScaling, TaskFootprint
 
 
 def shape_name(shape: SpecShape) -> str:
@@ -60,13 +60,17 @@ class Placed:
                 NETWORK_FRACTION_KEY: f"{options.network_fraction:g}",
                 SLOTS_KEY: str(self.shape.slots)}
 
-    def status(self) -> PlacementStatus:
+    def bill(self, cost: CostSpec) -> packer.PodBill:
+        """What its TaskManager pods request, priced at `cost`."""
+        return packer.pod_bill(self.shape.cpu, self.shape.memory, self.replicas,
+                               cpu_core_price=cost.cpu_core_price,
+                               memory_gib_price=cost.memory_gib_price)
+
+    def status(self, cost: CostSpec, before: packer.PodBill | None) -> PlacementStatus:
         fields = {}
         if self.priced is not None:
             options = self.priced.shape.memory_options
             fields = {
-                "pod_cpu": self.priced.cpu_cores, "pod_memory_mib": self.priced.memory_mib,
-                "price_per_hour": round(self.priced.price, 4),
                 "managed_fraction": options.managed_fraction,
                 "network_fraction": options.network_fraction,
                 "slot_sharing_groups": {g.name: list(g.members) for g in self.priced.groups},
@@ -77,6 +81,8 @@ class Placed:
             lower_bound=self.placement.lower_bound,
             solver_status=self.placement.status.value.upper(),
             moved_tasks=self.placement.moved,
+            pods_before=None if before is None else pod_request(before),
+            pods=pod_request(self.bill(cost)),
             **fields,
         )
 
@@ -174,12 +180,14 @@ def place(run: Run, graph: JobGraph, evaluation: Evaluation) -> Placed:
         run.status = with_policy_state(run.status, replace(
             state, scale_down_wanted_since=evaluation.state.scale_down_wanted_since,
             learned=evaluation.state.learned))
-        where = (f" on {placed.replicas} TaskManagers" if isinstance(placed, Placed)
-                 else f" (unplaceable: {placed.reason})")
+        where = (f"; {packer.describe_change(pods_now(run), placed.bill(spec.cost))}"
+                 if isinstance(placed, Placed) else f" (unplaceable: {placed.reason})")
         run.event("Normal", Reason.RECOMMENDED, decision.reason + where)
         run.count(decision, "Recommend")
         advice = ("" if decision.forecast is None else
                   "; " + explain.forecast(decision.before, decision.after, decision.forecast))
+        if isinstance(placed, Placed):
+            advice += where
         run.condition(ConditionType.SCALING, False, Reason.RECOMMENDED,
                       "mode is Recommend: the decision is recorded, nothing is patched" + advice)
         raise Stop("recommended")

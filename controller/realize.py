@@ -33,7 +33,8 @@ from controller.api import (
     Target,
 )
 from controller.ports import JobSummary, PatchRefused
-from controller.record import Realized, Reason, Run
+from controller.record import Realized, Reason, Run, with_pods
+from packer.bill import PodBill, pod_bill
 from policies import buffering
 from policies.decision import epoch_seconds
 from policies.levels import level_of, managed_mib, own_managed_mib
@@ -45,6 +46,7 @@ from policies.restart_cost import (
     last_state_downtime_s,
     learned_downtime_s,
 )
+from policies.spec import CostSpec
 
 FIELD_MANAGER = "hybrid-scaler"
 FLINK_GROUP, FLINK_VERSION, FLINK_PLURAL = "flink.apache.org", "v1beta1", "flinkdeployments"
@@ -399,9 +401,58 @@ def target_fields(target: Target) -> OwnedFields:
     }})
 
 
+def requested_pods(fields: OwnedFields, cost: CostSpec,
+                   task_managers: int | None = None) -> PodBill | None:
+    """What TaskManager pods with these fields request; `task_managers` stands in for
+    replicas a native-mode deployment leaves unset (Flink then starts what it needs, which
+    is what the placement predicts). None when the resource or the count is unknown."""
+    replicas = fields.replicas if fields.replicas is not None else task_managers
+    cpu, memory = fields.tm_cpu, fields.tm_memory_mib
+    # Whatever a hand-edited deployment holds: the columns keep their last value rather
+    # than the pass fail.
+    if (cpu is None or memory is None or not isinstance(replicas, int) or replicas < 0
+            or not math.isfinite(cpu) or cpu < 0 or memory < 0):
+        return None
+    return pod_bill(cpu, memory, replicas, cpu_core_price=cost.cpu_core_price,
+                    memory_gib_price=cost.memory_gib_price)
+
+
+def pods_now(run: Run) -> PodBill | None:
+    """What the FlinkDeployment's TaskManager pods request as this pass read it."""
+    placement = run.status.placement
+    return requested_pods(current_fields(run.deployment or {}), run.spec.cost,
+                          placement.task_managers if placement is not None else None)
+
+
+def deployment_pods(run: Run) -> PodBill | None:
+    """What the FlinkDeployment's TaskManager pods request once this pass has applied the
+    target (Active mode); in other modes, what they request as the pass read it."""
+    if run.deployment is None:
+        return None
+    fields = current_fields(run.deployment)
+    target = run.status.target
+    if run.spec.mode == Mode.ACTIVE and target is not None:
+        wanted = target_fields(target)
+        fields = OwnedFields(
+            tm_cpu=wanted.tm_cpu if wanted.tm_cpu is not None else fields.tm_cpu,
+            tm_memory_mib=wanted.tm_memory_mib if wanted.tm_memory_mib is not None
+            else fields.tm_memory_mib,
+            replicas=wanted.replicas if wanted.replicas is not None else fields.replicas)
+    placement = run.status.placement
+    return requested_pods(fields, run.spec.cost,
+                          placement.task_managers if placement is not None else None)
+
+
 def realize(run: Run) -> Realized | None:
-    """Active: apply `status.target` where the deployment differs. Other modes patch
-    nothing and drop the target, so switching back to Active starts from what runs."""
+    """Active: apply `status.target` where the deployment differs, then show what the pods
+    request in the printer columns (every mode). Other modes patch nothing and drop the
+    target, so switching back to Active starts from what runs."""
+    realized = _apply_target(run)
+    run.status = with_pods(run.status, deployment_pods(run))
+    return realized
+
+
+def _apply_target(run: Run) -> Realized | None:
     if run.spec.mode != Mode.ACTIVE:
         if run.status.target is not None:
             run.status = run.status.model_copy(update={"target": None})

@@ -24,17 +24,18 @@ from controller.api import (
     ConditionType,
     HybridScalingPolicy,
     OperatorStatus,
+    PodRequest,
     ScaleDownWait,
     Status,
-    Summary,
     timestamp,
 )
 from controller.ports import Ports
-from policies import buffering, skew
+from packer.bill import PodBill, describe_change
+from policies import buffering, explain, skew
 from policies.decision import Action, Decision, Totals, VertexDecision, epoch_seconds
 from policies.levels import format_level
 from policies.params import HISTORY_LIMIT, PolicyState
-from policies.spec import format_memory_mib
+from policies.spec import MemoryScaling, format_memory_mib
 
 
 class Reason(StrEnum):
@@ -187,14 +188,12 @@ def record(run: Run, realized: Realized | None) -> Pass:
                                                              Reason.PATCH_REFUSED)
     if run.decision is not None and realized is not None:  # None: the patch was refused
         decision = run.decision
+        bill = pods_change(run.status)
         for v in decision.vertices:
             if v.action in EVENT_REASONS:
-                run.event("Normal", EVENT_REASONS[v.action], (
-                    f"step {decision.step}: {v.vertex_name or v.vertex_id} "
-                    f"p {v.parallelism_before}→{v.parallelism_after}, "
-                    f"level {format_level(v.memory_level_before)}→"
-                    f"{format_level(v.memory_level_after)}: {v.reason}"
-                ))
+                run.event("Normal", EVENT_REASONS[v.action],
+                          f"step {decision.step}: {vertex_sentence(v, run.spec.memory)}; "
+                          f"{bill}")
         run.count(decision, "Active")
     elif applied and target is not None:
         run.outcome = "resumed" if applying else "reapplied"
@@ -216,6 +215,48 @@ def record(run: Run, realized: Realized | None) -> Pass:
                       f"{run.spec.metrics.stabilization:g}s for it to settle")
     run.save()
     return Pass(run.outcome, run.status, applied, run.due)
+
+
+def vertex_sentence(v: VertexDecision, memory: MemoryScaling) -> str:
+    """One sentence for a vertex: its change, then why ('Sink p 1, level 0 (158 MiB)→⊥ (no
+    managed memory): stateless and too idle to measure, so its managed memory is freed')."""
+    p = (f"p {v.parallelism_before}" if v.parallelism_before == v.parallelism_after
+         else f"p {v.parallelism_before}→{v.parallelism_after}")
+    before, after = (explain.level(memory, m)
+                     for m in (v.memory_level_before, v.memory_level_after))
+    level = before if before == after else f"{before}→{after}"
+    return f"{v.vertex_name or v.vertex_id} {p}, {level}: {v.reason}"
+
+
+def pods_change(status: Status) -> str:
+    """The committed step's predicted change of the pod bill, for messages."""
+    placement = status.placement
+    after = None if placement is None else bill_of(placement.pods)
+    if placement is None or after is None:
+        return "pods: unknown"
+    return describe_change(bill_of(placement.pods_before), after)
+
+
+def pod_request(bill: PodBill) -> PodRequest:
+    return PodRequest(task_managers=bill.task_managers,
+                      cpu=_round_finite(bill.cpu_cores, CPU_DIGITS),
+                      memory=format_memory_mib(round(bill.memory_mib)),
+                      price=_round_finite(bill.price, PRICE_DIGITS))
+
+
+def bill_of(request: PodRequest | None) -> PodBill | None:
+    return None if request is None else PodBill(
+        request.task_managers, request.cpu, request.memory, request.price)
+
+
+def with_pods(status: Status, bill: PodBill | None) -> Status:
+    """The printer columns' CPU and Memory: what the TaskManager pods request."""
+    if bill is None:
+        return status
+    request = pod_request(bill)
+    return status.model_copy(update={"summary": status.summary.model_copy(update={
+        "task_managers": request.task_managers, "cpu": request.cpu,
+        "memory": format_memory_mib(request.memory), "price": request.price})})
 
 
 def record_skew(run: Run, previous: Decision | None, decision: Decision) -> None:
@@ -316,13 +357,13 @@ def with_decision(status: Status, decision: Decision) -> Status:
         (v for v in decision.vertices if v.action is not Action.NONE),
         key=lambda v: _TELLING.index(v.action),
     )
-    summary = Summary(
+    summary = status.summary.model_copy(update=dict(
         operators=len(decision.vertices),
-        cpu=_round_finite(decision.after.cpu_cores, CPU_DIGITS),
-        memory=format_memory_mib(round(decision.after.memory_mib)),
+        task_cpu=_round_finite(decision.after.cpu_cores, CPU_DIGITS),
+        task_memory=format_memory_mib(round(decision.after.memory_mib)),
         step=decision.step,
         last_action=_describe(changed) if changed else "none",
-    )
+    ))
     return status.model_copy(update={"last_decision": _tidy_decision(decision),
                                    "summary": summary})
 
@@ -355,6 +396,7 @@ RATE_DIGITS = 1  # records/s
 NS_DIGITS = 0  # state latency, whole nanoseconds
 CPU_DIGITS = 3  # cores
 MIB_DIGITS = 1  # MiB
+PRICE_DIGITS = 4  # price per hour
 
 
 def _round_finite(value: float, digits: int) -> float:

@@ -7,6 +7,7 @@ restart downtime is scaled down, so each test takes a minute or two.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -20,6 +21,7 @@ from controller.record import EVENT_REASONS
 from e2e.conftest import Cluster, Twin, wait_until
 from e2e.demo import ControllerProcess, flink_deployment, policy
 from e2e.stack import StackInfo
+from policies.spec import parse_memory_mib
 
 pytestmark = pytest.mark.e2e
 
@@ -142,6 +144,56 @@ def test_q11_converges_in_one_jump_with_the_capacity_policy(
     assert "applying this" in described and "s of downtime" in described
     announced = reasons(cluster, namespace, "q11")
     assert "ScaledUp" in announced, announced
+
+
+def printer_columns(cluster: Cluster, namespace: str, name: str) -> dict[str, str]:
+    """`kubectl get hsp NAME` as a user reads it: the API server's table of the CRD's
+    printer columns, each value under its header (tabwriter aligns them)."""
+    header, row = cluster.kubectl("get", "hsp", "-n", namespace, name).stdout.splitlines()
+    # A header starts after at least two blanks ("LAST DECISION" has one inside).
+    starts = [i for i, c in enumerate(header)
+              if c != " " and (i == 0 or header[max(0, i - 2):i] == "  ")]
+    bounds = [*starts[1:], max(len(header), len(row))]
+    return {header[a:b].strip(): row[a:b].strip() for a, b in zip(starts, bounds, strict=True)}
+
+
+def test_printer_columns_are_what_the_task_manager_pods_request(
+    controller: ControllerProcess, cluster: Cluster, twin: Twin, namespace: str
+) -> None:
+    """CPU and MEMORY of `kubectl get hsp` equal spec.taskManager.resource × replicas of
+    the FlinkDeployment, what the cluster reserves; `kubectl describe` also shows what the
+    tasks use."""
+    initial = scale_q11(cluster, namespace)["metadata"]["generation"]
+    wait_until(lambda: converged(twin, namespace, "q11"), 420, "q11 at its target rate")
+    status = assert_steps_are_consecutive(cluster, namespace, "q11", initial)
+    assert status["step"] >= 1
+
+    def consistent() -> tuple[dict[str, str], dict[str, Any]] | None:
+        # Between two equal generations of the deployment, after its status caught up.
+        before = cluster.flink(namespace, "q11")
+        columns = printer_columns(cluster, namespace, "q11")
+        after = cluster.flink(namespace, "q11")
+        same = before["metadata"]["generation"] == after["metadata"]["generation"]
+        tm = after["spec"]["taskManager"]
+        replicas = int(tm["replicas"])
+        pods_cpu = float(tm["resource"]["cpu"]) * replicas
+        pods_mib = parse_memory_mib(tm["resource"]["memory"]) * replicas
+        shown = (float(columns["CPU"]), parse_memory_mib(columns["MEMORY"]))
+        return (columns, tm) if same and shown == (pods_cpu, pods_mib) else None
+
+    columns, tm = wait_until(consistent, 60, "printer columns equal to the pods' requests")
+    # q11's step placed more than the one TaskManager it started with.
+    assert int(tm["replicas"]) > 1, tm
+    summary = hsp(cluster, namespace, "q11")["status"]["summary"]
+    assert summary["taskManagers"] == int(tm["replicas"])
+    # What the tasks use is kept beside it.
+    assert float(columns["CPU"]) == summary["cpu"] and summary["taskCpu"] > 0, (columns, summary)
+    described = cluster.kubectl("describe", "hsp", "-n", namespace, "q11").stdout
+    # Requested by the pods, and used by the tasks, side by side.
+    assert re.search(rf"Task Managers:\s+{tm['replicas']}\n", described), described
+    assert "Task Cpu:" in described and "Task Memory:" in described, described
+    announced = [m for r, m in events(cluster, namespace, "q11") if r in EVENT_REASONS.values()]
+    assert announced and all("TaskManager" in m and "/h" in m for m in announced), announced
 
 
 def test_q11_reaches_its_target_rate_with_justins_decisions(

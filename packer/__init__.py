@@ -7,6 +7,7 @@
 
 from typing import TYPE_CHECKING, Any
 
+from packer.bill import PodBill, describe_change, pod_bill
 from packer.check import check
 from packer.flink_memory import FlinkMemoryOptions, TaskManagerMemory, task_manager_memory
 from packer.greedy import first_fit_decreasing, flink_first_fit, lower_bound
@@ -24,6 +25,7 @@ __all__ = [
     "CurrentPlacement",
     "FlinkMemoryOptions",
     "Placement",
+    "PodBill",
     "SlotKey",
     "Status",
     "TaskManagerLoad",
@@ -31,10 +33,12 @@ __all__ = [
     "TaskManagerShape",
     "TaskSlot",
     "check",
+    "describe_change",
     "first_fit_decreasing",
     "flink_first_fit",
     "lower_bound",
     "pack",
+    "pod_bill",
     "task_manager_memory",
 ]
 

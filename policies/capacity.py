@@ -254,7 +254,8 @@ def _plan_vertex(graph: JobGraph, v: Vertex, m: VertexMetrics, learning: VertexL
         if not m.has_state_backend_metrics and v.memory_level is not None:
             # Idle and stateless: it keeps its tasks, and needs no managed memory.
             return replace(keep, best=VertexConfig(v.parallelism, None), surplus=True,
-                           note="too idle to measure; stateless: no managed memory")
+                           note="stateless and too idle to measure, so its managed memory "
+                                "is freed")
         return replace(keep, note="capacity unknown (too idle to measure): keeps its "
                                   "configuration")
     # Until the miss cost is measured, the gain a step banks on is bounded (first_step).
@@ -526,11 +527,21 @@ def _vertex_decision(p: _Plan, after: VertexConfig, target: float,
     if p.skew_limited:
         branch, why = Branch.SKEW_LIMITED, p.note
     predicted = _predict(p, after)
-    text = (f"{why}: p {p.current.parallelism}→{after.parallelism}, "
-            f"{explain.level(memory, p.current.memory_level)}→"
-            f"{explain.level(memory, after.memory_level)}; target {explain.rate(target)}, "
-            f"busiest subtask at {p.hottest_now:.2f} now, predicted capacity "
-            f"{explain.rate(predicted)} for a need of {explain.rate(p.need)}")
+    # The change itself (p, level) is in the record's fields and said by the Event; the
+    # reason says why, and what the numbers predict at the target rate (the capacity the
+    # planner sized for also covers catch-up and the utilization target, so the bare
+    # "capacity for a need" read as falling short when it was not).
+    text = why
+    if p.surface is not None and math.isfinite(predicted) and predicted > 0:
+        load = target / predicted
+        text += (f"; at the target {explain.rate(target)} it is predicted to run at "
+                 f"{load:.0%} of its {explain.rate(predicted)}" if load <= 1 else
+                 f"; predicted to fall short: {explain.rate(predicted)} for the target "
+                 f"{explain.rate(target)}")
+        text += f" (utilization target {params.cpu.utilization_target:.0%})"
+        if math.isfinite(p.hottest_now):
+            text += (f"; as it runs now, the target would load its busiest subtask to "
+                     f"{p.hottest_now:.0%}")
     if p.learning.fell_short:
         text += f"; {len(p.learning.fell_short)} configuration(s) fell short before"
     decision = explain.vertex_decision(

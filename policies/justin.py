@@ -92,8 +92,8 @@ def _decide(
         return (
             VertexConfig(p_t, None),
             Branch.STATELESS,
-            f"no state-backend metrics: stateless, managed memory {explain.level(memory, None)}, "
-            f"DS2's parallelism {move}",
+            # The change (p, ⊥) is in the record and its Event: say why, once.
+            "no state-backend metrics, so it is stateless and takes DS2's parallelism",
             False,
         )
 

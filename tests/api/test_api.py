@@ -21,8 +21,10 @@ from controller.record import (
     with_condition,
     with_decision,
     with_operators,
+    with_pods,
     with_policy_state,
 )
+from packer.bill import pod_bill
 from policies import evaluate
 from policies.decision import Action, HistoryRecord, epoch_seconds, rfc3339
 from policies.params import HISTORY_LIMIT
@@ -197,6 +199,7 @@ def rich_status(now: float | None = None) -> api.Status:
         solver_status="optimal", moved_tasks=1))
     status = with_policy_state(
         with_decision(with_operators(status, operators), result.decision), result.state)
+    status = with_pods(status, pod_bill(4.0, 2048, 2, cpu_core_price=1.0, memory_gib_price=0.134))
     for type_ in api.ConditionType:
         status = with_condition(status, type_, type_ is not api.ConditionType.LIMIT_REACHED,
                                        "Evaluated", f"{type_} set", now=now,
@@ -306,7 +309,10 @@ def test_summary_for_printer_columns() -> None:
     summary = rich_status().summary
     assert summary.operators == 3 and summary.step == 1
     assert summary.last_action.startswith("scale-up Session Window Count (q11) m0→1")
-    assert summary.cpu == 7.0 and summary.memory.endswith("Mi")
+    # CPU and Memory are what the 2 TaskManager pods request; the tasks use less.
+    assert (summary.task_managers, summary.cpu, summary.memory) == (2, 8.0, "4Gi")
+    assert summary.price == 8.536
+    assert summary.task_cpu == 7.0 and summary.task_memory.endswith("Mi")
 
 
 def test_infinite_true_processing_rate_is_stored_as_unknown() -> None:

@@ -18,6 +18,7 @@ import pytest
 from controller.api import (
     ConditionType,
     HybridScalingPolicy,
+    PodRequest,
     Status,
     StepEnactment,
     parse_policy,
@@ -26,7 +27,8 @@ from controller.loop import reconcile
 from controller.place import slots
 from controller.ports import Collected, JobSummary, MetricsUnavailable, PatchRefused, Ports
 from controller.realize import OVERRIDES_KEY, RESOURCES_KEY, SHAPE_KEYS, memory_levels
-from controller.record import Pass, Reason
+from controller.record import Pass, Reason, bill_of
+from packer.bill import describe_change
 from policies.model import (
     Edge,
     JobGraph,
@@ -37,7 +39,7 @@ from policies.model import (
     VertexMetrics,
 )
 from policies.restart_cost import Enactment, expected_downtime_s, learned_downtime_s
-from policies.spec import MemoryScaling, TaskFootprint
+from policies.spec import MemoryScaling, TaskFootprint, format_memory_mib
 
 SOURCE, COUNTER = "a" * 32, "b" * 32
 T0 = 100_000.0
@@ -677,3 +679,64 @@ def test_a_policy_weighs_the_measured_restart_downtime_unless_the_spec_says() ->
         other = World()
         other.run(policy(cost={"restartDowntime": "5m"}))
         assert seen[-1] == 300.0
+
+
+def with_pods(deployment: dict[str, Any], cpu: float, memory: str, replicas: int
+              ) -> dict[str, Any]:
+    deployment["spec"]["taskManager"] = {"resource": {"cpu": cpu, "memory": memory},
+                                         "replicas": replicas}
+    return deployment
+
+
+def test_columns_and_events_speak_of_what_the_pods_request() -> None:
+    # 3 TaskManagers of 4 cores and 2 GiB run the job; the step places it anew.
+    world = World(deployments=FakeDeployments(with_pods(flink_deployment(), 4, "2048m", 3)))
+    world.run()
+    [body] = world.deployments.applied
+    tm = body["spec"]["taskManager"]
+    replicas, cpu = tm["replicas"], tm["resource"]["cpu"]
+    memory_mib = int(tm["resource"]["memory"].removesuffix("m"))
+    status = world.store.last
+    summary = status.summary
+    # The printer columns: the pods' requests as written to the FlinkDeployment.
+    assert (summary.task_managers, summary.cpu) == (replicas, cpu * replicas)
+    assert summary.memory == format_memory_mib(memory_mib * replicas)
+    assert summary.price == pytest.approx(cpu * replicas + memory_mib * replicas / 1024 * 0.134,
+                                          abs=1e-4)
+    # Beside them, what the tasks use (the paper's accounting): 4 tasks of a quarter TM's
+    # CPU fill its cores, but not its memory.
+    assert (summary.task_cpu, summary.task_memory) == (4.0, "1328Mi")
+    placement = status.placement
+    assert placement is not None and placement.pods is not None
+    assert placement.pods_before == PodRequest(task_managers=3, cpu=12, memory="6Gi",
+                                               price=12.804)
+    assert placement.pods.cpu == summary.cpu and placement.pods.price == summary.price
+    change = describe_change(bill_of(placement.pods_before), bill_of(placement.pods))
+    assert change.startswith("pods 3 TaskManagers: 12 cores, 6 GiB, 12.80/h → ")
+    step_events = [m for _, r, m in world.events.events if r in ("ScaledUp", "MemoryStripped")]
+    assert step_events and all(m.endswith("; " + change) for m in step_events)
+    reconfiguring = world.store.saved[0].condition(ConditionType.SCALING)
+    assert reconfiguring is not None and reconfiguring.message.endswith(change)
+
+
+def test_recommend_states_the_predicted_pod_bill_and_columns_show_what_runs() -> None:
+    world = World(deployments=FakeDeployments(with_pods(flink_deployment(), 4, "2048m", 5)))
+    world.run(policy("Recommend"))
+    [(_, reason, message)] = world.events.events
+    assert reason == "Recommended"
+    assert "; pods 5 TaskManagers: 20 cores, 10 GiB, 21.34/h → " in message
+    assert message.endswith("/h") and ("saving" in message or "more" in message
+                                       or "same price" in message)
+    scaling = world.store.last.condition(ConditionType.SCALING)
+    assert scaling is not None and "pods 5 TaskManagers" in scaling.message
+    summary = world.store.last.summary
+    assert (summary.task_managers, summary.cpu, summary.memory) == (5, 20.0, "10Gi")
+
+
+def test_an_event_says_each_vertex_change_once() -> None:
+    world = World()
+    world.run()
+    [stripped] = [m for _, r, m in world.events.events if r == "MemoryStripped"]
+    # 'step 1: source p 2, level 0 (158 MiB)→⊥ (no managed memory): <why>; pods …'
+    assert stripped.startswith("step 1: source p 2, level 0 (")
+    assert stripped.count("p 2") == 1 and stripped.count("no managed memory") == 1

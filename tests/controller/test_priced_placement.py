@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from controller.realize import (
     MANAGED_FRACTION_KEY,
     NETWORK_FRACTION_KEY,
@@ -26,7 +28,7 @@ def test_the_written_pods_are_the_priced_ones() -> None:
     conf = body["spec"]["flinkConfiguration"]
     tm = body["spec"]["taskManager"]
     placement = world.store.last.placement
-    assert placement is not None and placement.price_per_hour is not None
+    assert placement is not None and placement.pods is not None
 
     # Price the configuration that was written, independently of the pass.
     resources = json.loads(conf[RESOURCES_KEY])
@@ -54,9 +56,11 @@ def test_the_written_pods_are_the_priced_ones() -> None:
     assert {uid: e.get("slotSharingGroup") for uid, e in resources.items()} == {
         "src": groups[SOURCE], "counter": groups[COUNTER]}
     # Status says what the pods request and what they cost, and whether it is proven.
-    assert placement.pod_cpu == priced.cpu_cores
-    assert placement.pod_memory_mib == priced.memory_mib
-    assert placement.price_per_hour == round(priced.price, 4)
+    assert placement.pods is not None
+    assert placement.pods.task_managers == priced.replicas
+    assert placement.pods.cpu == pytest.approx(priced.cpu_cores)
+    assert placement.pods.memory == pytest.approx(priced.memory_mib, abs=0.5)
+    assert placement.pods.price == pytest.approx(priced.price, abs=1e-3)
     assert placement.solver_status == priced.placement.status.value.upper()
     assert placement.slot_sharing_groups == {g.name: list(g.members) for g in priced.groups}
 

@@ -18,8 +18,10 @@ from controller.realize import (
     parse_overrides,
     refusal,
     render_overrides,
+    requested_pods,
 )
 from policies.model import JobGraph, Vertex, VertexConfig
+from policies.spec import CostSpec
 
 A, B = "a" * 32, "b" * 32
 GRAPH = JobGraph((Vertex(A, "src", 128, 2, 0, ("src",)),
@@ -103,3 +105,33 @@ def test_task_heap_is_never_zero_because_flink_rejects_such_a_group() -> None:
                             tm_cpu=1.0, tm_memory_mib=1024, replicas=1, per_operator=True)
     assert fields.operator_resources is not None
     assert {r.task_heap_mb for r in fields.operator_resources.values()} == {1}
+
+
+def _tm(**fields: Any) -> dict[str, Any]:
+    return {"spec": {"taskManager": fields}}
+
+
+def test_requested_pods_are_the_deployments_resource_times_its_replicas() -> None:
+    cost = CostSpec()
+    bill = requested_pods(current_fields(
+        _tm(resource={"cpu": 2, "memory": "4g"}, replicas=3)), cost)
+    assert bill is not None and (bill.task_managers, bill.cpu_cores, bill.memory_mib) == (
+        3, 6.0, 12288)
+    assert bill.price == pytest.approx(6 + 12 * cost.memory_gib_price)
+    # Native mode leaves replicas unset: the placement's count stands in.
+    native = current_fields(_tm(resource={"cpu": 2, "memory": "4g"}))
+    assert requested_pods(native, cost) is None
+    placed = requested_pods(native, cost, task_managers=5)
+    assert placed is not None and placed.task_managers == 5
+
+
+@pytest.mark.parametrize("task_manager", [
+    {}, {"resource": {"cpu": 2}, "replicas": 1}, {"resource": {"memory": "2g"}, "replicas": 1},
+    {"resource": {"cpu": -1, "memory": "2g"}, "replicas": 1},
+    {"resource": {"cpu": "nan", "memory": "2g"}, "replicas": 1},
+    {"resource": {"cpu": 1, "memory": "2g"}, "replicas": -2},
+    {"resource": {"cpu": 1, "memory": "2g"}, "replicas": "3"},
+])
+def test_requested_pods_of_an_unreadable_deployment_are_unknown(
+        task_manager: dict[str, Any]) -> None:
+    assert requested_pods(current_fields(_tm(**task_manager)), CostSpec()) is None

@@ -56,6 +56,10 @@ import java.util.TreeMap;
  *       managedMemoryMb: 0} therefore holds no managed memory. An operator named with other values
  *       than the chain it would join starts a group of its own: the controller names whole
  *       JobVertices, so Flink did not chain the two (e.g. a forward edge across parallelisms).
+ *   <li>Entries with the same {@code slotSharingGroup} name put their chains in one group
+ *       {@code hybridscaler-group:<name>}: Flink then runs one subtask of each of those chains in
+ *       one slot of the entries' (identical) resources, and chains with a different group never
+ *       chain to them.
  *   <li>A chain named by none of its uids keeps the group it had (Flink's "default" unless the
  *       author chose one) and Flink's default slot size.
  * </ul>
@@ -68,8 +72,9 @@ public final class HybridResources {
                     .stringType()
                     .noDefaultValue()
                     .withDescription(
-                            "JSON object: operator uid -> {cpuCores, taskHeapMb, managedMemoryMb}"
-                                    + " for one task of that operator's slot-sharing group.");
+                            "JSON object: operator uid -> {cpuCores, taskHeapMb, managedMemoryMb,"
+                                    + " optional slotSharingGroup} for one slot of that"
+                                    + " operator's slot-sharing group.");
 
     /**
      * The global job parameter (REST {@code /jobs/<jid>/config} → {@code user-config}) listing
@@ -77,15 +82,22 @@ public final class HybridResources {
      */
     public static final String OPERATOR_UIDS = "hybridscaler.operator-uids";
 
-    /** Prefix of the slot-sharing groups this class creates. */
+    /** Prefix of the slot-sharing groups this class creates for one chain (then the uid). */
     public static final String GROUP_PREFIX = "hybridscaler:";
+
+    /** Prefix of the groups named by {@code slotSharingGroup} (then that name). */
+    public static final String NAMED_GROUP_PREFIX = "hybridscaler-group:";
+
+    /** The longest {@code slotSharingGroup} name, in characters (as long as an operator uid). */
+    public static final int MAX_GROUP_NAME_LENGTH = 256;
 
     private static final Logger LOG = LoggerFactory.getLogger(HybridResources.class);
     private static final String DEFAULT_GROUP = "default";
     /** Rejects text after the object: a value with one brace too many is not silently cut. */
     private static final ObjectMapper JSON =
             new ObjectMapper().enable(DeserializationFeature.FAIL_ON_TRAILING_TOKENS);
-    private static final List<String> FIELDS = List.of("cpuCores", "taskHeapMb", "managedMemoryMb");
+    private static final List<String> FIELDS =
+            List.of("cpuCores", "taskHeapMb", "managedMemoryMb", "slotSharingGroup");
 
     private HybridResources() {}
 
@@ -94,7 +106,9 @@ public final class HybridResources {
         public static final Applied NOTHING = new Applied(List.of(), Set.of());
     }
 
-    /** One slot-sharing group: a predicted chain of operators and its resources. */
+    /**
+     * One slot-sharing group: its predicted chains' operators and the resources of one slot.
+     */
     public record Group(String name, OperatorResources resources, List<String> operatorNames) {}
 
     /** Reads {@code hybridscaler.operator-resources} from the environment's configuration. */
@@ -179,7 +193,29 @@ public final class HybridResources {
             Map.Entry<String, JsonNode> e = it.next();
             out.put(e.getKey(), parseEntry(e.getKey(), e.getValue()));
         }
+        checkGroupsAgree(out);
         return out;
+    }
+
+    /** Every entry naming one group describes the same slot; else the job fails, naming all. */
+    private static void checkGroupsAgree(Map<String, OperatorResources> entries) {
+        Map<String, Map<String, OperatorResources>> byGroup = new LinkedHashMap<>();
+        entries.forEach((uid, r) -> {
+            if (r.slotSharingGroup() != null) {
+                byGroup.computeIfAbsent(r.slotSharingGroup(), g -> new LinkedHashMap<>()).put(uid, r);
+            }
+        });
+        byGroup.forEach((group, members) -> {
+            OperatorResources first = members.values().iterator().next();
+            if (members.values().stream().allMatch(first::sameSlot)) {
+                return;
+            }
+            List<String> described = new ArrayList<>();
+            members.forEach((uid, r) -> described.add("\"" + uid + "\" " + r.slot()));
+            throw invalid("gives slot sharing group \"" + group + "\" different resources:"
+                    + " every operator uid in a group must describe the same slot, got "
+                    + String.join(", ", described));
+        });
     }
 
     private static OperatorResources parseEntry(String uid, JsonNode node) {
@@ -199,7 +235,35 @@ public final class HybridResources {
         }
         int heap = integer(uid, node, "taskHeapMb", 1);
         int managed = integer(uid, node, "managedMemoryMb", 0);
-        return new OperatorResources(cpu.doubleValue(), heap, managed);
+        return new OperatorResources(cpu.doubleValue(), heap, managed, groupName(uid, node));
+    }
+
+    /** The optional {@code slotSharingGroup}: non-blank, bounded, printable text. */
+    private static String groupName(String uid, JsonNode node) {
+        JsonNode v = node.get("slotSharingGroup");
+        if (v == null) {
+            return null;
+        }
+        String rule = "slotSharingGroup must be a non-blank string of at most "
+                + MAX_GROUP_NAME_LENGTH + " printable characters, got ";
+        if (!v.isTextual()) {
+            throw invalid(uid, rule + v);
+        }
+        String name = v.textValue();
+        if (name.isBlank() || name.codePointCount(0, name.length()) > MAX_GROUP_NAME_LENGTH
+                || !name.codePoints().allMatch(HybridResources::printable)) {
+            // Abbreviated: the name itself may be huge or hold line breaks.
+            throw invalid(uid, rule + (name.length() > 40 ? "a value of " + name.length()
+                    + " characters" : v.toString()));
+        }
+        return name;
+    }
+
+    private static boolean printable(int c) {
+        int type = Character.getType(c);
+        return !Character.isISOControl(c) && type != Character.FORMAT
+                && type != Character.UNASSIGNED && type != Character.SURROGATE
+                && type != Character.LINE_SEPARATOR && type != Character.PARAGRAPH_SEPARATOR;
     }
 
     private static int integer(String uid, JsonNode node, String field, int min) {
@@ -226,19 +290,22 @@ public final class HybridResources {
     static Applied assign(List<Transformation<?>> sinks, Map<String, OperatorResources> wanted) {
         Collection<Transformation<?>> operators = physicalTransformations(sinks).values();
         Map<Integer, String> groupWithoutPlugin = groupsFlinkWouldChoose(operators);
-        List<Group> groups = new ArrayList<>();
+        Map<String, Group> groups = new LinkedHashMap<>();
         for (Chain chain : predictChains(operators, wanted)) {
             if (chain.resources == null) {
                 // Pin the group it had: Flink would otherwise let it inherit a named input's group.
                 chain.members.stream().filter(t -> t.getSlotSharingGroup().isEmpty())
                         .forEach(t -> t.setSlotSharingGroup(groupWithoutPlugin.get(t.getId())));
             } else {
-                groups.add(giveOwnGroup(chain));
+                Group g = giveGroup(chain);
+                // Chains of one named group: one Group listing all their operators.
+                groups.merge(g.name(), g, (a, b) -> new Group(a.name(), a.resources(),
+                        concat(a.operatorNames(), b.operatorNames())));
             }
         }
         Set<String> unmatched = new LinkedHashSet<>(wanted.keySet());
         operators.forEach(t -> unmatched.remove(t.getUid()));
-        return new Applied(List.copyOf(groups), Set.copyOf(unmatched));
+        return new Applied(List.copyOf(groups.values()), Set.copyOf(unmatched));
     }
 
     /** {@code operators} in id order, so every input comes before its consumers. */
@@ -255,6 +322,8 @@ public final class HybridResources {
                 if (own != null && chain.resources != null && !own.equals(chain.resources)) {
                     // The controller writes one value per JobVertex: different values mean Flink
                     // did not chain these two (e.g. different parallelism), so neither do we.
+                    // Another slotSharingGroup is a different value: Flink never chains
+                    // across groups.
                     chain = null;
                 }
             }
@@ -272,8 +341,17 @@ public final class HybridResources {
         return chains;
     }
 
-    private static Group giveOwnGroup(Chain chain) {
-        SlotSharingGroup group = chain.resources.toSlotSharingGroup(GROUP_PREFIX + chain.owner);
+    private static List<String> concat(List<String> a, List<String> b) {
+        List<String> out = new ArrayList<>(a);
+        out.addAll(b);
+        return List.copyOf(out);
+    }
+
+    /** The chain's own group, or the named group its entry gives it. */
+    private static Group giveGroup(Chain chain) {
+        String named = chain.resources.slotSharingGroup();
+        SlotSharingGroup group = chain.resources.toSlotSharingGroup(
+                named == null ? GROUP_PREFIX + chain.owner : NAMED_GROUP_PREFIX + named);
         List<String> names = new ArrayList<>();
         for (Transformation<?> t : chain.members) {
             t.setSlotSharingGroup(group);
@@ -284,7 +362,7 @@ public final class HybridResources {
             LOG.warn("{}: uid {} has keyed state but managedMemoryMb 0",
                     OPERATOR_RESOURCES.key(), chain.owner);
         }
-        return new Group(group.getName(), chain.resources, names);
+        return new Group(group.getName(), chain.resources, List.copyOf(names));
     }
 
     /**

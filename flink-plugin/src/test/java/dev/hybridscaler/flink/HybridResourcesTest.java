@@ -62,6 +62,11 @@ class HybridResourcesTest {
                 "fractional managed | {\"counter\": {\"cpuCores\":1,\"taskHeapMb\":64,\"managedMemoryMb\":1.5}} | for operator uid \"counter\": managedMemoryMb must be an integer >= 0, got 1.5",
                 "negative managed   | {\"counter\": {\"cpuCores\":1,\"taskHeapMb\":64,\"managedMemoryMb\":-1}} | for operator uid \"counter\": managedMemoryMb must be an integer >= 0, got -1",
                 "managed beyond int | {\"counter\": {\"cpuCores\":1,\"taskHeapMb\":64,\"managedMemoryMb\":3000000000}} | for operator uid \"counter\": managedMemoryMb must be an integer >= 0, got 3000000000",
+                "group not a string | {\"counter\": {\"cpuCores\":1,\"taskHeapMb\":64,\"managedMemoryMb\":1,\"slotSharingGroup\":7}} | for operator uid \"counter\": slotSharingGroup must be a non-blank string of at most 256 printable characters, got 7",
+                "group null         | {\"counter\": {\"cpuCores\":1,\"taskHeapMb\":64,\"managedMemoryMb\":1,\"slotSharingGroup\":null}} | for operator uid \"counter\": slotSharingGroup must be a non-blank string of at most 256 printable characters, got null",
+                "group empty        | {\"counter\": {\"cpuCores\":1,\"taskHeapMb\":64,\"managedMemoryMb\":1,\"slotSharingGroup\":\"\"}} | for operator uid \"counter\": slotSharingGroup must be a non-blank string of at most 256 printable characters, got \"\"",
+                "group blank        | {\"counter\": {\"cpuCores\":1,\"taskHeapMb\":64,\"managedMemoryMb\":1,\"slotSharingGroup\":\"  \"}} | for operator uid \"counter\": slotSharingGroup must be a non-blank string of at most 256 printable characters, got \"  \"",
+                "group control char | {\"counter\": {\"cpuCores\":1,\"taskHeapMb\":64,\"managedMemoryMb\":1,\"slotSharingGroup\":\"a\\nb\"}} | for operator uid \"counter\": slotSharingGroup must be a non-blank string of at most 256 printable characters, got \"a\\nb\"",
             })
     void invalidValuesFailAtJobStartNamingKeyAndUid(String why, String value, String expected) {
         StreamExecutionEnvironment env = counterJob(value);
@@ -69,6 +74,79 @@ class HybridResourcesTest {
                 assertThrows(IllegalConfigurationException.class, () -> HybridResources.apply(env));
         assertTrue(e.getMessage().startsWith("Invalid value of " + KEY), e.getMessage());
         assertTrue(e.getMessage().contains(expected), e.getMessage());
+    }
+
+    @Test
+    void groupNameLongerThanTheBoundFailsWithoutEchoingIt() {
+        String name = "g".repeat(HybridResources.MAX_GROUP_NAME_LENGTH);
+        HybridResources.apply(counterJob(json(entry("counter", 1, 64, 1, name))));
+        IllegalConfigurationException e = assertThrows(IllegalConfigurationException.class,
+                () -> HybridResources.apply(counterJob(json(entry("counter", 1, 64, 1, name + "g")))));
+        assertTrue(e.getMessage().endsWith("printable characters, got a value of 257 characters"),
+                e.getMessage());
+    }
+
+    @Test
+    void membersOfAGroupWithDifferentSlotsFailNamingKeyGroupAndUids() {
+        String value = json(entry("gen", 0.5, 64, 96, "shared"), entry("key-map", 0.5, 64, 96, "shared"),
+                entry("counter", 0.5, 64, 128, "shared"));
+        IllegalConfigurationException e = assertThrows(IllegalConfigurationException.class,
+                () -> HybridResources.apply(counterJob(value)));
+        assertEquals("Invalid value of " + KEY + ": it gives slot sharing group \"shared\" different"
+                + " resources: every operator uid in a group must describe the same slot, got"
+                + " \"gen\" {cpuCores 0.5, taskHeapMb 64, managedMemoryMb 96},"
+                + " \"key-map\" {cpuCores 0.5, taskHeapMb 64, managedMemoryMb 96},"
+                + " \"counter\" {cpuCores 0.5, taskHeapMb 64, managedMemoryMb 128}", e.getMessage());
+    }
+
+    @Test
+    void chainsNamingOneGroupShareItsSlotAndKeepTheirChains() {
+        // The source chain and the counter chain in one group: Flink puts subtask i of both in
+        // one slot of the group's size; the vertices (chains and ids) stay those of the plain job.
+        String value = json(entry("gen", 0.5, 64, 96, "shared"), entry("counter", 0.5, 64, 96, "shared"));
+        StreamExecutionEnvironment env = counterJob(value);
+        HybridResources.Applied applied = HybridResources.apply(env);
+        JobGraph graph = env.getStreamGraph().getJobGraph();
+
+        assertEquals(vertexNames(plainGraph()), vertexNames(graph));
+        assertEquals(1, applied.groups().size());
+        HybridResources.Group group = applied.groups().get(0);
+        assertEquals("hybridscaler-group:shared", group.name());
+        assertEquals(new OperatorResources(0.5, 64, 96, "shared"), group.resources());
+        assertEquals(List.of(CounterJob.SOURCE, CounterJob.KEY_MAP, CounterJob.COUNTER,
+                CounterJob.FORMAT, CounterJob.SINK), group.operatorNames());
+        Set<Object> groups = new java.util.HashSet<>();
+        for (JobVertex v : graph.getVertices()) {
+            groups.add(v.getSlotSharingGroup());
+            var profile = v.getSlotSharingGroup().getResourceProfile();
+            assertEquals(96, profile.getManagedMemory().getMebiBytes(), v.getName());
+            assertEquals(0.5, profile.getCpuCores().getValue().doubleValue(), 1e-9);
+        }
+        assertEquals(1, groups.size(), "both vertices in one Flink slot sharing group");
+    }
+
+    @Test
+    void operatorInAnotherGroupThanItsChainIsNotChainedToIt() {
+        // Flink never chains across slot sharing groups: the sink becomes a vertex of its own.
+        String value = json(entry("counter", 0.5, 64, 96, "state"), entry("format", 0.5, 64, 96, "state"),
+                entry("sink", 0.5, 64, 96, "out"));
+        StreamExecutionEnvironment env = counterJob(value);
+        Map<String, List<String>> members = members(HybridResources.apply(env));
+        assertEquals(List.of(CounterJob.COUNTER, CounterJob.FORMAT),
+                members.get("hybridscaler-group:state"));
+        assertEquals(List.of(CounterJob.SINK), members.get("hybridscaler-group:out"));
+        assertEquals(3, env.getStreamGraph().getJobGraph().getNumberOfVertices());
+    }
+
+    @Test
+    void aGroupNameNeverMergesWithAUidsOwnGroup() {
+        // Entry "counter" without a group and entry "gen" in a group named "counter": two groups.
+        String value = json(entry("gen", 0.25, 32, 0, "counter"), entry("counter", 0.5, 64, 96));
+        Map<String, List<String>> members = members(HybridResources.apply(counterJob(value)));
+        assertEquals(List.of(CounterJob.SOURCE, CounterJob.KEY_MAP),
+                members.get("hybridscaler-group:counter"));
+        assertEquals(List.of(CounterJob.COUNTER, CounterJob.FORMAT, CounterJob.SINK),
+                members.get("hybridscaler:counter"));
     }
 
     @Test

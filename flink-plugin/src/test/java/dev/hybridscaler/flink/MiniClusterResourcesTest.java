@@ -79,6 +79,49 @@ class MiniClusterResourcesTest {
         flink.mini().cancelJob(second).get(30, TimeUnit.SECONDS);
     }
 
+    @Test
+    void chainsInOneNamedGroupRunOneSlotPerSubtaskIndexOfTheGroupsSize() throws Exception {
+        // The source chain (p=1) and the counter chain (p=2) in group "shared": Flink needs
+        // max(p) = 2 slots of the group's size, subtask 0 of both sharing the first, instead of
+        // one slot per chain and subtask; the chains themselves stay as they were.
+        CounterJob.reset();
+        String value = ResourcesJson.json(ResourcesJson.entry("gen", 0.5, 64, 96, "shared"),
+                ResourcesJson.entry("counter", 0.5, 64, 96, "shared"));
+        JobID job = submit(value, 2, null);
+        FlinkCluster.await("slots for " + job, TIMEOUT, () -> running(job) && slots(job).size() == 2);
+        List<String> profiles = new ArrayList<>();
+        for (JsonNode r : slots(job)) {
+            profiles.add(r.get("cpuCores").asDouble() + "/" + r.get("taskHeapMemory").asInt()
+                    + "/" + r.get("managedMemory").asInt());
+        }
+        assertEquals(List.of("0.5/64/96", "0.5/64/96"), profiles);
+        JsonNode vertices = flink.rest("/jobs/" + job.toHexString()).get("vertices");
+        List<String> ids = new ArrayList<>();
+        vertices.forEach(v -> ids.add(v.get("id").asText()));
+        ids.sort(null);
+        // Two vertices headed by "counter" and "gen" (Murmur3 of the uids): chains as without
+        // the plugin, so the controller's parallelism overrides still name them.
+        assertEquals(List.of(CounterJob.COUNTER_VERTEX_ID, "6bf01baa9d2ca23a3ef7ce311722523d"),
+                ids, "chaining still works inside the group");
+        awaitAllKeysCounted();
+        // The counter's RocksDB gets the whole slot's managed memory; the source chain in the
+        // same slot reserves none of it, so the TaskManager holds 2 x 96 MiB, not 3.
+        String capacity = "flink_taskmanager_job_task_operator_" + CounterJob.STATE
+                + "_rocksdb_block_cache_capacity";
+        FlinkCluster.await("cache capacity metrics", TIMEOUT, () -> {
+            List<PromSample> found = samples(job, capacity);
+            return found.size() == 2 && found.stream().allMatch(s -> s.value() > 0);
+        });
+        for (PromSample s : samples(job, capacity)) {
+            assertEquals(flink.blockCacheBytes(96), (long) s.value(), s.toString());
+        }
+        long used = 2 * 96 * MIB;
+        FlinkCluster.poll(TIMEOUT, () -> managedMemoryUsed() == used);
+        assertEquals(used, managedMemoryUsed());
+        flink.mini().cancelJob(job).get(30, TimeUnit.SECONDS);
+        FlinkCluster.await("slots of " + job + " released", TIMEOUT, () -> slots(job).isEmpty());
+    }
+
     /** The names docs/metrics.md tells the controller and the twin to use, from a real scrape. */
     private static void assertDocumentedMetricsEmitted(JobID job) throws Exception {
         String task = "flink_taskmanager_job_task_";
