@@ -10,9 +10,18 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from packer.pricing import Prices
-
 MIB_PER_GIB = 1024.0
+
+
+@dataclass(frozen=True)
+class Prices:
+    """spec.cost's prices per hour: one CPU core, one GiB of pod memory."""
+
+    cpu_core: float = 1.0
+    memory_gib: float = 0.134
+
+    def of(self, cpu_cores: float, memory_mib: float) -> float:
+        return cpu_cores * self.cpu_core + memory_mib / MIB_PER_GIB * self.memory_gib
 
 
 @dataclass(frozen=True)

@@ -28,6 +28,7 @@ import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
+from packer.bill import Prices as Prices  # re-exported: the prices pricing is done at
 from packer.flink_memory import DEFAULT_OPTIONS, MIB, FlinkMemoryOptions, task_manager_memory
 from packer.greedy import lower_bound, unfit_slot
 from packer.types import CurrentPlacement, Placement, TaskManagerShape, TaskSlot
@@ -39,17 +40,6 @@ FRACTION_STEP = 0.001
 """Managed and network fractions are written with three decimals."""
 PAPER_SHAPE = TaskManagerShape("4cpu-2048mi-4slots", 4.0, 2048.0, max_slots=4)
 """The paper's TaskManager, and how upstream's runs are realized: 4 cores, 2 GiB, 4 slots."""
-
-
-@dataclass(frozen=True)
-class Prices:
-    """spec.cost's prices per hour: one CPU core, one GiB of pod memory."""
-
-    cpu_core: float = 1.0
-    memory_gib: float = 0.134
-
-    def of(self, cpu_cores: float, memory_mib: float) -> float:
-        return cpu_cores * self.cpu_core + memory_mib / 1024.0 * self.memory_gib
 
 
 @dataclass(frozen=True)
