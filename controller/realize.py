@@ -42,6 +42,16 @@ OVERRIDES_KEY = "pipeline.jobvertex-parallelism-overrides"
 RESOURCES_KEY = "hybridscaler.operator-resources"
 SCHEDULER_KEY = "jobmanager.scheduler"
 WRITE_BUFFER_RATIO_KEY = "state.backend.rocksdb.memory.write-buffer-ratio"
+STATE_BACKEND_KEY = "state.backend.type"
+# ForSt (Flink 2.x) sizes its block cache from managed memory by the same rule as RocksDB,
+# under its own key (measured: tests/golden/flink-2.2/README.md).
+FORST_WRITE_BUFFER_RATIO_KEY = "state.backend.forst.memory.write-buffer-ratio"
+
+
+def write_buffer_ratio_key(flink_configuration: Mapping[str, Any]) -> str:
+    """The write-buffer ratio's key for the deployment's state backend."""
+    backend = str(flink_configuration.get(STATE_BACKEND_KEY, "") or "").strip().lower()
+    return FORST_WRITE_BUFFER_RATIO_KEY if backend == "forst" else WRITE_BUFFER_RATIO_KEY
 
 
 @dataclass(frozen=True)
@@ -288,12 +298,12 @@ def observe_enactment(run: Run, job: JobSummary) -> None:
 def unhonoured_memory(deployment: Mapping[str, Any], graph: JobGraph,
                       cache_capacity_bytes: Mapping[str, float],
                       tolerance: float = 0.1) -> list[str]:
-    """Stateful vertices whose RocksDB block cache is not what the managed memory written
-    for them gives (managed · (3 − r)/3, r the write-buffer ratio): Flink ignores the
+    """Stateful vertices whose RocksDB (or ForSt) block cache is not what the managed memory
+    written for them gives (managed · (3 − r)/3, r the write-buffer ratio): Flink ignores the
     per-operator resources, e.g. because the job does not call HybridResources.apply."""
     conf = (deployment.get("spec", {}) or {}).get("flinkConfiguration", {}) or {}
     try:
-        ratio = float(conf.get(WRITE_BUFFER_RATIO_KEY, 0.5))
+        ratio = float(conf.get(write_buffer_ratio_key(conf), 0.5))
     except (TypeError, ValueError):
         ratio = 0.5  # Flink would refuse to start: nothing to compare with
     resources = current_fields(deployment).operator_resources or {}
