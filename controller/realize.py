@@ -31,9 +31,12 @@ from policies.model import Configuration, JobGraph
 from policies.quantity import MIB, parse_flink_memory_bytes
 from policies.restart_cost import (
     Enactment,
+    RestartCost,
     enactment,
+    engine_of,
     expected_downtime_s,
     last_state_downtime_s,
+    measured_costs,
 )
 
 FIELD_MANAGER = "hybrid-scaler"
@@ -253,10 +256,18 @@ def enactment_of(deployment: Mapping[str, Any], changed: list[str],
         has_checkpoint=state_bytes is not None)
 
 
+def step_costs(deployment: Mapping[str, Any]) -> Mapping[Enactment, RestartCost]:
+    """What each enactment costs on the deployment's state backend (RocksDB unless it names
+    ForSt in `state.backend.type`)."""
+    conf = (deployment.get("spec", {}) or {}).get("flinkConfiguration", {}) or {}
+    return measured_costs(engine_of(str(conf.get(STATE_BACKEND_KEY, "") or "")))
+
+
 def restart_downtime_s(deployment: Mapping[str, Any], state_bytes: float | None) -> float:
     """The expected downtime of a step that restarts the job (what a policy weighs before it
     knows which fields its step changes): last-state or savepoint, as the deployment has it."""
-    return expected_downtime_s(enactment_of(deployment, [], state_bytes), state_bytes)
+    return expected_downtime_s(enactment_of(deployment, [], state_bytes), state_bytes,
+                               step_costs(deployment))
 
 
 def with_enactment(status: Status, step: int, deployment: Mapping[str, Any],
@@ -267,8 +278,8 @@ def with_enactment(status: Status, step: int, deployment: Mapping[str, Any],
     entry = StepEnactment(
         step=step, kind=kind.value,
         state_bytes=None if state_bytes is None else round(state_bytes),
-        expected_downtime_s=expected_downtime_s(kind, state_bytes),
-        last_state_downtime_s=last_state_downtime_s(kind, state_bytes))
+        expected_downtime_s=expected_downtime_s(kind, state_bytes, step_costs(deployment)),
+        last_state_downtime_s=last_state_downtime_s(kind, state_bytes, step_costs(deployment)))
     kept = tuple(e for e in status.enactments if e.step != step)
     return status.model_copy(update={"enactments": (*kept, entry)[-ENACTMENTS_LIMIT:]})
 

@@ -12,8 +12,9 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from controller.adapters.prometheus import Collected, Prometheus, collect
-from controller.realize import unhonoured_memory
+from controller.realize import restart_downtime_s, step_costs, unhonoured_memory
 from policies.model import Edge, JobGraph, ShipStrategy, Vertex
+from policies.restart_cost import MEASURED, MEASURED_FORST, Enactment, expected_downtime_s
 from tests.golden import FLINK_2_2
 
 from .conftest import FILE_HIT_RATE, FILE_MISS_RATE, HIT_RATE, MISS_RATE, Exporter, wait_for
@@ -128,3 +129,17 @@ def test_unhonoured_memory_reads_forsts_write_buffer_ratio(observed: Collected) 
                                  observed.cache_capacity_bytes)) == 2
     ignored = {**forst, "state.backend.rocksdb.memory.write-buffer-ratio": "0.95"}
     assert unhonoured_memory(deployment(ignored, 64), graph(), observed.cache_capacity_bytes) == []
+
+
+def test_a_forst_deployment_is_costed_with_forsts_measured_steps() -> None:
+    def with_backend(backend: str) -> dict[str, object]:
+        return {"spec": {"job": {"upgradeMode": "last-state"},
+                         "flinkConfiguration": {"state.backend.type": backend}}}
+
+    assert step_costs(with_backend("forst")) is MEASURED_FORST
+    assert step_costs(with_backend("rocksdb")) is MEASURED
+    big = 10e9  # a last-state restart reads this back on RocksDB, nothing on ForSt
+    assert restart_downtime_s(with_backend("forst"), big) == expected_downtime_s(
+        Enactment.LAST_STATE, 0.0, MEASURED_FORST)
+    assert restart_downtime_s(with_backend("rocksdb"), big) > restart_downtime_s(
+        with_backend("forst"), big) + 100
