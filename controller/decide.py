@@ -25,6 +25,7 @@ from controller.realize import (
     current_fields,
     desired_fields,
     keeps_task_managers,
+    priced_state_bytes,
     refusal,
     restart_downtime_s,
     unhonoured_memory,
@@ -45,13 +46,21 @@ from policies.decision import Decision
 from policies.model import JobGraph
 
 
+def state_bytes(run: Run, collected: Collected) -> float | None:
+    """The state a restart of this job is priced with (realize.priced_state_bytes)."""
+    live = [m.state_bytes for m in collected.observation.vertices.values()
+            if m.state_bytes is not None]
+    return priced_state_bytes(run.deployment or {}, collected.checkpoint_bytes,
+                              sum(live) if live else None)
+
+
 def decide(run: Run, graph: JobGraph, collected: Collected) -> Evaluation:
     """The core's evaluation, recorded; a decision that changes nothing ends the pass."""
     started = time.perf_counter()
     # What a restart costs, for a policy that weighs it (unless spec.cost.restartDowntime
     # says): the measured model for how this deployment restarts, with its state.
     params = replace(run.spec.scaling_params(), expected_downtime_s=restart_downtime_s(
-        run.deployment or {}, collected.checkpoint_bytes))
+        run.deployment or {}, state_bytes(run, collected)))
     evaluation = evaluate(graph, collected.observation, policy_state(run.status), params,
                           run.now)
     decision = evaluation.decision
@@ -87,7 +96,7 @@ def commit(run: Run, graph: JobGraph, collected: Collected, evaluation: Evaluati
     fields = desired(run, deployment, graph, evaluation, placed)
     run.status = with_enactment(
         with_policy_state(run.status, evaluation.state), decision.step, deployment, fields,
-        collected.checkpoint_bytes,
+        state_bytes(run, collected),
     ).model_copy(update={"placement": placed.status(), "target": as_target(decision.step, fields)})
     run.condition(ConditionType.SCALING, True, Reason.RECONFIGURING,
                   f"step {decision.step}: applying to FlinkDeployment {run.target} "

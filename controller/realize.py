@@ -31,6 +31,7 @@ from policies.model import Configuration, JobGraph
 from policies.quantity import MIB, parse_flink_memory_bytes
 from policies.restart_cost import (
     Enactment,
+    Engine,
     RestartCost,
     enactment,
     engine_of,
@@ -261,6 +262,16 @@ def step_costs(deployment: Mapping[str, Any]) -> Mapping[Enactment, RestartCost]
     ForSt in `state.backend.type`)."""
     conf = (deployment.get("spec", {}) or {}).get("flinkConfiguration", {}) or {}
     return measured_costs(engine_of(str(conf.get(STATE_BACKEND_KEY, "") or "")))
+
+
+def priced_state_bytes(deployment: Mapping[str, Any], checkpoint_bytes: float | None,
+                       live_bytes: float | None) -> float | None:
+    """The state a step is priced with: the last checkpoint's full size (None: no checkpoint
+    completed). On ForSt that checkpoint may only name files in the remote store (kilobytes
+    for any state), while a savepoint copies the whole state: the live data, if larger."""
+    if checkpoint_bytes is None or step_costs(deployment) is not measured_costs(Engine.FORST):
+        return checkpoint_bytes
+    return max(checkpoint_bytes, live_bytes or 0.0)
 
 
 def restart_downtime_s(deployment: Mapping[str, Any], state_bytes: float | None) -> float:

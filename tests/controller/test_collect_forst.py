@@ -12,7 +12,12 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from controller.adapters.prometheus import Collected, Prometheus, collect
-from controller.realize import restart_downtime_s, step_costs, unhonoured_memory
+from controller.realize import (
+    priced_state_bytes,
+    restart_downtime_s,
+    step_costs,
+    unhonoured_memory,
+)
 from policies.model import Edge, JobGraph, ShipStrategy, Vertex
 from policies.restart_cost import MEASURED, MEASURED_FORST, Enactment, expected_downtime_s
 from tests.golden import FLINK_2_2
@@ -143,3 +148,13 @@ def test_a_forst_deployment_is_costed_with_forsts_measured_steps() -> None:
         Enactment.LAST_STATE, 0.0, MEASURED_FORST)
     assert restart_downtime_s(with_backend("rocksdb"), big) > restart_downtime_s(
         with_backend("forst"), big) + 100
+
+
+def test_a_forst_savepoint_is_priced_with_the_live_state_not_the_checkpoint() -> None:
+    forst = {"spec": {"flinkConfiguration": {"state.backend.type": "forst"}}}
+    rocksdb = {"spec": {"flinkConfiguration": {"state.backend.type": "rocksdb"}}}
+    # Measured: a ForSt checkpoint of 429 MB of asynchronous state was 19 KB.
+    assert priced_state_bytes(forst, 19e3, 429e6) == 429e6
+    assert priced_state_bytes(forst, 19e3, None) == 19e3
+    assert priced_state_bytes(forst, None, 429e6) is None  # no checkpoint: stays unknown
+    assert priced_state_bytes(rocksdb, 19e3, 429e6) == 19e3
