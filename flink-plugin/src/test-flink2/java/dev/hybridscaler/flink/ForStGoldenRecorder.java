@@ -6,17 +6,11 @@ import org.apache.flink.runtime.jobgraph.JobGraph;
 import org.apache.flink.streaming.api.environment.StreamExecutionEnvironment;
 
 import org.apache.flink.shaded.jackson2.com.fasterxml.jackson.databind.JsonNode;
-import org.apache.flink.shaded.jackson2.com.fasterxml.jackson.databind.ObjectMapper;
 import org.apache.flink.shaded.jackson2.com.fasterxml.jackson.databind.node.ObjectNode;
 
 import org.junit.jupiter.api.Test;
 
 import java.io.IOException;
-import java.net.URI;
-import java.net.http.HttpClient;
-import java.net.http.HttpRequest;
-import java.net.http.HttpResponse;
-import java.nio.charset.StandardCharsets;
 import java.nio.file.Files;
 import java.nio.file.Path;
 import java.time.Duration;
@@ -39,7 +33,6 @@ import java.util.concurrent.TimeUnit;
  * {@code recording.json} has the settings the tests need to interpret them.
  */
 class ForStGoldenRecorder {
-    private static final ObjectMapper JSON = new ObjectMapper();
     private static final String ALL_AGGS = "&agg=min,max,avg,sum,skew";
     private static final Duration TIMEOUT = Duration.ofSeconds(300);
     static final int TM_MANAGED_MB = 256;
@@ -47,11 +40,7 @@ class ForStGoldenRecorder {
     static final int SYNC_MANAGED_MB = 48;
     static final String FILE_CACHE_LIMIT = "16mb";
 
-    private final HttpClient http =
-            HttpClient.newBuilder().connectTimeout(Duration.ofSeconds(2)).build();
-    private final Map<String, Integer> statuses = new TreeMap<>();
-    private Path out;
-    private URI rest;
+    private RestCapture capture;
 
     /** The Flink settings a ForSt job needs for the metrics docs/metrics.md maps. */
     static Map<String, String> forstConfig(Path work) {
@@ -84,12 +73,12 @@ class ForStGoldenRecorder {
         if (dir == null) {
             throw new IllegalStateException("set -Dgolden.dir=<repo>/tests/golden/flink-2.2");
         }
-        out = Path.of(dir);
+        Path out = Path.of(dir);
         Files.createDirectories(out);
         Path work = Files.createTempDirectory("forst-golden");
         Map<String, String> config = forstConfig(work);
         try (FlinkCluster flink = new FlinkCluster(TM_MANAGED_MB, 6, config)) {
-            rest = flink.restAddress();
+            capture = new RestCapture(out, flink.restAddress());
             // The job's own configuration decides checkpointing, as in application mode.
             Configuration conf = Configuration.fromMap(config);
             conf.set(HybridResources.OPERATOR_RESOURCES, resources());
@@ -99,7 +88,7 @@ class ForStGoldenRecorder {
             JobGraph graph = env.getStreamGraph().getJobGraph();
             JobID job = flink.mini().submitJob(graph).get(30, TimeUnit.SECONDS).getJobID();
             String jid = job.toHexString();
-            FlinkCluster.await("the job to run", TIMEOUT, () -> "RUNNING".equals(state(jid)));
+            FlinkCluster.await("the job to run", TIMEOUT, () -> "RUNNING".equals(capture.state(jid)));
             Map<String, String> vertex = new TreeMap<>();
             for (JsonNode v : flink.rest("/jobs/" + jid).get("vertices")) {
                 vertex.put(v.get("name").asText(), v.get("id").asText());
@@ -108,7 +97,8 @@ class ForStGoldenRecorder {
             String sync = vertexStartingWith(vertex, ForStJob.SYNC);
             // Every key has had its blob written twice, so reads now hit existing state.
             FlinkCluster.await("every key written twice", TIMEOUT,
-                    () -> counted(jid, async) > 2 * ForStJob.KEYS && counted(jid, sync) > 2 * ForStJob.KEYS);
+                    () -> capture.counted(jid, async) > 2 * ForStJob.KEYS
+                            && capture.counted(jid, sync) > 2 * ForStJob.KEYS);
             Thread.sleep(25_000); // a checkpoint or two, and metric-fetcher rounds (every 10 s)
 
             save("job-running.json", "/v1/jobs/" + jid);
@@ -136,13 +126,11 @@ class ForStGoldenRecorder {
                         + "/subtasks/metrics?get=" + String.join(",", ids) + ALL_AGGS);
             }
             save("checkpoints.json", "/v1/jobs/" + jid + "/checkpoints");
-            Files.writeString(out.resolve("prom-scrape.txt"), ownJob(jid,
-                    http.send(HttpRequest.newBuilder(flink.metricsAddress()).build(),
-                            HttpResponse.BodyHandlers.ofString()).body()));
-            Files.writeString(out.resolve("statuses.json"),
-                    JSON.writerWithDefaultPrettyPrinter().writeValueAsString(statuses) + "\n");
+            Files.writeString(out.resolve("prom-scrape.txt"),
+                    ownJob(jid, capture.body(flink.metricsAddress())));
+            capture.writeStatuses();
 
-            ObjectNode recording = JSON.createObjectNode();
+            ObjectNode recording = RestCapture.JSON.createObjectNode();
             recording.put("flinkVersion", org.apache.flink.runtime.util.EnvironmentInformation
                     .getVersion());
             recording.put("jobId", jid);
@@ -158,7 +146,7 @@ class ForStGoldenRecorder {
             ObjectNode settings = recording.putObject("flinkConfiguration");
             config.forEach((k, v) -> settings.put(k, v.replace(work.toString(), "<work>")));
             Files.writeString(out.resolve("recording.json"),
-                    JSON.writerWithDefaultPrettyPrinter().writeValueAsString(recording) + "\n");
+                    RestCapture.JSON.writerWithDefaultPrettyPrinter().writeValueAsString(recording) + "\n");
             flink.mini().cancelJob(job).get(30, TimeUnit.SECONDS);
         }
     }
@@ -170,34 +158,7 @@ class ForStGoldenRecorder {
     }
 
     private JsonNode save(String file, String path) throws IOException, InterruptedException {
-        HttpResponse<String> response = http.send(HttpRequest.newBuilder(rest.resolve(path))
-                .timeout(Duration.ofSeconds(30)).build(),
-                HttpResponse.BodyHandlers.ofString(StandardCharsets.UTF_8));
-        Files.writeString(out.resolve(file), response.body());
-        statuses.put(file, response.statusCode());
-        return response.body().isEmpty() ? JSON.createObjectNode() : JSON.readTree(response.body());
-    }
-
-    private JsonNode get(String path) {
-        try {
-            return JSON.readTree(http.send(HttpRequest.newBuilder(rest.resolve(path)).build(),
-                    HttpResponse.BodyHandlers.ofString()).body());
-        } catch (IOException e) {
-            return JSON.createObjectNode();
-        } catch (InterruptedException e) {
-            Thread.currentThread().interrupt();
-            return JSON.createObjectNode();
-        }
-    }
-
-    private double counted(String jid, String vertex) {
-        JsonNode sum = get("/v1/jobs/" + jid + "/vertices/" + vertex
-                + "/subtasks/metrics?get=numRecordsIn&agg=sum").path(0).path("sum");
-        return sum.isNumber() ? sum.asDouble() : 0;
-    }
-
-    private String state(String jid) {
-        return get("/v1/jobs/" + jid).path("state").asText();
+        return capture.save(file, "GET", path, null);
     }
 
     /**

@@ -20,7 +20,6 @@ import java.util.ArrayList;
 import java.util.HashMap;
 import java.util.List;
 import java.util.Map;
-import java.util.concurrent.Callable;
 import java.util.concurrent.TimeUnit;
 
 /**
@@ -51,7 +50,7 @@ class ForStResourcesTest {
 
             List<String> profiles = new ArrayList<>();
             FlinkCluster.await("five slots", TIMEOUT,
-                    () -> unchecked(() -> flink.allocatedSlots(job)).size() == 5);
+                    () -> FlinkCluster.unchecked(() -> flink.allocatedSlots(job)).size() == 5);
             for (JsonNode r : flink.allocatedSlots(job)) {
                 profiles.add(r.get("cpuCores").asDouble() + "/" + r.get("managedMemory").asInt());
             }
@@ -118,24 +117,13 @@ class ForStResourcesTest {
     }
 
     private static List<PromSample> samplesOf(FlinkCluster flink, JobID job) {
-        return unchecked(flink::scrape).stream()
+        return FlinkCluster.unchecked(flink::scrape).stream()
                 .filter(s -> s.label("job_id").equals(job.toHexString())).toList();
     }
 
     private static long managedUsed(FlinkCluster flink) {
-        return (long) unchecked(flink::scrape).stream()
+        return (long) FlinkCluster.unchecked(flink::scrape).stream()
                 .filter(s -> s.name().equals("flink_taskmanager_Status_Flink_Memory_Managed_Used"))
                 .mapToDouble(PromSample::value).sum();
-    }
-
-    private static <T> T unchecked(Callable<T> call) {
-        try {
-            return call.call();
-        } catch (InterruptedException e) {
-            Thread.currentThread().interrupt();
-            throw new IllegalStateException(e);
-        } catch (Exception e) {
-            throw new IllegalStateException(e);
-        }
     }
 }
