@@ -4,6 +4,8 @@ the repository's StateJob run by e2e/realflink.py (no Kubernetes needed).
 
     python -m bench.realflink_steps [--keys 100000] [--rate 1500] [--out FILE.json]
         [--job-module DIR]   (a copy of flink-job/ built with -P flink-2: Flink 2.x)
+        [--state-backend forst]   (Flink 2.x's ForSt, a local directory as the remote store)
+        [--job-class dev.hybridscaler.job.AsyncStateJob]   (State V2: ForSt's remote mode)
 
 Downtime: from the request until every task of the new job is RUNNING (what the stand-in
 reports as the step's `downtimeS`). Catch-up: from then until the source's backlog is
@@ -28,7 +30,8 @@ import typer
 from e2e import realflink
 
 
-def _pending(deployment: realflink.Deployment) -> float | None:
+def _operator_sum(deployment: realflink.Deployment, metric: str) -> float | None:
+    """The sum of one operator metric over the TaskManagers' reporters (None: unreadable)."""
     cluster = deployment.cluster
     if cluster is None:
         return None
@@ -39,9 +42,13 @@ def _pending(deployment: realflink.Deployment) -> float | None:
         except requests.RequestException:
             return None
         for line in text.splitlines():
-            if line.startswith("flink_taskmanager_job_task_operator_pendingRecords{"):
+            if line.startswith(f"flink_taskmanager_job_task_operator_{metric}{{"):
                 total = (total or 0.0) + float(line.rsplit(" ", 1)[1])
     return total
+
+
+def _pending(deployment: realflink.Deployment) -> float | None:
+    return _operator_sum(deployment, "pendingRecords")
 
 
 def _wait_running(engine: realflink.RealFlink, key: tuple[str, str], timeout_s: float) -> None:
@@ -74,6 +81,12 @@ def main(
         = Path("bench/results/realflink-steps.json"),
     job_module: Annotated[Path | None, typer.Option(
         help="the job module whose target/ to run (default flink-job/)")] = None,
+    state_backend: Annotated[str, typer.Option(
+        help="rocksdb, or forst (Flink 2.x; a local directory as the remote store)")] = "rocksdb",
+    job_class: Annotated[str, typer.Option(
+        help="the job's main class; dev.hybridscaler.job.AsyncStateJob: asynchronous state "
+             "(Flink 2.x), which ForSt keeps in the remote directory"),
+    ] = realflink.DEFAULT_JOB_CLASS,
 ) -> None:
     """Measure the three ways a step can be enacted on real Flink."""
     if job_module is not None:
@@ -89,7 +102,8 @@ def main(
     key = ("bench", "state")
     manifest = realflink.state_job_deployment(*key, managed_mb=managed_mb)
     conf = {**manifest["spec"]["flinkConfiguration"], "hybridscaler.job.keys": str(keys),
-            "hybridscaler.job.rate": str(rate), "jobmanager.scheduler": "adaptive"}
+            "hybridscaler.job.rate": str(rate), "jobmanager.scheduler": "adaptive",
+            "state.backend.type": state_backend, realflink.JOB_CLASS_KEY: job_class}
     task_manager = manifest["spec"]["taskManager"]
     results: list[dict[str, Any]] = []
     try:
@@ -112,7 +126,10 @@ def main(
             downtime = step["downtimeS"] if kind != "in-place" else round(
                 time.monotonic() - started, 1)
             catch_up = _catch_up(engine, key, rate)
-            row = {**step, "kind": kind, "downtimeS": downtime, "catchUpS": catch_up}
+            # StateJob's own check: records that found their key's counter wrong (lost state).
+            mismatches = _operator_sum(engine.deployments[key], "countMismatches")
+            row = {**step, "kind": kind, "downtimeS": downtime, "catchUpS": catch_up,
+                   "countMismatches": mismatches}
             print(json.dumps(row), flush=True)
             results.append(row)
             time.sleep(30)
@@ -122,6 +139,7 @@ def main(
                           "cores); downtime: request to all tasks RUNNING; catch-up: then "
                           "until the backlog is under 1 s of arrivals",
            "keys": keys, "valueBytes": 1000, "rate": rate, "managedMb": managed_mb,
+           "stateBackend": state_backend, "jobClass": job_class,
            "cores": os.cpu_count(), "loadAverage": os.getloadavg(), "steps": results}
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(doc, indent=2) + "\n")

@@ -27,7 +27,9 @@ from controller.realize import (
     enactment_of,
     keeps_task_managers,
     pods_now,
+    priced_state_bytes,
     refusal,
+    step_costs,
     unhonoured_memory,
     with_enactment,
 )
@@ -49,15 +51,25 @@ from policies.model import JobGraph
 from policies.restart_cost import RestartFacts
 
 
+def state_bytes(run: Run, collected: Collected) -> float | None:
+    """The state a restart of this job is priced with (realize.priced_state_bytes)."""
+    live = [m.state_bytes for m in collected.observation.vertices.values()
+            if m.state_bytes is not None]
+    return priced_state_bytes(run.deployment or {}, collected.checkpoint_bytes,
+                              sum(live) if live else None)
+
+
 def decide(run: Run, graph: JobGraph, collected: Collected) -> Evaluation:
     """The core's evaluation, recorded; a decision that changes nothing ends the pass."""
     started = time.perf_counter()
     # The facts a restart is priced from (unless spec.cost.restartDowntime says), priced by
-    # the policy layer: how this deployment restarts, its state, its observed downtimes.
-    state_bytes = collected.checkpoint_bytes
+    # the policy layer: how this deployment restarts on its state backend, its state, its
+    # observed downtimes.
+    deployment = run.deployment or {}
+    state = state_bytes(run, collected)
     params = replace(run.spec.scaling_params(), restart=RestartFacts(
-        enactment_of(run.deployment or {}, [], state_bytes), state_bytes,
-        run.status.observed_steps()))
+        enactment_of(deployment, [], state), state, run.status.observed_steps(),
+        step_costs(deployment)))
     evaluation = evaluate(graph, collected.observation, policy_state(run.status), params,
                           run.now)
     decision = evaluation.decision
@@ -93,7 +105,7 @@ def commit(run: Run, graph: JobGraph, collected: Collected, evaluation: Evaluati
     fields = desired(run, deployment, graph, evaluation, placed)
     run.status = with_enactment(
         with_policy_state(run.status, evaluation.state), decision.step, deployment, fields,
-        collected.checkpoint_bytes,
+        state_bytes(run, collected),
     ).model_copy(update={"placement": placed.status(run.spec.cost, pods_now(run)),
                          "target": as_target(decision.step, fields)})
     run.condition(ConditionType.SCALING, True, Reason.RECONFIGURING,

@@ -42,9 +42,13 @@ from policies.model import Configuration, JobGraph
 from policies.quantity import MIB, parse_flink_memory_bytes
 from policies.restart_cost import (
     Enactment,
+    Engine,
+    RestartCost,
     enactment,
+    engine_of,
     last_state_downtime_s,
     learned_downtime_s,
+    measured_costs,
 )
 from policies.spec import CostSpec
 
@@ -59,6 +63,16 @@ MANAGED_FRACTION_KEY = "taskmanager.memory.managed.fraction"
 NETWORK_FRACTION_KEY = "taskmanager.memory.network.fraction"
 SLOTS_KEY = "taskmanager.numberOfTaskSlots"
 SHAPE_KEYS = (MANAGED_FRACTION_KEY, NETWORK_FRACTION_KEY, SLOTS_KEY)
+STATE_BACKEND_KEY = "state.backend.type"
+# ForSt (Flink 2.x) sizes its block cache from managed memory by the same rule as RocksDB,
+# under its own key (measured: tests/golden/flink-2.2/README.md).
+FORST_WRITE_BUFFER_RATIO_KEY = "state.backend.forst.memory.write-buffer-ratio"
+
+
+def write_buffer_ratio_key(flink_configuration: Mapping[str, Any]) -> str:
+    """The write-buffer ratio's key for the deployment's state backend."""
+    backend = str(flink_configuration.get(STATE_BACKEND_KEY, "") or "").strip().lower()
+    return FORST_WRITE_BUFFER_RATIO_KEY if backend == "forst" else WRITE_BUFFER_RATIO_KEY
 
 
 @dataclass(frozen=True)
@@ -296,6 +310,23 @@ def enactment_of(deployment: Mapping[str, Any], changed: list[str],
         has_checkpoint=state_bytes is not None)
 
 
+def step_costs(deployment: Mapping[str, Any]) -> Mapping[Enactment, RestartCost]:
+    """What each enactment costs on the deployment's state backend (RocksDB unless it names
+    ForSt in `state.backend.type`)."""
+    conf = (deployment.get("spec", {}) or {}).get("flinkConfiguration", {}) or {}
+    return measured_costs(engine_of(str(conf.get(STATE_BACKEND_KEY, "") or "")))
+
+
+def priced_state_bytes(deployment: Mapping[str, Any], checkpoint_bytes: float | None,
+                       live_bytes: float | None) -> float | None:
+    """The state a step is priced with: the last checkpoint's full size (None: no checkpoint
+    completed). On ForSt that checkpoint may only name files in the remote store (kilobytes
+    for any state), while a savepoint copies the whole state: the live data, if larger."""
+    if checkpoint_bytes is None or step_costs(deployment) is not measured_costs(Engine.FORST):
+        return checkpoint_bytes
+    return max(checkpoint_bytes, live_bytes or 0.0)
+
+
 def with_enactment(status: Status, step: int, deployment: Mapping[str, Any],
                    desired: OwnedFields, state_bytes: float | None) -> Status:
     """Record how committed step `step` will be enacted and its expected downtime."""
@@ -304,8 +335,9 @@ def with_enactment(status: Status, step: int, deployment: Mapping[str, Any],
     entry = StepEnactment(
         step=step, kind=kind.value,
         state_bytes=None if state_bytes is None else round(state_bytes),
-        expected_downtime_s=learned_downtime_s(kind, state_bytes, status.observed_steps()),
-        last_state_downtime_s=last_state_downtime_s(kind, state_bytes))
+        expected_downtime_s=learned_downtime_s(kind, state_bytes, status.observed_steps(),
+                                               step_costs(deployment)),
+        last_state_downtime_s=last_state_downtime_s(kind, state_bytes, step_costs(deployment)))
     kept = tuple(e for e in status.enactments if e.step != step)
     return status.model_copy(update={"enactments": (*kept, entry)[-ENACTMENTS_LIMIT:]})
 
@@ -335,12 +367,12 @@ def observe_enactment(run: Run, job: JobSummary) -> None:
 def unhonoured_memory(deployment: Mapping[str, Any], graph: JobGraph,
                       cache_capacity_bytes: Mapping[str, float],
                       tolerance: float = 0.1) -> list[str]:
-    """Stateful vertices whose RocksDB block cache is not what the managed memory written
-    for them gives (managed · (3 − r)/3, r the write-buffer ratio): Flink ignores the
+    """Stateful vertices whose RocksDB (or ForSt) block cache is not what the managed memory
+    written for them gives (managed · (3 − r)/3, r the write-buffer ratio): Flink ignores the
     per-operator resources, e.g. because the job does not call HybridResources.apply."""
     conf = (deployment.get("spec", {}) or {}).get("flinkConfiguration", {}) or {}
     try:
-        ratio = float(conf.get(WRITE_BUFFER_RATIO_KEY, 0.5))
+        ratio = float(conf.get(write_buffer_ratio_key(conf), 0.5))
     except (TypeError, ValueError):
         ratio = 0.5  # Flink would refuse to start: nothing to compare with
     resources = current_fields(deployment).operator_resources or {}

@@ -103,6 +103,27 @@ CLUSTER_DEFAULTS: dict[str, str] = {
 }
 
 
+# Flink 2.x with `state.backend.type: forst` (docs/metrics.md, "Flink 2.x on ForSt"): its
+# native metrics under their own switches; the primary ("remote") store is a local directory
+# of the attempt unless the deployment names one.
+FORST_DEFAULTS: dict[str, str] = {
+    "state.backend.forst.memory.managed": "true",
+    **{f"state.backend.forst.metrics.{m}": "true" for m in (
+        "block-cache-capacity", "block-cache-usage", "block-cache-hit", "block-cache-miss",
+        "estimate-live-data-size")},
+}
+
+
+def forst_settings(config: Mapping[str, str], directory: Path) -> dict[str, str]:
+    """What a cluster on ForSt adds to `config` (nothing on another backend)."""
+    if str(config.get("state.backend.type", "")).strip().lower() != "forst":
+        return {}
+    return {**FORST_DEFAULTS,
+            "state.backend.forst.primary-dir": f"file://{directory / 'forst-primary'}",
+            "state.backend.forst.local-dir": str(directory / "forst-local"),
+            **{k: v for k, v in config.items() if k.startswith("state.backend.forst.")}}
+
+
 def wanted(flink_configuration: Mapping[str, Any]) -> bool:
     """Whether a FlinkDeployment asks to run on real Flink."""
     return str(flink_configuration.get(ENGINE_KEY, "")).strip().lower() == "flink"
@@ -515,6 +536,7 @@ class RealFlink:
             "high-availability.type": "NONE",
             "metrics.reporter.prom.port": str(cluster.metrics_ports[0]),  # the JobManager's
         }
+        config.update(forst_settings(config, directory))
         config.pop(ENGINE_KEY, None)
         job_class = config.pop(JOB_CLASS_KEY, DEFAULT_JOB_CLASS)
         if restore_from:

@@ -178,6 +178,13 @@ class VertexMetrics:
     # RocksDB's estimate-live-data-size over all subtasks and column families (bytes),
     # None when not reported: the working set the cache model's prior needs.
     state_bytes: float | None = None
+    # ForSt (Flink 2.x) only, None elsewhere. Hits and misses per second of the local-disk
+    # file cache behind the block cache: a file-cache miss reads the remote primary store.
+    file_cache_hits_per_s: float | None = None
+    file_cache_misses_per_s: float | None = None
+    # Records in flight per subtask of an operator with asynchronous state access (mean over
+    # the window). Such an operator reports no state latency (docs/metrics.md, Flink 2.x).
+    async_in_flight_records: float | None = None
 
     @property
     def busyness(self) -> float:
@@ -192,6 +199,15 @@ class VertexMetrics:
         hits = self.cache_hits_per_s or 0.0
         misses = self.cache_misses_per_s or 0.0
         total = hits + misses
+        return 1.0 if total <= 0 else hits / total
+
+    @property
+    def file_cache_hit_rate(self) -> float | None:
+        """ForSt's local-disk cache hit rate (of block-cache misses), None without one."""
+        if self.file_cache_hits_per_s is None and self.file_cache_misses_per_s is None:
+            return None
+        hits = self.file_cache_hits_per_s or 0.0
+        total = hits + (self.file_cache_misses_per_s or 0.0)
         return 1.0 if total <= 0 else hits / total
 
     @property

@@ -13,6 +13,9 @@ The three ways, cheapest first (docs/flink-plugin.md, "Measured step costs"):
 * `savepoint`: stop-with-savepoint, a new cluster restores it (`upgradeMode: savepoint`,
   or last-state without a checkpoint).
 
+Per engine (`Engine`): RocksDB's numbers below; ForSt's (Flink 2.x, state in a remote store)
+further down, where a last-state restart reads no state at all.
+
 Each costs `fixed + state/write + state/read`: the cluster's restart, writing the state
 (only a savepoint writes it during the downtime; a checkpoint was written before) and
 reading it back. The numbers come from `bench/results/realflink-steps.json`
@@ -76,6 +79,53 @@ MEASURED: Mapping[Enactment, RestartCost] = MappingProxyType({
     Enactment.LAST_STATE: RestartCost(START_S + KILL_S, None, READ_MB_PER_S),
     Enactment.SAVEPOINT: RestartCost(START_S, WRITE_MB_PER_S, READ_MB_PER_S),
 })
+
+
+class Engine(StrEnum):
+    """The state backend a job's state lives in: it decides what reading state back costs."""
+
+    ROCKSDB = "rocksdb"  # Flink 1.20 (or 2.x with RocksDB): state on the TaskManagers' disks
+    FORST = "forst"  # Flink 2.x's ForSt with asynchronous state: state in the remote store
+
+
+def engine_of(state_backend: str) -> Engine:
+    """The engine of a `state.backend.type` value (anything but ForSt is costed as RocksDB)."""
+    return Engine.FORST if state_backend.strip().lower() == "forst" else Engine.ROCKSDB
+
+
+# ForSt, fitted to bench/results/realflink-steps-forst-async-2.2-{100k,400k}.json
+# (`python -m bench.realflink_steps --state-backend forst --job-class
+# dev.hybridscaler.job.AsyncStateJob`, Flink 2.2.0, 135 MB and 429 MB of state, load 25-32
+# on 2 cores):
+#
+#     savepoint   40.8 s = stop 1.73 s (135 MB)  + restart;  42.3 s = stop 6.30 s (429 MB) + restart
+#     last-state  30.4 s = kill 0.46 s           + restart;  22.1 s = kill 0.41 s          + restart
+#     in-place    12.7 s, 21.2 s (Flink 2.x rescales at the next checkpoint, 10 s interval)
+#
+# Write: the two stops through the origin, 68.9 MB/s. Read: a savepoint is copied back (restore
+# to the counter RUNNING took 2.31 s and 4.85 s in the JobManager logs: 294 MB more in 2.54 s,
+# 116 MB/s). A last-state restart reads nothing: ForSt's checkpoint only names the files already
+# in the remote store (18 KB and 19 KB of checkpoint for 135 MB and 429 MB of state; restore
+# 3.87 s and 3.15 s). Fixed: what remains of the four restarts (38.0, 32.3, 29.9, 21.7 s),
+# averaged to 30.4 s; the model is within 9 s of each step, the machine's load being the spread.
+FORST_START_S = 30.4
+FORST_WRITE_MB_PER_S = 68.9
+FORST_READ_MB_PER_S = 116.0
+FORST_KILL_S = 0.44
+FORST_IN_PLACE_S = 17.0
+MEASURED_FORST: Mapping[Enactment, RestartCost] = MappingProxyType({
+    Enactment.IN_PLACE: RestartCost(FORST_IN_PLACE_S, None, None),
+    Enactment.LAST_STATE: RestartCost(FORST_START_S + FORST_KILL_S, None, None),
+    Enactment.SAVEPOINT: RestartCost(FORST_START_S, FORST_WRITE_MB_PER_S, FORST_READ_MB_PER_S),
+})
+BY_ENGINE: Mapping[Engine, Mapping[Enactment, RestartCost]] = MappingProxyType({
+    Engine.ROCKSDB: MEASURED, Engine.FORST: MEASURED_FORST,
+})
+
+
+def measured_costs(engine: Engine) -> Mapping[Enactment, RestartCost]:
+    """What each enactment cost on real Flink with this engine."""
+    return BY_ENGINE[engine]
 
 
 def expected_downtime_s(kind: Enactment, state_bytes: float | None,
@@ -170,7 +220,8 @@ class RestartFacts:
     kind: Enactment
     state_bytes: float | None
     observed: tuple[ObservedStep, ...] = ()
+    costs: Mapping[Enactment, RestartCost] = MEASURED  # the state backend's (measured_costs)
 
     @property
     def downtime_s(self) -> float:
-        return learned_downtime_s(self.kind, self.state_bytes, self.observed)
+        return learned_downtime_s(self.kind, self.state_bytes, self.observed, self.costs)

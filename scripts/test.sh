@@ -24,6 +24,10 @@ if [ -f flink-plugin/pom.xml ]; then
   section "flink-plugin (Maven, real Flink MiniCluster)"
   # install: the real-Flink e2e job (flink-job/) depends on the plugin's jar.
   mvn -B -q -f flink-plugin/pom.xml install
+  section "flink-plugin on Flink 2.2 with ForSt (MiniCluster)"
+  # Only the ForSt tests, and `test`, not `install`: ~/.m2 keeps the 1.20 build.
+  mvn -B -q -f flink-plugin/pom.xml -P flink-2 test -Dtest='ForSt*Test' \
+    -Dsurefire.failIfNoSpecifiedTests=false
 fi
 if [ -f flink-job/pom.xml ]; then
   section "flink-job (Maven: the real-Flink e2e job and its cluster classpath)"

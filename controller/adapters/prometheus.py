@@ -162,7 +162,8 @@ def _freshness_problem(
 # The window's signals: one series per task_id, one per subtask (the collector takes the
 # max of their means), and the state latency per quantile. All in one range query.
 TASK_SIGNALS = ("busy_avg", "busy_sample_time", "backpressure", "records_in", "records_out",
-                "pending", "cache_hits", "cache_misses", "cache_capacity", "state_bytes")
+                "pending", "cache_hits", "cache_misses", "cache_capacity", "state_bytes",
+                "file_cache_hits", "file_cache_misses", "async_in_flight")
 SUBTASK_SIGNALS = ("busy_max", "records_in_max")
 WINDOW_SIGNALS = (*TASK_SIGNALS, *SUBTASK_SIGNALS, "state_latency")
 # The label that tells the parts of a combined query apart (no Flink metric carries it).
@@ -231,6 +232,9 @@ def collect(
         pending = rows["pending"].get(v.id)
         hits, misses = rows["cache_hits"].get(v.id), rows["cache_misses"].get(v.id)
         state_bytes = rows["state_bytes"].get(v.id)
+        file_hits = rows["file_cache_hits"].get(v.id)
+        file_misses = rows["file_cache_misses"].get(v.id)
+        in_flight = rows["async_in_flight"].get(v.id)
         vertices[v.id] = VertexMetrics(
             busy_ms_per_s=_mean(rows["busy_avg"][v.id]),
             busy_ms_per_s_max=busiest["busy_max"][v.id],
@@ -247,6 +251,9 @@ def collect(
                 v.id in rows[name] for name in ("cache_hits", "cache_misses", "cache_capacity")
             ) or v.id in latency,
             state_bytes=state_bytes[-1][1] if state_bytes else None,
+            file_cache_hits_per_s=_mean(file_hits) if file_hits else None,
+            file_cache_misses_per_s=_mean(file_misses) if file_misses else None,
+            async_in_flight_records=_mean(in_flight) if in_flight else None,
         )
     if problems:
         return MetricsUnavailable("metrics unavailable: " + "; ".join(problems))

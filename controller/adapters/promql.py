@@ -1,9 +1,11 @@
 """The PromQL the controller sends: one query per signal for a whole job, grouped by vertex.
 
-Metric names are Flink 1.20's Prometheus reporter's (ARCHITECTURE.md, "Flink metric
-names"). Every label value is a PromQL string literal built by `quote`, never by
-string formatting, because job ids come from a REST answer and must not be able
-to change a query's meaning.
+Metric names are Flink's Prometheus reporter's (docs/metrics.md): Flink 1.20 on
+RocksDB and Flink 2.x on ForSt, which keeps RocksDB's `rocksdb_*` names and adds its
+file cache (`forst_fileCache_*`) and asynchronous state (`asyncStateProcessing_*`).
+Every label value is a PromQL string literal built by `quote`, never by string
+formatting, because job ids come from a REST answer and must not be able to change a
+query's meaning.
 """
 
 from __future__ import annotations
@@ -21,6 +23,11 @@ RECORDS_OUT = TASK + "numRecordsOutPerSecond"
 PENDING = OPERATOR + "pendingRecords"
 CACHE_HIT = OPERATOR + "rocksdb_block_cache_hit"
 CACHE_MISS = OPERATOR + "rocksdb_block_cache_miss"
+# ForSt (Flink 2.x): the local-disk file cache in front of the remote primary store, and the
+# records an asynchronous-state operator has in flight (waiting for state or for a key).
+FILE_CACHE_HIT = OPERATOR + "forst_fileCache_hit"
+FILE_CACHE_MISS = OPERATOR + "forst_fileCache_miss"
+ASYNC_IN_FLIGHT = OPERATOR + "asyncStateProcessing_numInFlightRecords"
 # Per column family, either in the name (`<cf>_rocksdb_block_cache_capacity`) or, with
 # column-family-as-variable, as `column_family_rocksdb_block_cache_capacity{column_family=..}`.
 CHECKPOINT_FULL_SIZE = "flink_jobmanager_job_lastCheckpointFullSize"
@@ -78,6 +85,9 @@ class JobQueries:
     cache_hits: str
     cache_misses: str
     cache_capacity: str
+    file_cache_hits: str
+    file_cache_misses: str
+    async_in_flight: str
     state_bytes: str
     state_latency: str
     operator_ids: str
@@ -107,6 +117,11 @@ def job_queries(job_id: str, resolution_s: float) -> JobQueries:
         cache_misses=f"sum by (task_id) (rate({selector(CACHE_MISS, job_id)}[{rw}]))",
         # The block cache is shared by all column families of a slot: max, never sum.
         cache_capacity=f"max by (task_id) ({selector(CACHE_CAPACITY_NAME, job_id, True)})",
+        # ForSt's file cache counters behave like the block cache's tickers.
+        file_cache_hits=f"sum by (task_id) (rate({selector(FILE_CACHE_HIT, job_id)}[{rw}]))",
+        file_cache_misses=f"sum by (task_id) (rate({selector(FILE_CACHE_MISS, job_id)}[{rw}]))",
+        # Per subtask, against the per-subtask bound execution.async-state.buffer-size.
+        async_in_flight=f"avg by (task_id) ({selector(ASYNC_IN_FLIGHT, job_id)})",
         # Each column family holds its own data: the state is their sum over every subtask.
         state_bytes=f"sum by (task_id) ({selector(LIVE_DATA_NAME, job_id, True)})",
         state_latency=(

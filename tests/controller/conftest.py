@@ -13,14 +13,15 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 
 import pytest
 
 from tests.controller.promproc import PrometheusProcess
-from tests.golden import FLINK_1_20
+from tests.golden import FLINK_1_20, FLINK_2_2
 
 SAMPLES = FLINK_1_20
-TARGET_PATHS = ("/golden", "/cfvar", "/dynamic", "/hostile")
+TARGET_PATHS = ("/golden", "/cfvar", "/forst", "/dynamic", "/hostile")
 
 
 def free_port() -> int:
@@ -30,28 +31,33 @@ def free_port() -> int:
 
 
 HIT_RATE, MISS_RATE, RESET_EVERY_S = 1000.0, 250.0, 12.0
+# ForSt's file cache (Flink 2.x): hits and misses of the local disk behind the block cache.
+FILE_HIT_RATE, FILE_MISS_RATE = 60.0, 40.0
 _TICKER = re.compile(
-    r"^(flink_taskmanager_job_task_operator_rocksdb_block_cache_(hit|miss)"
+    r"^(flink_taskmanager_job_task_operator_(?:rocksdb_block_cache|forst_fileCache)_(hit|miss)"
     r'\{.*subtask_index="(\d+)".*\}) \S+$',
     re.MULTILINE,
 )
 
 
-def golden_scrape(name: str, t0: float) -> Callable[[], str]:
+def golden_scrape(name: str, t0: float, samples: Path = SAMPLES) -> Callable[[], str]:
     """A golden scrape whose cache tickers count up at a known rate per subtask.
 
     Subtask 1's tickers reset every RESET_EVERY_S seconds, as after a restart. Each ticker
     carries the timestamp its value was computed for: Prometheus would otherwise stamp it
     with the scrape's start, and on a loaded machine the gap skews rate() by over 10 %.
     """
-    text = (SAMPLES / name).read_text()
+    text = (samples / name).read_text()
 
     def body() -> str:
         now = time.time()
         elapsed = now - t0
 
         def value(m: re.Match[str]) -> str:
-            rate = HIT_RATE if m.group(2) == "hit" else MISS_RATE
+            file_cache = "forst_fileCache" in m.group(1)
+            rate = {(False, "hit"): HIT_RATE, (False, "miss"): MISS_RATE,
+                    (True, "hit"): FILE_HIT_RATE, (True, "miss"): FILE_MISS_RATE}[
+                (file_cache, m.group(2))]
             t = elapsed % RESET_EVERY_S if m.group(3) == "1" else elapsed
             return f"{m.group(1)} {rate * t} {int(now * 1000)}"
 
@@ -81,6 +87,7 @@ class Exporter:
         self.bodies: dict[str, Callable[[], str]] = {p: lambda: "" for p in TARGET_PATHS}
         self.started = time.time()
         self.bodies["/golden"] = golden_scrape("prom-scrape.txt", self.started)
+        self.bodies["/forst"] = golden_scrape("prom-scrape.txt", self.started, FLINK_2_2)
         self.bodies["/dynamic"] = lonely_job
         self.bodies["/cfvar"] = golden_scrape(
             "prom-scrape-column-family-as-variable.txt", self.started

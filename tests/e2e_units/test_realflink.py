@@ -110,3 +110,20 @@ def test_the_rest_proxy_answers_503_while_a_deployment_is_between_clusters(
         assert requests.get(f"{url}/ns/other/jobs/overview", timeout=5).status_code == 404
     finally:
         engine.stop()
+
+
+def test_a_forst_cluster_gets_its_metric_switches_and_a_primary_directory(
+        tmp_path: Path) -> None:
+    assert realflink.forst_settings({"state.backend.type": "rocksdb"}, tmp_path) == {}
+    assert realflink.forst_settings({}, tmp_path) == {}
+    added = realflink.forst_settings({"state.backend.type": " ForSt "}, tmp_path)
+    assert added["state.backend.forst.primary-dir"] == f"file://{tmp_path / 'forst-primary'}"
+    assert added["state.backend.forst.metrics.block-cache-hit"] == "true"
+    assert added["state.backend.forst.metrics.block-cache-capacity"] == "true"
+    # What the deployment says about ForSt wins over the defaults.
+    own = realflink.forst_settings({"state.backend.type": "forst",
+                                    "state.backend.forst.primary-dir": "s3://b/p",
+                                    "state.backend.forst.metrics.block-cache-hit": "false"},
+                                   tmp_path)
+    assert own["state.backend.forst.primary-dir"] == "s3://b/p"
+    assert own["state.backend.forst.metrics.block-cache-hit"] == "false"

@@ -4,3 +4,4 @@ depend on anything outside it (tests/golden/flink-1.20/README.md says how they w
 from pathlib import Path
 
 FLINK_1_20 = Path(__file__).resolve().parent / "flink-1.20"
+FLINK_2_2 = Path(__file__).resolve().parent / "flink-2.2"

@@ -9,18 +9,24 @@ import pytest
 
 from policies.restart_cost import (
     MEASURED,
+    MEASURED_FORST,
     PRIOR_STEPS,
     Enactment,
+    Engine,
     ObservedStep,
     RestartCost,
     RestartFacts,
     enactment,
+    engine_of,
     expected_downtime_s,
     last_state_downtime_s,
     learned_downtime_s,
+    measured_costs,
 )
 
-STEPS = Path(__file__).resolve().parents[2] / "bench" / "results" / "realflink-steps.json"
+RESULTS = Path(__file__).resolve().parents[2] / "bench" / "results"
+STEPS = RESULTS / "realflink-steps.json"
+FORST_STEPS = [RESULTS / f"realflink-steps-forst-async-2.2-{n}.json" for n in ("100k", "400k")]
 
 
 def test_the_model_reproduces_every_measured_step() -> None:
@@ -115,3 +121,45 @@ def test_other_kinds_and_outliers_do_not_set_the_price() -> None:
 def test_restart_facts_price_a_restart_as_learned() -> None:
     facts = RestartFacts(SP, 100e6, (ObservedStep(SP, 100e6, 90.0),))
     assert facts.downtime_s == learned_downtime_s(SP, 100e6, facts.observed)
+
+
+def test_the_forst_model_reproduces_every_measured_forst_step() -> None:
+    """Flink 2.2 with ForSt and asynchronous state, two state sizes (the machine's load, 25-32
+    on 2 cores, spreads restarts by ±9 s)."""
+    sizes = []
+    for path in FORST_STEPS:
+        doc = json.loads(path.read_text())
+        assert doc["stateBackend"] == "forst" and doc["jobClass"].endswith("AsyncStateJob")
+        for step in doc["steps"]:
+            assert step["countMismatches"] == 0, step  # the state came back whole
+            expected = expected_downtime_s(Enactment(step["kind"]), step["stateBytes"],
+                                           MEASURED_FORST)
+            assert expected == pytest.approx(step["downtimeS"], abs=9.0), step
+            if step["kind"] == "savepoint":
+                sizes.append(step["stateBytes"])
+    assert max(sizes) > 3 * min(sizes)  # two sizes, not one twice
+
+
+def test_a_forst_last_state_step_does_not_grow_with_state() -> None:
+    forst, rocksdb = measured_costs(Engine.FORST), measured_costs(Engine.ROCKSDB)
+    assert rocksdb is MEASURED
+    small, large = 100e6, 10e9
+    assert (expected_downtime_s(Enactment.LAST_STATE, large, forst)
+            == expected_downtime_s(Enactment.LAST_STATE, small, forst))
+    assert (expected_downtime_s(Enactment.LAST_STATE, large, rocksdb)
+            > expected_downtime_s(Enactment.LAST_STATE, small, rocksdb) + 100)
+    # A savepoint still writes and reads the whole state back.
+    assert (expected_downtime_s(Enactment.SAVEPOINT, large, forst)
+            > expected_downtime_s(Enactment.SAVEPOINT, small, forst) + 100)
+    # So on ForSt, last-state saves more the larger the state.
+    saving = last_state_downtime_s(Enactment.SAVEPOINT, large, forst)
+    assert saving is not None and saving == expected_downtime_s(
+        Enactment.LAST_STATE, large, forst)
+
+
+@pytest.mark.parametrize(("backend", "engine"), [
+    ("forst", Engine.FORST), (" ForSt ", Engine.FORST), ("rocksdb", Engine.ROCKSDB),
+    ("hashmap", Engine.ROCKSDB), ("", Engine.ROCKSDB),
+])
+def test_engine_of_the_state_backend(backend: str, engine: Engine) -> None:
+    assert engine_of(backend) == engine

@@ -22,6 +22,7 @@ import java.time.Duration;
 import java.util.ArrayList;
 import java.util.List;
 import java.util.Map;
+import java.util.concurrent.Callable;
 import java.util.function.BooleanSupplier;
 
 /**
@@ -180,6 +181,18 @@ final class FlinkCluster implements AutoCloseable {
             Thread.sleep(200);
         }
         return true;
+    }
+
+    /** For polling lambdas, which cannot throw: the call's result, or an unchecked failure. */
+    static <T> T unchecked(Callable<T> call) {
+        try {
+            return call.call();
+        } catch (InterruptedException e) {
+            Thread.currentThread().interrupt();
+            throw new IllegalStateException(e);
+        } catch (Exception e) {
+            throw new IllegalStateException(e);
+        }
     }
 
     @Override

@@ -5,24 +5,17 @@ import org.apache.flink.runtime.jobgraph.JobGraph;
 import org.apache.flink.streaming.api.environment.StreamExecutionEnvironment;
 
 import org.apache.flink.shaded.jackson2.com.fasterxml.jackson.databind.JsonNode;
-import org.apache.flink.shaded.jackson2.com.fasterxml.jackson.databind.ObjectMapper;
 import org.apache.flink.shaded.jackson2.com.fasterxml.jackson.databind.node.ObjectNode;
 
 import org.junit.jupiter.api.Test;
 
 import java.io.IOException;
-import java.net.URI;
-import java.net.http.HttpClient;
-import java.net.http.HttpRequest;
-import java.net.http.HttpResponse;
-import java.nio.charset.StandardCharsets;
 import java.nio.file.Files;
 import java.nio.file.Path;
 import java.time.Duration;
 import java.util.ArrayList;
 import java.util.List;
 import java.util.Map;
-import java.util.TreeMap;
 import java.util.concurrent.TimeUnit;
 
 /**
@@ -36,7 +29,6 @@ import java.util.concurrent.TimeUnit;
  * {@code PUT /jobs/<jid>/resource-requirements} (FLIP-291).
  */
 class GoldenRecorder {
-    private static final ObjectMapper JSON = new ObjectMapper();
     private static final String TM_METRICS = String.join(",",
             "Status.JVM.Memory.Heap.Max", "Status.JVM.Memory.Heap.Used",
             "Status.JVM.Memory.Metaspace.Used", "Status.Flink.Memory.Managed.Used",
@@ -59,11 +51,7 @@ class GoldenRecorder {
             "flink_taskmanager_Status_JVM_GarbageCollector_All_TimeMsPerSecond",
             "flink_jobmanager_taskSlotsTotal", "flink_jobmanager_taskSlotsAvailable");
 
-    private final HttpClient http =
-            HttpClient.newBuilder().connectTimeout(Duration.ofSeconds(2)).build();
-    private final Map<String, Integer> statuses = new TreeMap<>();
-    private Path out;
-    private URI rest;
+    private RestCapture capture;
 
     @Test
     void record() throws Exception {
@@ -71,9 +59,9 @@ class GoldenRecorder {
         if (dir == null) {
             throw new IllegalStateException("set -Dgolden.dir=<repo>/tests/golden/flink-1.20");
         }
-        out = Path.of(dir);
+        Path out = Path.of(dir);
         try (FlinkCluster flink = new FlinkCluster(256, 4, Map.of("jobmanager.scheduler", "adaptive"))) {
-            rest = flink.restAddress();
+            capture = new RestCapture(out, flink.restAddress());
             StreamExecutionEnvironment env = new StreamExecutionEnvironment();
             CounterJob.build(env);
             JobGraph graph = env.getStreamGraph().getJobGraph();
@@ -91,7 +79,7 @@ class GoldenRecorder {
                 }
             }
             String counterVertex = counter;
-            FlinkCluster.await("records counted", TIMEOUT, () -> counted(jid, counterVertex) > 1000);
+            FlinkCluster.await("records counted", TIMEOUT, () -> capture.counted(jid, counterVertex) > 1000);
             Thread.sleep(12_000); // a few metric-fetcher rounds (every 10 s), so meters are filled
 
             save("job-running.json", "GET", "/v1/jobs/" + jid, null);
@@ -133,8 +121,7 @@ class GoldenRecorder {
             String requirements = "/v1/jobs/" + jid + "/resource-requirements";
             JsonNode before = save("resource-requirements-adaptive.json", "GET", requirements, null);
             Files.writeString(out.resolve("prom-scrape-counters.txt"),
-                    families(http.send(HttpRequest.newBuilder(flink.metricsAddress()).build(),
-                            HttpResponse.BodyHandlers.ofString()).body()));
+                    families(capture.body(flink.metricsAddress())));
 
             ObjectNode bad = before.deepCopy();
             bad.set("0".repeat(32), before.get(counter));
@@ -149,49 +136,18 @@ class GoldenRecorder {
             save("job-rescaled.json", "GET", "/v1/jobs/" + jid, null);
             save("jobs-overview-rescaled.json", "GET", "/v1/jobs/overview", null);
             save("resource-requirements-rescaled.json", "GET", requirements, null);
-            Files.writeString(out.resolve("statuses.json"),
-                    JSON.writerWithDefaultPrettyPrinter().writeValueAsString(statuses) + "\n");
+            capture.writeStatuses();
             flink.mini().cancelJob(job).get(30, TimeUnit.SECONDS);
         }
     }
 
-    /** Fetches {@code path} and saves the body unmodified as {@code file}; returns it as JSON. */
     private JsonNode save(String file, String method, String path, String body)
             throws IOException, InterruptedException {
-        HttpRequest.Builder request = HttpRequest.newBuilder(rest.resolve(path))
-                .timeout(Duration.ofSeconds(30));
-        if ("PUT".equals(method)) {
-            request.header("Content-Type", "application/json")
-                    .PUT(HttpRequest.BodyPublishers.ofString(body));
-        }
-        HttpResponse<String> response = http.send(request.build(),
-                HttpResponse.BodyHandlers.ofString(StandardCharsets.UTF_8));
-        Files.writeString(out.resolve(file), response.body());
-        statuses.put(file, response.statusCode());
-        return response.body().isEmpty() ? JSON.createObjectNode() : JSON.readTree(response.body());
-    }
-
-    private JsonNode get(String path) {
-        try {
-            return JSON.readTree(http.send(HttpRequest.newBuilder(rest.resolve(path)).build(),
-                    HttpResponse.BodyHandlers.ofString()).body());
-        } catch (IOException e) {
-            return JSON.createObjectNode();
-        } catch (InterruptedException e) {
-            Thread.currentThread().interrupt();
-            return JSON.createObjectNode();
-        }
-    }
-
-    /** Records the vertex's subtasks counted in, as the REST metric store has them. */
-    private double counted(String jid, String vertex) {
-        JsonNode sum = get("/v1/jobs/" + jid + "/vertices/" + vertex
-                + "/subtasks/metrics?get=numRecordsIn&agg=sum").path(0).path("sum");
-        return sum.isNumber() ? sum.asDouble() : 0;
+        return capture.save(file, method, path, body);
     }
 
     private int parallelism(String jid, String vertex) {
-        for (JsonNode v : get("/v1/jobs/" + jid).path("vertices")) {
+        for (JsonNode v : capture.get("/v1/jobs/" + jid).path("vertices")) {
             if (v.get("id").asText().equals(vertex)) {
                 return v.get("parallelism").asInt();
             }
@@ -200,7 +156,7 @@ class GoldenRecorder {
     }
 
     private String state(String jid) {
-        return get("/v1/jobs/" + jid).path("state").asText();
+        return capture.state(jid);
     }
 
     /** The reporter's text for {@link #PROM_FAMILIES} only: their HELP, TYPE and sample lines. */

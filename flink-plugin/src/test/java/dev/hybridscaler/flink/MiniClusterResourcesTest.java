@@ -246,16 +246,8 @@ class MiniClusterResourcesTest {
                 .toList();
     }
 
-    /** For the polling lambdas of {@link FlinkCluster#await}, which cannot throw. */
     private static <T> T unchecked(Callable<T> call) {
-        try {
-            return call.call();
-        } catch (InterruptedException e) {
-            Thread.currentThread().interrupt();
-            throw new IllegalStateException(e);
-        } catch (Exception e) {
-            throw new IllegalStateException(e);
-        }
+        return FlinkCluster.unchecked(call);
     }
 
     private static List<PromSample> samples(JobID job, String name) {
