@@ -25,11 +25,11 @@ from controller.realize import (
     current_fields,
     desired_fields,
     enactment_of,
+    engine,
     keeps_task_managers,
     pods_now,
     priced_state_bytes,
     refusal,
-    step_costs,
     unhonoured_memory,
     with_enactment,
 )
@@ -69,7 +69,7 @@ def decide(run: Run, graph: JobGraph, collected: Collected) -> Evaluation:
     state = state_bytes(run, collected)
     params = replace(run.spec.scaling_params(), restart=RestartFacts(
         enactment_of(deployment, [], state), state, run.status.observed_steps(),
-        step_costs(deployment)))
+        engine(deployment)))
     evaluation = evaluate(graph, collected.observation, policy_state(run.status), params,
                           run.now)
     decision = evaluation.decision

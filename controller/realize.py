@@ -310,11 +310,15 @@ def enactment_of(deployment: Mapping[str, Any], changed: list[str],
         has_checkpoint=state_bytes is not None)
 
 
-def step_costs(deployment: Mapping[str, Any]) -> Mapping[Enactment, RestartCost]:
-    """What each enactment costs on the deployment's state backend (RocksDB unless it names
-    ForSt in `state.backend.type`)."""
+def engine(deployment: Mapping[str, Any]) -> Engine:
+    """The deployment's state backend: RocksDB unless it names ForSt in `state.backend.type`."""
     conf = (deployment.get("spec", {}) or {}).get("flinkConfiguration", {}) or {}
-    return measured_costs(engine_of(str(conf.get(STATE_BACKEND_KEY, "") or "")))
+    return engine_of(str(conf.get(STATE_BACKEND_KEY, "") or ""))
+
+
+def step_costs(deployment: Mapping[str, Any]) -> Mapping[Enactment, RestartCost]:
+    """What each enactment costs on the deployment's state backend."""
+    return measured_costs(engine(deployment))
 
 
 def priced_state_bytes(deployment: Mapping[str, Any], checkpoint_bytes: float | None,
@@ -322,7 +326,7 @@ def priced_state_bytes(deployment: Mapping[str, Any], checkpoint_bytes: float | 
     """The state a step is priced with: the last checkpoint's full size (None: no checkpoint
     completed). On ForSt that checkpoint may only name files in the remote store (kilobytes
     for any state), while a savepoint copies the whole state: the live data, if larger."""
-    if checkpoint_bytes is None or step_costs(deployment) is not measured_costs(Engine.FORST):
+    if checkpoint_bytes is None or engine(deployment) != Engine.FORST:
         return checkpoint_bytes
     return max(checkpoint_bytes, live_bytes or 0.0)
 

@@ -220,8 +220,9 @@ class RestartFacts:
     kind: Enactment
     state_bytes: float | None
     observed: tuple[ObservedStep, ...] = ()
-    costs: Mapping[Enactment, RestartCost] = MEASURED  # the state backend's (measured_costs)
+    engine: Engine = Engine.ROCKSDB  # whose measured costs are the prior
 
     @property
     def downtime_s(self) -> float:
-        return learned_downtime_s(self.kind, self.state_bytes, self.observed, self.costs)
+        return learned_downtime_s(self.kind, self.state_bytes, self.observed,
+                                  measured_costs(self.engine))
