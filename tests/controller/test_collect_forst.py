@@ -7,19 +7,27 @@ from __future__ import annotations
 import json
 import time
 from collections import defaultdict
+from typing import Any
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from controller.adapters.prometheus import Collected, Prometheus, collect
 from controller.realize import (
+    enactment_of,
+    engine,
     priced_state_bytes,
-    restart_downtime_s,
     step_costs,
     unhonoured_memory,
 )
 from policies.model import Edge, JobGraph, ShipStrategy, Vertex
-from policies.restart_cost import MEASURED, MEASURED_FORST, Enactment, expected_downtime_s
+from policies.restart_cost import (
+    MEASURED,
+    MEASURED_FORST,
+    Enactment,
+    RestartFacts,
+    expected_downtime_s,
+)
 from tests.golden import FLINK_2_2
 
 from .conftest import FILE_HIT_RATE, FILE_MISS_RATE, HIT_RATE, MISS_RATE, Exporter, wait_for
@@ -144,10 +152,16 @@ def test_a_forst_deployment_is_costed_with_forsts_measured_steps() -> None:
     assert step_costs(with_backend("forst")) is MEASURED_FORST
     assert step_costs(with_backend("rocksdb")) is MEASURED
     big = 10e9  # a last-state restart reads this back on RocksDB, nothing on ForSt
-    assert restart_downtime_s(with_backend("forst"), big) == expected_downtime_s(
+
+    def restart_downtime_s(deployment: dict[str, Any]) -> float:
+        # What the policy layer prices a restart at, before it knows the step's fields.
+        return RestartFacts(enactment_of(deployment, [], big), big, (),
+                            engine(deployment)).downtime_s
+
+    assert restart_downtime_s(with_backend("forst")) == expected_downtime_s(
         Enactment.LAST_STATE, 0.0, MEASURED_FORST)
-    assert restart_downtime_s(with_backend("rocksdb"), big) > restart_downtime_s(
-        with_backend("forst"), big) + 100
+    assert restart_downtime_s(with_backend("rocksdb")) > restart_downtime_s(
+        with_backend("forst")) + 100
 
 
 def test_a_forst_savepoint_is_priced_with_the_live_state_not_the_checkpoint() -> None:
