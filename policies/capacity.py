@@ -274,7 +274,8 @@ def _plan_vertex(graph: JobGraph, v: Vertex, m: VertexMetrics, learning: VertexL
     # a hot key's cost; sizing it to the trigger would let noise fire the next step).
     margin = 1.0 if deficit else 1.0 + 2.0 * learning.noise
     need = max(rate, learning.surplus_peak_need or 0.0) * margin
-    hottest_u = busiest_bound(cpu.utilization_target, high_u, learning.noise)
+    hottest_u = busiest_bound(cpu.utilization_target, high_u, learning.noise,
+                              hot=spread.hot_share > 0)
     useful = spread.useful()
     best, limited = _cheapest(v, surface, spread, need / cpu.utilization_target,
                               need / hottest_u, learning, params,
@@ -320,12 +321,14 @@ def _skew_stop(v: Vertex, surface: Surface, spread: _Skew, learning: VertexLearn
                             max(SHORT_BY, 2 * learning.noise), keep_up)
 
 
-def busiest_bound(target: float, high_u: float, noise: float) -> float:
-    """The utilization the busiest subtask is sized to: below what triggers a step for it
-    (`SATURATED`, or `high_u` when higher) by three times the measured noise, never
-    below the mean's target. Below `high_u` instead, a hot key's subtask (which scales
-    with h + (1 − h)/p, not 1/p) would cost several times the tasks for the last tenth."""
-    return max(target, max(high_u, SATURATED) / (1.0 + 3.0 * noise))
+def busiest_bound(target: float, high_u: float, noise: float, hot: bool) -> float:
+    """The utilization the busiest subtask is sized to, by three times the measured noise
+    below `high_u`, never below the mean's target. With a hot key, below what triggers a
+    step for it (`SATURATED`, or `high_u` when higher) instead: its subtask's load falls
+    as h + (1 − h)/p, not 1/p, so the last tenth below `high_u` can cost several times
+    the tasks."""
+    trigger = max(high_u, SATURATED) if hot else high_u
+    return max(target, trigger / (1.0 + 3.0 * noise))
 
 
 @dataclass(frozen=True)
