@@ -19,9 +19,7 @@ configuration that fell short (and every one it dominates) is never chosen again
 for that need. Skew is part of the surface: the busiest subtask's share is modelled
 as an indivisible hot key plus evenly hashed key groups, so scaling out stops where
 it stops helping (`Branch.SKEW_LIMITED`), and a vertex whose busiest subtask more tasks
-no longer relieve takes no restart and is named (`policies/skew_stop.py`). Until the
-miss cost is measured, the gain a step banks on is bounded so that it lands within the
-utilization band (`policies/first_step.py`).
+no longer relieve takes no restart and is named (`policies/skew_stop.py`).
 """
 
 from __future__ import annotations
@@ -31,7 +29,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from types import MappingProxyType
 
-from policies import ds2, explain, first_step, skew, skew_stop
+from policies import ds2, explain, skew, skew_stop
 from policies.decision import Branch, SkewFinding, VertexDecision
 from policies.learning import (
     MIN_BUSYNESS,
@@ -247,9 +245,7 @@ def _plan_vertex(graph: JobGraph, v: Vertex, m: VertexMetrics, learning: VertexL
                            note="too idle to measure; stateless: no managed memory")
         return replace(keep, note="capacity unknown (too idle to measure): keeps its "
                                   "configuration")
-    # Until the miss cost is measured, the gain a step banks on is bounded (first_step).
-    surface = first_step.bounded(fit(learning.points, anchor, params.memory.base_managed_memory),
-                                 anchor, learning.points, cpu)
+    surface = fit(learning.points, anchor, params.memory.base_managed_memory)
     hashed = any(e.ship_strategy == ShipStrategy.HASH for e in graph.inputs(v.id))
     measured = {pt.parallelism: pt.hottest_ratio for pt in learning.points}
     spread = _Skew(anchor.hottest_ratio, v.parallelism, v.max_parallelism if hashed else 0,
