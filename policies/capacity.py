@@ -19,9 +19,7 @@ configuration that fell short (and every one it dominates) is never chosen again
 for that need. Skew is part of the surface: the busiest subtask's share is modelled
 as an indivisible hot key plus evenly hashed key groups, so scaling out stops where
 it stops helping (`Branch.SKEW_LIMITED`), and a vertex whose busiest subtask more tasks
-no longer relieve takes no restart and is named (`policies/skew_stop.py`). Until the
-miss cost is measured, the gain a step banks on is bounded so that it lands within the
-utilization band (`policies/first_step.py`).
+no longer relieve takes no restart and is named (`policies/skew_stop.py`).
 """
 
 from __future__ import annotations
@@ -31,7 +29,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from types import MappingProxyType
 
-from policies import ds2, explain, first_step, skew, skew_stop, warmup
+from policies import ds2, explain, skew, skew_stop, warmup
 from policies.decision import Branch, SkewFinding, VertexDecision
 from policies.learning import (
     MIN_BUSYNESS,
@@ -258,9 +256,7 @@ def _plan_vertex(graph: JobGraph, v: Vertex, m: VertexMetrics, learning: VertexL
                                 "is freed")
         return replace(keep, note="capacity unknown (too idle to measure): keeps its "
                                   "configuration")
-    # Until the miss cost is measured, the gain a step banks on is bounded (first_step).
-    surface = first_step.bounded(fit(learning.points, anchor, params.memory.base_managed_memory),
-                                 anchor, learning.points, cpu)
+    surface = fit(learning.points, anchor, params.memory.base_managed_memory)
     hashed = any(e.ship_strategy == ShipStrategy.HASH for e in graph.inputs(v.id))
     measured = {pt.parallelism: pt.hottest_ratio for pt in learning.points}
     spread = _Skew(anchor.hottest_ratio, v.parallelism, v.max_parallelism if hashed else 0,
@@ -285,7 +281,8 @@ def _plan_vertex(graph: JobGraph, v: Vertex, m: VertexMetrics, learning: VertexL
     # a hot key's cost; sizing it to the trigger would let noise fire the next step).
     margin = 1.0 if deficit else 1.0 + 2.0 * learning.noise
     need = max(rate, learning.surplus_peak_need or 0.0) * margin
-    hottest_u = busiest_bound(cpu.utilization_target, high_u, learning.noise)
+    hottest_u = busiest_bound(cpu.utilization_target, high_u, learning.noise,
+                              hot=spread.hot_share > 0)
     useful = spread.useful()
     best, limited = _cheapest(v, surface, spread, need / cpu.utilization_target,
                               need / hottest_u, learning, params,
@@ -331,12 +328,14 @@ def _skew_stop(v: Vertex, surface: Surface, spread: _Skew, learning: VertexLearn
                             max(SHORT_BY, 2 * learning.noise), keep_up)
 
 
-def busiest_bound(target: float, high_u: float, noise: float) -> float:
-    """The utilization the busiest subtask is sized to: below what triggers a step for it
-    (`SATURATED`, or `high_u` when higher) by three times the measured noise, never
-    below the mean's target. Below `high_u` instead, a hot key's subtask (which scales
-    with h + (1 − h)/p, not 1/p) would cost several times the tasks for the last tenth."""
-    return max(target, max(high_u, SATURATED) / (1.0 + 3.0 * noise))
+def busiest_bound(target: float, high_u: float, noise: float, hot: bool) -> float:
+    """The utilization the busiest subtask is sized to, by three times the measured noise
+    below `high_u`, never below the mean's target. With a hot key, below what triggers a
+    step for it (`SATURATED`, or `high_u` when higher) instead: its subtask's load falls
+    as h + (1 − h)/p, not 1/p, so the last tenth below `high_u` can cost several times
+    the tasks."""
+    trigger = max(high_u, SATURATED) if hot else high_u
+    return max(target, trigger / (1.0 + 3.0 * noise))
 
 
 @dataclass(frozen=True)
