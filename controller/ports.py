@@ -67,6 +67,10 @@ class Events(Protocol):
 class FlinkRestError(RuntimeError):
     """The JobManager could not be reached or answered with something we cannot use."""
 
+    def __init__(self, message: str, kind: str = "") -> None:
+        super().__init__(message)
+        self.kind = kind
+
 
 @dataclass(frozen=True)
 class JobSummary:
@@ -92,12 +96,18 @@ class JobReader(Protocol):
 
 
 class MetricsError(RuntimeError):
-    """The metrics source could not answer a query."""
+    """The metrics source could not answer a query. `kind` says whose fault: "timeout",
+    "too-large", "malformed" or "unreachable" are the endpoint's (controller.adapters.dial)."""
+
+    def __init__(self, message: str, kind: str = "") -> None:
+        super().__init__(message)
+        self.kind = kind
 
 
 @dataclass(frozen=True)
 class MetricsUnavailable:
     reason: str
+    kind: str = ""  # MetricsError.kind when a call failed
 
 
 @dataclass(frozen=True)

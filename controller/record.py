@@ -44,12 +44,19 @@ class Reason(StrEnum):
     DISABLED = "Disabled"  # mode is Disabled
     TARGET_NOT_FOUND = "TargetNotFound"  # no FlinkDeployment of that name (also a Warning Event)
     JOB_UNAVAILABLE = "JobUnavailable"  # Flink REST unreachable, or no job (also a Warning Event)
+    JOB_ANSWER_TOO_LARGE = "JobAnswerTooLarge"  # Flink REST answered past its size limit
     EVALUATING = "Evaluating"  # the target and its job are readable
     INVALID_SPEC = "InvalidSpec"  # the model rejects a spec the CRD admitted
     INTERNAL_ERROR = "InternalError"  # a pass raised (also a Warning Event per distinct error)
     # MetricsAvailable
     METRICS_UNAVAILABLE = "MetricsUnavailable"  # a vertex lacks a signal (also a Warning Event)
     METRICS_FRESH = "MetricsFresh"  # every vertex reported over the window
+    # The endpoint's fault (also Warning Events): its answer passed the size limit, was
+    # not a Prometheus API answer, or did not arrive in full within the call's deadline.
+    METRICS_ANSWER_TOO_LARGE = "MetricsAnswerTooLarge"
+    METRICS_ANSWER_MALFORMED = "MetricsAnswerMalformed"
+    METRICS_TIMED_OUT = "MetricsTimedOut"
+    METRICS_URL_REFUSED = "MetricsUrlRefused"  # not dialled: ambiguous or not allowed
     # LimitReached
     CLIPPED = "Clipped"  # spec.limits clipped the decision
     WITHIN_LIMITS = "WithinLimits"
@@ -77,6 +84,14 @@ class Reason(StrEnum):
     SKEWED = "Skewed"  # Warning: Skewed turned True, or its set of vertices changed
     TARGET_REPLACED = "TargetReplaced"  # a new FlinkDeployment uid: fresh history (also Scaling)
 
+
+# MetricsError.kind (controller.adapters.dial) -> the MetricsAvailable=False reason.
+METRICS_REASONS: Mapping[str, Reason] = {
+    "too-large": Reason.METRICS_ANSWER_TOO_LARGE,
+    "malformed": Reason.METRICS_ANSWER_MALFORMED,
+    "timeout": Reason.METRICS_TIMED_OUT,
+    "refused": Reason.METRICS_URL_REFUSED,
+}
 
 # One Event per changed vertex of an applied step (kubectl describe reads them as a log).
 EVENT_REASONS: Mapping[Action, Reason] = {
