@@ -54,8 +54,8 @@ _URL = re.compile(URL_PATTERN.replace("[[]", r"\[").replace("[]]", r"\]"))
 # What two parsers may read differently, refused by name before the pattern is tried.
 FORBIDDEN: tuple[tuple[tuple[str, ...], str], ...] = (
     (("\\",), "must not contain a backslash"),
-    (("@",), "must not carry credentials (user:password@host); give them as a Secret "
-             "reference (spec.metrics.basicAuth)"),
+    (("@",), "must not carry credentials (user:password@host); credentials come from "
+             "a Secret reference (docs/install.md), never from the URL"),
     (("%",), "must not contain percent-encoding"),
     (("?", "#"), "must not have a query or a fragment"),
 )
@@ -67,12 +67,12 @@ def _cel(text: str) -> str:
     return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
 
 
-def url_rules(field: str) -> list[dict[str, str]]:
-    """The CRD's x-kubernetes-validations of a URL field: what `parse_url` refuses."""
+def url_rules() -> list[dict[str, str]]:
+    """The CRD's x-kubernetes-validations of a URL field: what `parse_url` refuses, in the
+    same words (the API server puts the field's path in front)."""
     rules = [{"rule": " && ".join(f"!self.contains({_cel(s)})" for s in subs),
-              "message": f"{field} {message}"} for subs, message in FORBIDDEN]
-    rules.append({"rule": f"self.matches({_cel(URL_PATTERN)})",
-                  "message": f"{field} {PATTERN_MESSAGE}"})
+              "message": message} for subs, message in FORBIDDEN]
+    rules.append({"rule": f"self.matches({_cel(URL_PATTERN)})", "message": PATTERN_MESSAGE})
     return rules
 
 
@@ -82,7 +82,12 @@ class Stopping(BaseException):
 
 
 class UrlRefused(ValueError):
-    """The URL is ambiguous or not an http(s) URL; the message names the field."""
+    """The URL is ambiguous or not an http(s) URL; the message names the field, `phrase`
+    is the rest (what pydantic and the CRD say after the field's path)."""
+
+    def __init__(self, field: str, phrase: str) -> None:
+        super().__init__(f"{field} {phrase}")
+        self.phrase = phrase
 
 
 @dataclass(frozen=True)
@@ -108,14 +113,14 @@ def parse_url(raw: str, field: str) -> Url:
     """`raw` as a `Url`, or `UrlRefused` saying why, naming `field`."""
     text = raw.strip()
     if len(text) > MAX_URL_LENGTH:
-        raise UrlRefused(f"{field} must be at most {MAX_URL_LENGTH} characters")
+        raise UrlRefused(field, f"must be at most {MAX_URL_LENGTH} characters")
     if not text.isascii() or any(c.isspace() or not c.isprintable() for c in text):
-        raise UrlRefused(f"{field} must be printable ASCII without spaces")
+        raise UrlRefused(field, "must be printable ASCII without spaces")
     for subs, message in FORBIDDEN:
         if any(s in text for s in subs):
-            raise UrlRefused(f"{field} {message}")
+            raise UrlRefused(field, f"{message}")
     if not _URL.match(text):
-        raise UrlRefused(f"{field} {PATTERN_MESSAGE}")
+        raise UrlRefused(field, f"{PATTERN_MESSAGE}")
     scheme, rest = text.split("://", 1)
     authority, slash, path = rest.partition("/")
     path = (slash + path).rstrip("/")
@@ -125,18 +130,18 @@ def parse_url(raw: str, field: str) -> Url:
         try:
             address = ipaddress.IPv6Address(host)
         except ValueError:
-            raise UrlRefused(f"{field}: {host!r} is not an IPv6 address") from None
+            raise UrlRefused(field, f"has {host!r}, which is not an IPv6 address") from None
         if address.ipv4_mapped is not None:
-            raise UrlRefused(f"{field}: write the IPv4-mapped address as {address.ipv4_mapped}")
+            raise UrlRefused(field, f"must write the IPv4-mapped address as {address.ipv4_mapped}")
         if address.compressed != host:
-            raise UrlRefused(f"{field}: write the IPv6 address as {address.compressed}")
+            raise UrlRefused(field, f"must write the IPv6 address as {address.compressed}")
     else:
         host, _, port_text = authority.partition(":")
     port = int(port_text) if port_text else (443 if scheme == "https" else 80)
     if not 1 <= port <= 65535:
-        raise UrlRefused(f"{field}: port {port} is not between 1 and 65535")
+        raise UrlRefused(field, "must have a port between 1 and 65535")
     if any(seg in (".", "..") for seg in path.split("/")):
-        raise UrlRefused(f"{field} must not have . or .. path segments")
+        raise UrlRefused(field, "must not have . or .. path segments")
     return Url(scheme, host, port, path)
 
 
