@@ -20,6 +20,7 @@ never by what answered: no exception class names, no TLS or socket messages.
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import io
 import ipaddress
@@ -210,10 +211,8 @@ class _DeadlineSocket:
 
     def abort(self) -> None:
         """Wake a blocked read or write (from another thread): it fails at once."""
-        try:
+        with contextlib.suppress(OSError):
             self._sock.shutdown(socket.SHUT_RDWR)
-        except OSError:
-            pass
 
     def close(self) -> None:
         self._closed = True
