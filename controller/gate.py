@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from controller.api import ConditionType, Mode, ReplacedTarget, Status, timestamp
+from controller.owner import claim
 from controller.ports import FlinkRestError, JobReader, JobSummary
 from controller.realize import observe_enactment
 from controller.record import Reason, Run, Stop, now_text
@@ -51,6 +52,7 @@ def gate(run: Run) -> Seen:
                       f"FlinkDeployment {run.namespace}/{run.target} not found")
         raise Stop("target-not-found")
     identify(run, run.deployment)
+    claim(run)  # one policy per deployment (controller/owner.py)
     quiet(run)  # Active: realize re-applies a drifted target from the deployment just read
     reader = run.ports.flink(run.namespace, run.target)
     try:

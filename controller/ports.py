@@ -30,6 +30,20 @@ class Deployments(Protocol):
         ...
 
 
+class Owners(Protocol):
+    """Who scales a FlinkDeployment (controller/owner.py)."""
+
+    def alive(self, namespace: str, policy: str, uid: str) -> bool:
+        """Whether the policy of that name and uid exists (and is not being deleted)."""
+        ...
+
+    def claim(self, namespace: str, deployment: str, owner: str,
+              resource_version: str | None) -> bool:
+        """Set the owner annotation, if the deployment is still at `resource_version`;
+        False if it moved on (a concurrent claim)."""
+        ...
+
+
 class StatusConflict(RuntimeError):
     """The policy changed since the status a pass decided from was read (HTTP 409)."""
 
@@ -146,3 +160,4 @@ class Ports:
     metrics: Callable[[str], Metrics]  # Prometheus URL -> metrics reader
     clock: Clock = time.time
     default_prometheus_url: str = "http://prometheus:9090"
+    owners: Owners | None = None  # None: ownership is not checked (the twin, unit fakes)

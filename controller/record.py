@@ -45,6 +45,8 @@ class Reason(StrEnum):
     TARGET_NOT_FOUND = "TargetNotFound"  # no FlinkDeployment of that name (also a Warning Event)
     JOB_UNAVAILABLE = "JobUnavailable"  # Flink REST unreachable, or no job (also a Warning Event)
     JOB_ANSWER_TOO_LARGE = "JobAnswerTooLarge"  # Flink REST answered past its size limit
+    # Another live policy owns the FlinkDeployment (controller/owner.py; also a Warning)
+    TARGET_OWNED_ELSEWHERE = "TargetOwnedElsewhere"
     EVALUATING = "Evaluating"  # the target and its job are readable
     INVALID_SPEC = "InvalidSpec"  # the model rejects a spec the CRD admitted
     INTERNAL_ERROR = "InternalError"  # a pass raised (also a Warning Event per distinct error)

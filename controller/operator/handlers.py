@@ -24,7 +24,7 @@ from pydantic import ValidationError
 from controller import api, telemetry
 from controller.adapters import dial
 from controller.adapters.flink_rest import FlinkRest
-from controller.adapters.kube import KubeDeployments, KubeEvents, KubeStatusStore
+from controller.adapters.kube import KubeDeployments, KubeEvents, KubeOwners, KubeStatusStore
 from controller.adapters.outbound import AllowList
 from controller.adapters.prometheus import Prometheus, PrometheusMetrics, RefusedMetrics
 from controller.loop import reconcile
@@ -110,6 +110,7 @@ def ports_for(body: Mapping[str, Any], store: KubeStatusStore) -> Ports:
         flink=_flink,
         metrics=_metrics,
         default_prometheus_url=RUNTIME.prometheus_url,
+        owners=KubeOwners(_objects()),
     )
 
 
