@@ -455,6 +455,18 @@ class ReplacedTarget(StatusModel):
     time: Timestamp = Field(description="when the controller found the new object")
 
 
+class ObservedJob(StatusModel):
+    """The job the last full pass saw on the JobManager (controller/jobhealth.py)."""
+
+    id: str = Field(max_length=64, description="the job id")
+    state: str = Field("", max_length=32, description="its state on the JobManager")
+    restarted_time: EpochTime = Field(description="its start")
+    seen_time: EpochTime = Field(description="when a pass last saw it so")
+    unexplained_restarts: int = Field(
+        0, ge=0, description="restarts without a step of this policy, in a row")
+    last_unexplained_restart_time: EpochTime | None = None
+
+
 class ScaleDownWait(StatusModel):
     vertex_id: str
     since: EpochTime = Field(description="when DS2 first wanted fewer tasks for this vertex")
@@ -524,6 +536,7 @@ class Status(StatusModel):
     target_uid: str | None = Field(None, description="metadata.uid of the FlinkDeployment "
                                    "this history belongs to")
     replaced_target: ReplacedTarget | None = None
+    job: ObservedJob | None = None
     summary: Summary = Summary()
 
     @model_validator(mode="before")

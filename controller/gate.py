@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from controller.api import ConditionType, Mode, ReplacedTarget, Status, timestamp
+from controller.jobhealth import check_job
 from controller.owner import claim
 from controller.ports import FlinkRestError, JobReader, JobSummary
 from controller.realize import observe_enactment
@@ -62,6 +63,7 @@ def gate(run: Run) -> Seen:
     except FlinkRestError as e:
         raise job_unavailable(run, e) from None
     observe_enactment(run, job)
+    check_job(run, job)  # a restart we did not cause: no decision (controller/jobhealth.py)
     wait = waiting(run, job)
     if wait is not None:
         run.condition(ConditionType.READY, True, Reason.EVALUATING, watching(run, job))
@@ -84,7 +86,8 @@ def quiet(run: Run) -> None:
             or run.saved.observed_generation != run.generation
             or ready is None or (ready.status, ready.reason) != ("True", Reason.EVALUATING)
             or (scaling is not None
-                and scaling.reason in (Reason.RECONFIGURING, Reason.STABILIZING))
+                and scaling.reason in (Reason.RECONFIGURING, Reason.STABILIZING,
+                                       Reason.JOB_RESTARTED))
             or (enactment is not None and enactment.observed_downtime_s is None)):
         return
     # The waiting rule's due time is max(restart + stabilization, last evaluation) + window:

@@ -65,6 +65,9 @@ class Reason(StrEnum):
     # Scaling
     RECONFIGURING = "Reconfiguring"  # a step is committed to status.target, maybe not applied
     STABILIZING = "Stabilizing"  # a step is applied; waiting out spec.metrics.stabilization
+    # The job restarted (new id, or a failover) without a step of ours: no decision from
+    # a window that holds the restart (also a Warning Event; controller/jobhealth.py)
+    JOB_RESTARTED = "JobRestarted"
     STABLE = "Stable"  # stabilized; the metrics window fills
     STEADY = "Steady"  # the last decision changes nothing
     RECOMMENDED = "Recommended"  # Recommend mode: recorded, not applied (also a Normal Event)
