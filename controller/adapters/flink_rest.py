@@ -155,7 +155,9 @@ class FlinkRest:
         try:
             timeout = outbound.admit(self.endpoint, self.breakers, self.timeout_s)
         except outbound.NotAsked as e:
-            raise FlinkRestError(f"{name} not asked: {e}") from e
+            # Cooling down after a timeout is still the endpoint's fault.
+            raise FlinkRestError(f"{name} not asked: {e}",
+                              "timeout" if isinstance(e, outbound.CircuitOpen) else "") from e
         try:
             raw = dial.get(self.url, path, None, field=self.field, what="Flink REST",
                            timeout_s=timeout, max_bytes=self.max_bytes, proxy=self.proxy)

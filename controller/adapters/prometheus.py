@@ -78,7 +78,9 @@ class Prometheus:
         try:
             timeout = outbound.admit(self.endpoint, self.breakers, self.timeout_s)
         except outbound.NotAsked as e:
-            raise MetricsError(f"{name} not asked: {e}") from e
+            # Cooling down after a timeout is still the endpoint's fault.
+            raise MetricsError(f"{name} not asked: {e}",
+                              "timeout" if isinstance(e, outbound.CircuitOpen) else "") from e
         try:
             body = dial.get(self.url, path, params, field=self.field, what="Prometheus",
                             timeout_s=timeout, max_bytes=self.max_bytes,

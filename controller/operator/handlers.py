@@ -227,15 +227,20 @@ def liveness_problem() -> str | None:
     return None
 
 
-@kopf.on.probe(id="evaluating")
-def evaluating(**_: Any) -> str:
-    """/healthz answers 500 when no pass can run: every worker stuck, or none finished in
-    several resolutions while passes were due."""
+def check_liveness() -> str:
+    """"ok", or kopf.PermanentError (the probe fails: /healthz answers 500)."""
     problem = liveness_problem()
     if problem:
         log.error("liveness: %s", problem)
         raise kopf.PermanentError(problem)
     return "ok"
+
+
+@kopf.on.probe(id="evaluating")
+def evaluating(**_: Any) -> str:
+    """/healthz answers 500 when no pass can run: every worker stuck, or none finished in
+    several resolutions while passes were due."""
+    return check_liveness()
 
 
 @kopf.on.cleanup()
