@@ -2,8 +2,8 @@
 
 Two policies that patch one deployment fight (each step of one undoes the other's,
 and on a real cluster every flip is a savepoint restart); under one field manager
-server-side apply cannot tell them apart. So a policy claims its target before
-anything else: the deployment carries `hybridscaler.dev/owner: <policy>/<uid>`. A
+server-side apply cannot tell them apart. So an Active policy claims its target
+before anything else (Recommend policies patch nothing and may share a deployment): the deployment carries `hybridscaler.dev/owner: <policy>/<uid>`. A
 policy that finds another live owner there gets Ready=False/TargetOwnedElsewhere
 (one Warning Event naming the owner, as the condition turns) and patches nothing.
 The annotation lives on the deployment, so it survives restarts of the controller;
@@ -14,7 +14,7 @@ claiming at once cannot both win.
 
 from __future__ import annotations
 
-from controller.api import ConditionType
+from controller.api import ConditionType, Mode
 from controller.record import Reason, Run, Stop
 
 OWNER_ANNOTATION = "hybridscaler.dev/owner"
@@ -31,6 +31,8 @@ def claim(run: Run) -> None:
     deployment = run.deployment
     if owners is None or deployment is None:
         return  # the twin and unit fakes: one policy per job by construction
+    if run.spec.mode != Mode.ACTIVE:
+        return  # Recommend patches nothing, so it cannot fight: any number may watch
     meta = deployment.get("metadata") or {}
     current = str((meta.get("annotations") or {}).get(OWNER_ANNOTATION) or "")
     mine = me(run)
