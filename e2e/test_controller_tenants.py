@@ -14,10 +14,12 @@ from functools import partial
 from typing import Any
 
 import pytest
+import requests
 import yaml
 
 from e2e.conftest import Cluster, wait_until
 from e2e.demo import ControllerProcess, flink_deployment, policy
+from e2e.stack import StackInfo
 from e2e.test_controller import condition, controller, events, generation, hsp
 from tests.controller.netfaults import Answering, Streaming
 from tests.controller.test_dial import EMPTY, MIB, tricks
@@ -157,3 +159,27 @@ def test_two_policies_on_one_deployment_do_not_fight(
     wait_until(lambda: (cluster.flink(namespace, "q11")["metadata"].get("annotations") or {})
                .get(OWNER, "").startswith("large/"), 60, "the second policy owns q11")
     wait_until(lambda: not blocked(), 60, "the second policy evaluating")
+
+
+def test_a_restart_loop_is_named_and_not_decided_from(
+    controller: ControllerProcess, cluster: Cluster, namespace: str, e2e_stack: StackInfo,
+) -> None:
+    apply(cluster, flink_deployment(namespace, "q5", model="q5"))
+    cluster.wait_flink(namespace, "q5")
+    apply(cluster, policy(namespace, "q5", "q5", mode="Recommend", metrics=METRICS))
+    wait_until(lambda: (hsp(cluster, namespace, "q5").get("status") or {}).get("job"),
+               WINDOW_S + 6 * RESOLUTION_S, "a pass saw the job")
+    decided = (hsp(cluster, namespace, "q5")["status"].get("lastDecision") or {}).get("time")
+    fail = f"{e2e_stack.twin_url}/control/jobs/{namespace}/q5/fail"
+    # The job crashes and comes back under a new id every ~4 s, for 12 resolutions.
+    for _ in range(15):
+        assert requests.post(fail, timeout=10).status_code == 200
+        time.sleep(RESOLUTION_S * 0.8)
+    status = hsp(cluster, namespace, "q5")["status"]
+    scaling = condition(hsp(cluster, namespace, "q5"), "Scaling")
+    assert scaling.get("reason") == "JobRestarted", scaling
+    assert status["job"]["unexplainedRestarts"] >= 3, status["job"]
+    warned = [r for r, _ in events(cluster, namespace, "q5") if r == "JobRestarted"]
+    assert len(warned) == 1, warned  # one per streak, not one per restart
+    # Before: Ready=True/Evaluating and Scaling Steady, deciding from the loop's windows.
+    assert (status.get("lastDecision") or {}).get("time") == decided
