@@ -183,3 +183,27 @@ def test_a_restart_loop_is_named_and_not_decided_from(
     assert len(warned) == 1, warned  # one per streak, not one per restart
     # Before: Ready=True/Evaluating and Scaling Steady, deciding from the loop's windows.
     assert (status.get("lastDecision") or {}).get("time") == decided
+
+
+def test_a_lowered_max_parallelism_takes_effect(
+    controller: ControllerProcess, cluster: Cluster, namespace: str,
+) -> None:
+    apply(cluster, flink_deployment(namespace, "q11"))
+    cluster.wait_flink(namespace, "q11")
+    apply(cluster, policy(namespace, "q11", "q11", metrics=METRICS))
+
+    def widest() -> int:
+        operators = (hsp(cluster, namespace, "q11").get("status") or {}).get("operators") or []
+        return max((int(o["parallelism"]) for o in operators), default=0)
+
+    wait_until(lambda: widest() > 2, 240, "q11 scaled beyond parallelism 2")
+    # A GitOps edit lowers the bound below what runs: before, the policy stayed Steady.
+    apply(cluster, policy(namespace, "q11", "q11", metrics=METRICS, cpu={"maxParallelism": 2}))
+
+    def bounded() -> str | None:
+        reason = str(((hsp(cluster, namespace, "q11").get("status") or {})
+                      .get("lastDecision") or {}).get("reason", ""))
+        return reason if "maxParallelism is 2" in reason else None
+
+    wait_until(bounded, 120, "a step that names the lowered maxParallelism")
+    wait_until(lambda: widest() <= 2, 60, "every operator within maxParallelism 2")
