@@ -3,8 +3,9 @@
 Two policies that patch one deployment fight (each step of one undoes the other's,
 and on a real cluster every flip is a savepoint restart); under one field manager
 server-side apply cannot tell them apart. So an Active policy claims its target
-before anything else (Recommend policies patch nothing and may share a deployment): the deployment carries `hybridscaler.dev/owner: <policy>/<uid>`. A
-policy that finds another live owner there gets Ready=False/TargetOwnedElsewhere
+before anything else (Recommend policies patch nothing and may share a deployment):
+the deployment carries `hybridscaler.dev/owner: <policy>/<uid>`. An Active policy
+that finds another live owner there gets Ready=False/TargetOwnedElsewhere
 (one Warning Event naming the owner, as the condition turns) and patches nothing.
 The annotation lives on the deployment, so it survives restarts of the controller;
 when the owner is deleted (or replaced: a new uid) the next policy's pass takes over.
