@@ -25,6 +25,14 @@ Then (issue 16) `--hostile` policies in a namespace of their own, each pointing 
 join for a second measurement of the same length: the healthy policies' decision gap
 (time between two `status.lastDecision`s of one policy) is reported for both phases.
 Printed, never asserted.
+
+Issue 21: `--kinds hung,trickling,200MB,malformed` makes the hostile endpoints a mix
+(taken in turn); the phase then reports the healthy gap p95 as a multiple of the
+resolution (target <= 1.5 with window = resolution), RSS (target <= 500 MB), and the
+seconds the controller takes to exit on SIGTERM with those peers still hung (<= 10 s):
+
+    python -m bench.controller --policies 20 --hostile 10 --window 10 --resolution 10 \
+        --kinds hung,trickling,200MB,malformed --seconds 120 --warmup 40
 """
 
 from __future__ import annotations
@@ -48,7 +56,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from e2e import stack
 from e2e.demo import ControllerProcess, flink_deployment, free_port, policy
 from policies.decision import epoch_seconds
-from tests.controller.netfaults import Blackhole
+from tests.controller.netfaults import Answering, Blackhole, Streaming
 from tests.controller.promproc import PrometheusProcess
 
 MODELS = ("q11", "q5", "q3", "read")
@@ -277,13 +285,28 @@ class Fleet:
                 self.twin.wait(timeout=10)
 
 
+HOSTILE_KINDS = ("hung", "trickling", "200MB", "malformed")
+
+
+def hostile_endpoint(kind: str) -> Blackhole | Streaming | Answering:
+    """A loopback Prometheus that misbehaves as `kind` (issue 21): accepts and never
+    answers; answers a byte every 50 ms; answers 200 MB; answers 200 with no JSON."""
+    if kind == "hung":
+        return Blackhole()
+    if kind == "trickling":
+        return Streaming(b" ", total=10**9, every_s=0.05)
+    if kind == "200MB":
+        return Streaming(b"x" * 2**20, total=200 * 2**20)
+    return Answering(200, b"{not json" + b"]" * 4096)
+
+
 def run(policies: int, window: float, resolution: float, seconds: float, warmup: float,
         hostile: int = 12, workers: int = 8, scrape_s: float = 5,
-        twins: int | None = None) -> dict[str, Any]:
+        twins: int | None = None, kinds: tuple[str, ...] = ("hung",)) -> dict[str, Any]:
     timing = {"window": f"{window:g}s", "resolution": f"{resolution:g}s", "stabilization": "0s"}
     info, started = stack.up(echo=lambda line: print(line, file=sys.stderr, flush=True))
     work = Path(tempfile.mkdtemp(prefix="bench-controller-"))
-    holes = [Blackhole() for _ in range(hostile)]
+    holes = [hostile_endpoint(kinds[i % len(kinds)]) for i in range(hostile)]
     hostile_namespace = f"bench-controller-{os.getpid()}-hostile"
     try:
         with Fleet(info, policies, timing, work, workers, also=hostile_namespace,
@@ -300,7 +323,8 @@ def run(policies: int, window: float, resolution: float, seconds: float, warmup:
 
 
 def _measure(fleet: Fleet, window: float, seconds: float, warmup: float,
-             holes: list[Blackhole], timing: dict[str, str]) -> dict[str, Any]:
+             holes: list[Blackhole | Streaming | Answering], timing: dict[str, str]
+             ) -> dict[str, Any]:
     """The healthy fleet alone, then (with `holes`) next to one hostile policy per hole."""
     assert fleet.controller is not None
     gaps = Gaps(fleet.kubectl, fleet.namespace)
@@ -323,13 +347,30 @@ def _measure(fleet: Fleet, window: float, seconds: float, warmup: float,
         gaps.reset()
         hostile_cpu, hostile_elapsed, hostile_rss, _ = measure(seconds, fleet.pid, gaps)
         load.append(os.getloadavg()[0])
+        resolution_s = float(timing["resolution"].rstrip("s"))
+        with_hostile = gaps.summary(window)
+        every = sorted(b - a for ts in gaps.stamps.values() for a, b in itertools.pairwise(ts))
         hostile_result = {
             "hostile_policies": len(holes),
-            "healthy_gap_with_hostile": gaps.summary(window),
-            "blackhole_connections": sum(h.accepted for h in holes),
+            "healthy_gap_with_hostile": with_hostile,
+            # Issue 21's target: p95 <= 1.5 × the resolution (window = resolution here).
+            "healthy_gap_p95_x_resolution": None if with_hostile["p95_s"] is None else round(
+                float(with_hostile["p95_s"]) / resolution_s, 2),
+            "healthy_gaps_over_1_5x_resolution": sum(g > 1.5 * resolution_s for g in every),
+            "blackhole_connections": sum(h.accepted for h in holes if isinstance(h, Blackhole)),
             "cpu_cores_with_hostile": round(hostile_cpu / hostile_elapsed, 3),
             "rss_mb_max_with_hostile": round(max(hostile_rss), 1),
         }
+        # SIGTERM with the hostile peers still hung: seconds until the process is gone.
+        process = fleet.controller.process
+        assert process is not None
+        t0 = time.monotonic()
+        process.terminate()
+        try:
+            process.wait(timeout=120)
+            hostile_result["sigterm_exit_s"] = round(time.monotonic() - t0, 1)
+        except subprocess.TimeoutExpired:
+            hostile_result["sigterm_exit_s"] = None  # > 120 s
     decide = delta(histogram(after_text, "hybridscaler_decide_seconds"),
                    histogram(before_text, "hybridscaler_decide_seconds"))
     passes = delta(histogram(after_text, "hybridscaler_reconcile_seconds"),
@@ -374,12 +415,21 @@ def main(
     seconds: Annotated[float, typer.Option(help="measurement time after warm-up")] = 120,
     warmup: Annotated[float, typer.Option(help="seconds before measuring")] = 60,
     hostile: Annotated[int, typer.Option(
-        help="policies pointing at hung Prometheus addresses, added for a second phase")] = 12,
+        help="policies pointing at hostile Prometheus addresses, added for a second phase")]
+        = 12,
+    kinds: Annotated[str, typer.Option(
+        help="hostile endpoints, comma separated, taken in turn: "
+        + ", ".join(HOSTILE_KINDS))] = "hung",
     as_json: Annotated[bool, typer.Option("--json")] = False,
 ) -> None:
     """Measure one controller process running many policies."""
+    chosen = tuple(k.strip() for k in kinds.split(",") if k.strip())
+    unknown = set(chosen) - set(HOSTILE_KINDS)
+    if unknown:
+        raise typer.BadParameter(f"unknown --kinds {sorted(unknown)}; choose from "
+                                 f"{', '.join(HOSTILE_KINDS)}")
     result = run(policies, window, window if resolution is None else resolution, seconds,
-                 warmup, hostile, workers, scrape, twins)
+                 warmup, hostile, workers, scrape, twins, chosen)
     if as_json:
         typer.echo(json.dumps(result))
         return

@@ -32,6 +32,7 @@ from pydantic import (
 )
 from pydantic.alias_generators import to_camel
 
+from controller.adapters import dial
 from packer.pricing import ShapeBounds
 from policies.decision import (
     Decision,
@@ -128,8 +129,11 @@ class MetricsSpec(SpecModel):
     """Where and how metrics are read (the paper: 2 min window, 1 min stabilization, 5 s)."""
 
     prometheus_url: str | None = Field(
-        None, max_length=2048, pattern=r"^https?://",
-        description="Prometheus base URL for this policy; unset: the controller's --prometheus-url",
+        None, max_length=dial.MAX_URL_LENGTH,
+        description=("Prometheus base URL for this policy (http(s)://host[:port][/path]; no "
+                     "credentials, backslashes, percent-encoding, query or non-canonical IP "
+                     "forms); unset: the controller's --prometheus-url"),
+        json_schema_extra={"x-kubernetes-validations": dial.url_rules()},  # type: ignore[dict-item]
     )
     window: Annotated[Duration, Within(high=HOUR)] = Field(
         120.0, description="metrics are averaged over this window")
@@ -141,6 +145,17 @@ class MetricsSpec(SpecModel):
     resolution: Annotated[Duration, Within(MIN_RESOLUTION, HOUR)] = Field(
         5.0, description="query step, and how often the policy is evaluated"
     )
+
+    @field_validator("prometheus_url")
+    @classmethod
+    def _one_reading(cls, value: str | None) -> str | None:
+        # The same parser the controller dials with (the CRD's CEL says the same).
+        if value is not None:
+            try:
+                dial.parse_url(value, "spec.metrics.prometheusUrl")
+            except dial.UrlRefused as e:
+                raise ValueError(e.phrase) from None
+        return value
 
     @model_validator(mode="after")
     def _resolution_fits(self) -> MetricsSpec:
@@ -508,6 +523,18 @@ class ReplacedTarget(StatusModel):
     time: Timestamp = Field(description="when the controller found the new object")
 
 
+class ObservedJob(StatusModel):
+    """The job the last full pass saw on the JobManager (controller/jobhealth.py)."""
+
+    id: str = Field(max_length=64, description="the job id")
+    state: str = Field("", max_length=32, description="its state on the JobManager")
+    restarted_time: EpochTime = Field(description="its start")
+    seen_time: EpochTime = Field(description="when a pass last saw it so")
+    unexplained_restarts: int = Field(
+        0, ge=0, description="restarts without a step of this policy, in a row")
+    last_unexplained_restart_time: EpochTime | None = None
+
+
 class ScaleDownWait(StatusModel):
     vertex_id: str
     since: EpochTime = Field(description="when DS2 first wanted fewer tasks for this vertex")
@@ -577,6 +604,7 @@ class Status(StatusModel):
     target_uid: str | None = Field(None, description="metadata.uid of the FlinkDeployment "
                                    "this history belongs to")
     replaced_target: ReplacedTarget | None = None
+    job: ObservedJob | None = None
     summary: Summary = Summary()
 
     @model_validator(mode="before")

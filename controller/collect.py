@@ -12,9 +12,9 @@ from dataclasses import replace
 
 from controller.api import ConditionType
 from controller.gate import Seen, job_unavailable, watching
-from controller.ports import Collected, FlinkRestError, Metrics, MetricsError
+from controller.ports import Collected, FlinkRestError, Metrics, MetricsError, MetricsUnavailable
 from controller.realize import current_fields, memory_levels
-from controller.record import Reason, Run, Stop
+from controller.record import METRICS_REASONS, Reason, Run, Stop
 from policies.model import JobGraph, VertexConfig
 
 
@@ -25,15 +25,14 @@ def collect(run: Run, seen: Seen) -> tuple[JobGraph, Collected]:
         graph = job_graph(run, seen, metrics)
     except FlinkRestError as e:
         raise job_unavailable(run, e) from None
+    except MetricsError as e:  # the endpoint's own fault, named as such
+        raise metrics_unavailable(run, MetricsUnavailable(str(e), e.kind)) from None
     run.condition(ConditionType.READY, True, Reason.EVALUATING, watching(run, seen.job))
     window = run.spec.metrics.window
     collected = metrics.observe(graph, seen.job.jid, run.now, window,
                                 run.spec.metrics.resolution)
     if not isinstance(collected, Collected):
-        run.count_error("metrics")
-        run.condition(ConditionType.METRICS_AVAILABLE, False, Reason.METRICS_UNAVAILABLE,
-                      collected.reason)
-        raise Stop("metrics-unavailable")
+        raise metrics_unavailable(run, collected)
     run.condition(ConditionType.METRICS_AVAILABLE, True, Reason.METRICS_FRESH,
                   f"all {len(graph.vertices)} vertices reported over the last {window:g}s")
     # Since when the tasks run, their block caches refilled from empty (policies.warmup):
@@ -45,6 +44,13 @@ def collect(run: Run, seen: Seen) -> tuple[JobGraph, Collected]:
                                                          restarted=restarted))
 
 
+def metrics_unavailable(run: Run, why: MetricsUnavailable) -> Stop:
+    run.count_error("metrics")
+    run.condition(ConditionType.METRICS_AVAILABLE, False,
+                  METRICS_REASONS.get(why.kind, Reason.METRICS_UNAVAILABLE), why.reason)
+    return Stop("metrics-unavailable")
+
+
 def job_graph(run: Run, seen: Seen, metrics: Metrics) -> JobGraph:
     """The job graph with uids attached and memory levels as the deployment has them."""
     deployment = run.deployment or {}
@@ -52,7 +58,9 @@ def job_graph(run: Run, seen: Seen, metrics: Metrics) -> JobGraph:
                   *(o.operator_uid for o in run.spec.cpu.overrides if o.operator_uid)]
     try:
         chains = metrics.operator_ids(seen.job.jid, run.now)
-    except MetricsError:  # only uids of chained operators need it; heads still match
+    except MetricsError as e:  # only uids of chained operators need it; heads still match
+        if e.kind in METRICS_REASONS:  # but a misbehaving endpoint is not asked again
+            raise
         chains = {}
     graph = seen.reader.job_graph(seen.job.jid, candidates, chains)
     levels = memory_levels(deployment, graph, run.spec.memory.base_managed_memory)

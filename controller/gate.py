@@ -25,6 +25,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from controller.api import ConditionType, Mode, ReplacedTarget, Status, timestamp
+from controller.jobhealth import check_job
+from controller.owner import claim
 from controller.ports import FlinkRestError, JobReader, JobSummary
 from controller.realize import observe_enactment
 from controller.record import Reason, Run, Stop, now_text
@@ -52,6 +54,7 @@ def gate(run: Run) -> Seen:
                       f"FlinkDeployment {run.namespace}/{run.target} not found")
         raise Stop("target-not-found")
     identify(run, run.deployment)
+    claim(run)  # one policy per deployment (controller/owner.py)
     quiet(run)  # Active: realize re-applies a drifted target from the deployment just read
     reader = run.ports.flink(run.namespace, run.target)
     try:
@@ -61,6 +64,7 @@ def gate(run: Run) -> Seen:
     except FlinkRestError as e:
         raise job_unavailable(run, e) from None
     observe_enactment(run, job)
+    check_job(run, job)  # a restart we did not cause: no decision (controller/jobhealth.py)
     wait = waiting(run, job)
     if wait is not None:
         run.condition(ConditionType.READY, True, Reason.EVALUATING, watching(run, job))
@@ -83,7 +87,8 @@ def quiet(run: Run) -> None:
             or run.saved.observed_generation != run.generation
             or ready is None or (ready.status, ready.reason) != ("True", Reason.EVALUATING)
             or (scaling is not None
-                and scaling.reason in (Reason.RECONFIGURING, Reason.STABILIZING))
+                and scaling.reason in (Reason.RECONFIGURING, Reason.STABILIZING,
+                                       Reason.JOB_RESTARTED))
             or (enactment is not None and enactment.observed_downtime_s is None)):
         return
     # The job is not read here: the due time without its start, which only moves it later.
@@ -123,7 +128,9 @@ def identify(run: Run, deployment: Mapping[str, Any]) -> None:
 
 def job_unavailable(run: Run, error: FlinkRestError) -> Stop:
     run.count_error("flink-rest")
-    run.condition(ConditionType.READY, False, Reason.JOB_UNAVAILABLE, str(error))
+    run.condition(ConditionType.READY, False, Reason.JOB_ANSWER_TOO_LARGE
+                  if getattr(error, "kind", "") == "too-large" else Reason.JOB_UNAVAILABLE,
+                  str(error))
     return Stop("job-unavailable")
 
 

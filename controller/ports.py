@@ -41,6 +41,20 @@ class PatchRefused(RuntimeError):
         self.code = code
 
 
+class Owners(Protocol):
+    """Who scales a FlinkDeployment (controller/owner.py)."""
+
+    def alive(self, namespace: str, policy: str, uid: str) -> bool:
+        """Whether the policy of that name and uid exists (and is not being deleted)."""
+        ...
+
+    def claim(self, namespace: str, deployment: str, owner: str,
+              resource_version: str | None) -> bool:
+        """Set the owner annotation, if the deployment is still at `resource_version`;
+        False if it moved on (a concurrent claim)."""
+        ...
+
+
 class StatusConflict(RuntimeError):
     """The policy changed since the status a pass decided from was read (HTTP 409)."""
 
@@ -78,6 +92,10 @@ class Events(Protocol):
 class FlinkRestError(RuntimeError):
     """The JobManager could not be reached or answered with something we cannot use."""
 
+    def __init__(self, message: str, kind: str = "") -> None:
+        super().__init__(message)
+        self.kind = kind
+
 
 @dataclass(frozen=True)
 class JobSummary:
@@ -103,12 +121,18 @@ class JobReader(Protocol):
 
 
 class MetricsError(RuntimeError):
-    """The metrics source could not answer a query."""
+    """The metrics source could not answer a query. `kind` says whose fault: "timeout",
+    "too-large", "malformed" or "unreachable" are the endpoint's (controller.adapters.dial)."""
+
+    def __init__(self, message: str, kind: str = "") -> None:
+        super().__init__(message)
+        self.kind = kind
 
 
 @dataclass(frozen=True)
 class MetricsUnavailable:
     reason: str
+    kind: str = ""  # MetricsError.kind when a call failed
 
 
 @dataclass(frozen=True)
@@ -147,3 +171,4 @@ class Ports:
     metrics: Callable[[str], Metrics]  # Prometheus URL -> metrics reader
     clock: Clock = time.time
     default_prometheus_url: str = "http://prometheus:9090"
+    owners: Owners | None = None  # None: ownership is not checked (the twin, unit fakes)

@@ -45,18 +45,30 @@ class Reason(StrEnum):
     DISABLED = "Disabled"  # mode is Disabled
     TARGET_NOT_FOUND = "TargetNotFound"  # no FlinkDeployment of that name (also a Warning Event)
     JOB_UNAVAILABLE = "JobUnavailable"  # Flink REST unreachable, or no job (also a Warning Event)
+    JOB_ANSWER_TOO_LARGE = "JobAnswerTooLarge"  # Flink REST answered past its size limit
+    # Another live policy owns the FlinkDeployment (controller/owner.py; also a Warning)
+    TARGET_OWNED_ELSEWHERE = "TargetOwnedElsewhere"
     EVALUATING = "Evaluating"  # the target and its job are readable
     INVALID_SPEC = "InvalidSpec"  # the model rejects a spec the CRD admitted
     INTERNAL_ERROR = "InternalError"  # a pass raised (also a Warning Event per distinct error)
     # MetricsAvailable
     METRICS_UNAVAILABLE = "MetricsUnavailable"  # a vertex lacks a signal (also a Warning Event)
     METRICS_FRESH = "MetricsFresh"  # every vertex reported over the window
+    # The endpoint's fault (also Warning Events): its answer passed the size limit, was
+    # not a Prometheus API answer, or did not arrive in full within the call's deadline.
+    METRICS_ANSWER_TOO_LARGE = "MetricsAnswerTooLarge"
+    METRICS_ANSWER_MALFORMED = "MetricsAnswerMalformed"
+    METRICS_TIMED_OUT = "MetricsTimedOut"
+    METRICS_URL_REFUSED = "MetricsUrlRefused"  # not dialled: ambiguous or not allowed
     # LimitReached
     CLIPPED = "Clipped"  # spec.limits clipped the decision
     WITHIN_LIMITS = "WithinLimits"
     # Scaling
     RECONFIGURING = "Reconfiguring"  # a step is committed to status.target, maybe not applied
     STABILIZING = "Stabilizing"  # a step is applied; waiting out spec.metrics.stabilization
+    # The job restarted (new id, or a failover) without a step of ours: no decision from
+    # a window that holds the restart (also a Warning Event; controller/jobhealth.py)
+    JOB_RESTARTED = "JobRestarted"
     STABLE = "Stable"  # stabilized; the metrics window fills
     STEADY = "Steady"  # the last decision changes nothing
     RECOMMENDED = "Recommended"  # Recommend mode: recorded, not applied (also a Normal Event)
@@ -80,6 +92,14 @@ class Reason(StrEnum):
     SQL_BUFFERING = "SqlBufferingApplied"  # spec.skew.applySqlSettings: settings in a step
     TARGET_REPLACED = "TargetReplaced"  # a new FlinkDeployment uid: fresh history (also Scaling)
 
+
+# MetricsError.kind (controller.adapters.dial) -> the MetricsAvailable=False reason.
+METRICS_REASONS: Mapping[str, Reason] = {
+    "too-large": Reason.METRICS_ANSWER_TOO_LARGE,
+    "malformed": Reason.METRICS_ANSWER_MALFORMED,
+    "timeout": Reason.METRICS_TIMED_OUT,
+    "refused": Reason.METRICS_URL_REFUSED,
+}
 
 # One Event per changed vertex of an applied step (kubectl describe reads them as a log).
 EVENT_REASONS: Mapping[Action, Reason] = {

@@ -573,6 +573,9 @@ def test_service_account_cannot_read_secrets_or_patch_anything_else(
         ("get", "configmaps"), ("patch", "configmaps"),
         ("create", FD), ("update", FD), ("delete", FD),
         ("patch", f"{FD}:status"),
+        # Nothing lists or watches FlinkDeployments or reads the status subresource.
+        ("list", FD), ("watch", FD),
+        ("get", "hybridscalingpolicies.hybridscaler.dev:status"),
         ("create", "hybridscalingpolicies.hybridscaler.dev"),
         ("update", "hybridscalingpolicies.hybridscaler.dev"),
         ("delete", "hybridscalingpolicies.hybridscaler.dev"),

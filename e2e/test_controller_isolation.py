@@ -377,7 +377,9 @@ def test_answer_bodies_never_reach_status_or_events(
         echoed = status_of(cluster, namespace, "echo", "MetricsAvailable")["message"]
         assert "answered HTTP 403" in echoed and SECRET not in echoed, echoed
         tls = status_of(cluster, namespace, "apiserver", "MetricsAvailable")["message"]
-        assert "SSLError" in tls, tls
+        # The field, never what answered: no SSLError for a TLS port (issue 21).
+        assert "spec.metrics.prometheusUrl" in tls and "unreachable" in tls, tls
+        assert "SSL" not in tls and "TLS" not in tls, tls
         wait_until(lambda: len(events(cluster, namespace, "echo")) > 0, 30, "an Event")
         for name in ("echo", "apiserver"):
             status = yaml.safe_dump(hsp(cluster, namespace, name).get("status"))

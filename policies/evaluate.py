@@ -63,7 +63,21 @@ def evaluate(
         )
         return _unchanged(current, state, params, now, reason, decisions, skewed)
 
-    if params.policy == Policy.CAPACITY:
+    forced = limits.bounded(graph, params)
+    if forced is not None:
+        # A bound the running configuration breaks (e.g. a lowered maxParallelism) is a
+        # step of its own, whatever the policy would say about this window.
+        config, notes = forced
+        decisions = tuple(
+            explain.vertex_decision(
+                v, observation.vertices.get(v.id), config[v.id],
+                Branch.OUT_OF_BOUNDS if v.id in notes else Branch.UNCHANGED,
+                notes.get(v.id, "within the spec's bounds"))
+            for v in graph.vertices
+        )
+        triggered_by = "outside the spec's bounds: " + "; ".join(
+            f"{graph.vertex(vid).name or vid} {note}" for vid, note in notes.items())
+    elif params.policy == Policy.CAPACITY:
         planned = capacity.evaluate(graph, observation, state, params, now)
         state = replace(state, learned=planned.learned)
         # A skew-stopped vertex is named (Skewed) with what it sustains and what would lift it.

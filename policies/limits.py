@@ -110,3 +110,41 @@ def clip(graph: JobGraph, proposed: Configuration, params: ScalingParams) -> Cli
         ),
         notes=MappingProxyType(notes),
     )
+
+
+def bounded(graph: JobGraph, params: ScalingParams) -> tuple[Configuration, dict[str, str]] | None:
+    """The running configuration moved within the policy's bounds, with a note per moved
+    vertex naming the bound; None when it is within them already.
+
+    A bound lowered or raised in the spec (GitOps) must take effect even when the
+    policy has no reason to scale: a job kept at parallelism 9 under maxParallelism 2
+    would otherwise stay Steady forever.
+    """
+    current = graph.configuration()
+    config = dict(current)
+    notes: dict[str, str] = {}
+    cpu, memory = params.cpu, params.memory
+    for v in graph.vertices:
+        if cpu.excludes(v.id, v.operator_uids):
+            continue
+        low, high = cpu.bounds_for(v.id, v.operator_uids)
+        upper = min(high, v.max_parallelism)
+        c = current[v.id]
+        p, level = min(max(c.parallelism, min(low, upper)), upper), c.memory_level
+        said: list[str] = []
+        overridden = (low, high) != (cpu.min_parallelism, cpu.max_parallelism)
+        where = "spec.cpu.overrides" if overridden else "spec.cpu"
+        if p < c.parallelism:
+            said.append(f"parallelism {c.parallelism}→{p}: {where} maxParallelism is {high}"
+                        if upper == high else
+                        f"parallelism {c.parallelism}→{p}: the job's max parallelism is {upper}")
+        elif p > c.parallelism:
+            said.append(f"parallelism {c.parallelism}→{p}: {where} minParallelism is {low}")
+        if memory.enabled and level is not None and level > memory.max_level - 1:
+            level = memory.max_level - 1
+            said.append(f"memory level {c.memory_level}→{level}: spec.memory.maxLevel is "
+                        f"{memory.max_level}")
+        if said:
+            config[v.id] = VertexConfig(p, level)
+            notes[v.id] = "; ".join(said)
+    return (MappingProxyType(config), notes) if notes else None

@@ -11,6 +11,7 @@ HTTP, the server's own port:
   GET  /control/jobs/{ns}/{name}             lifecycle of one job (with its `restUrl`)
   PUT  /control/jobs/{ns}/{name}             add the job, or reconfigure it (a restart); body
                                              {"flinkConfiguration": {...}, "taskManager": {...}}
+  POST /control/jobs/{ns}/{name}/fail        the job crashes and comes back with a new id
   DELETE /control/jobs/{ns}/{name}
   GET|PUT http://{name}-rest.{ns}.svc:8081/… as an HTTP proxy: the deployment's REST API
                                              under its in-cluster Service name
@@ -375,6 +376,21 @@ class TwinServer:
             hosted.flink_configuration = flink_configuration
         return self.status(namespace, name)
 
+    def fail(self, namespace: str, name: str) -> dict[str, Any]:
+        """The job crashes and is resubmitted under a new job id (what a crash-looping
+        job looks like from the JobManager): the same configuration, a restart's downtime,
+        and no change to the FlinkDeployment (tests of job health, e2e)."""
+        with self._lock:
+            hosted = self._get(namespace, name)
+            self.advance_all()
+            downtime = hosted.twin.apply(dict(hosted.twin.configuration), restart=True)
+            now = self.now_ms()
+            hosted.job = _deployed(namespace, name, hosted.job.restarts + 1, now,
+                                   hosted.flink_configuration, hosted.task_manager,
+                                   now + int(1000 * downtime))
+            hosted.lower_bounds = {}
+        return self.status(namespace, name)
+
     def remove_job(self, namespace: str, name: str) -> None:
         with self._lock:
             hosted = self._get(namespace, name)
@@ -688,6 +704,15 @@ def _handler_for(server: TwinServer) -> type[BaseHTTPRequestHandler]:
                     self._json(201, server.add_job(ns, name, conf, tm))
             except (ValueError, AttributeError) as exc:
                 self._json(HTTPStatus.BAD_REQUEST, {"errors": [str(exc)]})
+
+        def do_POST(self) -> None:
+            parts = self._parts()
+            try:
+                if len(parts) != 5 or parts[:2] != ["control", "jobs"] or parts[4] != "fail":
+                    raise KeyError("Not found: " + self.path)
+                self._json(200, server.fail(parts[2], parts[3]))
+            except KeyError as exc:
+                self._json(HTTPStatus.NOT_FOUND, {"errors": [str(exc.args[0])]})
 
         def do_DELETE(self) -> None:
             parts = self._parts()

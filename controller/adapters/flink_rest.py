@@ -14,14 +14,16 @@ whose id, or one of whose operator ids, equals its hash.
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Iterable, Mapping
 from typing import Any
+from urllib.parse import quote
 
 import mmh3
 import requests
 
-from controller.adapters import outbound
+from controller.adapters import dial, outbound
 from controller.ports import FlinkRestError, JobSummary
 from policies.model import Edge, JobGraph, ShipStrategy, Vertex
 
@@ -30,6 +32,17 @@ log = logging.getLogger(__name__)
 OPERATOR_UIDS_KEY = "hybridscaler.operator-uids"
 # Job states in which a job can be measured and reconfigured.
 RUNNING = "RUNNING"
+# A job graph of 1,000 vertices is well under 2 MiB of JSON.
+MAX_ANSWER_BYTES = 4 * 2**20
+
+
+def environ_proxy(url: dial.Url) -> dial.Proxy | None:
+    """The operator's HTTP(S)_PROXY for `url` (NO_PROXY honoured), parsed by our parser."""
+    found = requests.utils.get_environ_proxies(str(url)).get(url.scheme)
+    if not found:
+        return None
+    parsed = dial.parse_url(found, "HTTP(S)_PROXY")
+    return dial.Proxy(parsed.host, parsed.port)
 
 
 def operator_id(uid: str) -> str:
@@ -116,51 +129,51 @@ def _max_parallelism(vertex: Mapping[str, Any], job: Mapping[str, Any]) -> int:
 class FlinkRest:
     """A small synchronous client of one JobManager's REST API.
 
-    Each call's timeout comes from the pass's deadline (controller.adapters.outbound);
-    a JobManager that timed out is not dialled again until its cool-down ends, and
-    answer bodies never reach error messages (they end up in status and Events).
+    Built on controller.adapters.dial: the URL is parsed once, each call has one
+    deadline for the whole answer (from the pass's budget) and a size limit; a
+    JobManager that timed out is not dialled again until its cool-down ends; errors
+    name the endpoint by its setting and never quote answer bodies (they end up in
+    status and Events). The operator's HTTP proxy (HTTP_PROXY/NO_PROXY) applies: the
+    JobManager address comes from --flink-rest-url (the operator's), never from a
+    tenant's spec.
     """
 
-    def __init__(self, base_url: str, timeout_s: float = 5.0,
-                 session: requests.Session | None = None,
-                 breakers: outbound.Breakers | None = None) -> None:
-        self.base_url = base_url.rstrip("/")
-        self.timeout_s = timeout_s
-        self.endpoint = outbound.endpoint(self.base_url)
+    def __init__(self, base_url: dial.Url | str, timeout_s: float = 5.0,
+                 breakers: outbound.Breakers | None = None,
+                 field: str = "--flink-rest-url", max_bytes: int = MAX_ANSWER_BYTES,
+                 proxy: dial.Proxy | bool | None = True) -> None:
+        self.url = base_url if isinstance(base_url, dial.Url) else dial.parse_url(
+            base_url, field)
+        self.base_url = str(self.url)
+        self.timeout_s, self.field, self.max_bytes = timeout_s, field, max_bytes
+        self.endpoint = self.url.endpoint
         self.breakers = breakers or outbound.BREAKERS
-        if session is None:
-            session = requests.Session()
-            session.max_redirects = 0
-            session.trust_env = False  # no .netrc credentials
-            # The operator's HTTP(S)_PROXY/NO_PROXY still apply: the JobManager address comes
-            # from --flink-rest-url (the operator's), never from a tenant's spec.
-            session.proxies = requests.utils.get_environ_proxies(self.base_url)
-        self._session = session
+        self.proxy = environ_proxy(self.url) if proxy is True else (proxy or None)
 
     def _get(self, path: str) -> dict[str, Any]:
-        url = f"{self.base_url}{path}"
+        name = f"Flink REST ({self.field})"
         try:
             timeout = outbound.admit(self.endpoint, self.breakers, self.timeout_s)
         except outbound.NotAsked as e:
-            raise FlinkRestError(f"Flink REST {url} not asked: {e}") from e
+            # Cooling down after a timeout is still the endpoint's fault.
+            raise FlinkRestError(f"{name} not asked: {e}",
+                              "timeout" if isinstance(e, outbound.CircuitOpen) else "") from e
         try:
-            response = self._session.get(url, timeout=timeout, allow_redirects=False)
-        except requests.Timeout as e:
-            outbound.timed_out(self.endpoint, self.breakers, timeout)
-            raise FlinkRestError(f"Flink REST {url} did not answer within {timeout:.1f}s") from e
-        except requests.RequestException as e:
-            raise FlinkRestError(f"Flink REST {url} unreachable: {type(e).__name__}") from e
+            raw = dial.get(self.url, path, None, field=self.field, what="Flink REST",
+                           timeout_s=timeout, max_bytes=self.max_bytes, proxy=self.proxy)
+        except dial.CallFailed as e:
+            if e.kind == "timeout":
+                outbound.timed_out(self.endpoint, self.breakers, timeout)
+            raise FlinkRestError(f"{e} (GET {path})", e.kind) from None
         self.breakers.succeeded(self.endpoint)
-        if response.status_code != 200:
-            log.debug("Flink REST %s answered %s: %s", url, response.status_code,
-                      outbound.truncated(response.content))
-            raise FlinkRestError(f"Flink REST {url} answered {response.status_code}")
         try:
-            body = response.json()
-        except ValueError as e:
-            raise FlinkRestError(f"Flink REST {url} did not answer JSON") from e
+            body = json.loads(raw)
+        except ValueError:
+            raise FlinkRestError(f"{name} did not answer JSON (GET {path})", "malformed"
+                                 ) from None
         if not isinstance(body, dict):
-            raise FlinkRestError(f"Flink REST {url} answered {type(body).__name__}, not an object")
+            raise FlinkRestError(f"{name} answered {type(body).__name__}, not an object "
+                                 f"(GET {path})", "malformed")
         return body
 
     def job(self) -> JobSummary | None:
@@ -172,6 +185,7 @@ class FlinkRest:
         uid_candidates: Iterable[str] = (),
         operator_ids: Mapping[str, Iterable[str]] | None = None,
     ) -> JobGraph:
+        jid = quote(jid, safe="")  # the JobManager's word, not a path
         job = self._get(f"/jobs/{jid}")
         plan = self._get(f"/jobs/{jid}/plan") if "plan" not in job else {"plan": job["plan"]}
         try:

@@ -16,6 +16,7 @@ from pydantic import ValidationError
 
 from controller import api
 from controller.api import Status
+from controller.owner import OWNER_ANNOTATION
 from controller.ports import PatchRefused, StatusConflict
 from controller.realize import FIELD_MANAGER, FLINK_GROUP, FLINK_PLURAL, FLINK_VERSION
 
@@ -93,6 +94,43 @@ class KubeDeployments:
             raise
         return ("took over fields owned by " + ", ".join(managers or ["another manager"])
                 + " (server-side apply conflict)")
+
+
+class KubeOwners:
+    """The owner annotation on FlinkDeployments (controller/owner.py), and whether the
+    policy it names still exists."""
+
+    def __init__(self, objects: client.CustomObjectsApi) -> None:
+        self.objects = objects
+
+    def alive(self, namespace: str, policy: str, uid: str) -> bool:
+        try:
+            found: Any = retrying(lambda: self.objects.get_namespaced_custom_object(
+                api.GROUP, api.VERSION, namespace, api.PLURAL, policy))
+        except ApiException as e:
+            if e.status == 404:
+                return False
+            raise
+        meta = found.get("metadata") or {}
+        return meta.get("uid") == uid and not meta.get("deletionTimestamp")
+
+    def claim(self, namespace: str, deployment: str, owner: str,
+              resource_version: str | None) -> bool:
+        # A merge patch carrying resourceVersion is a compare-and-swap.
+        body = {"metadata": {"annotations": {OWNER_ANNOTATION: owner},
+                             **({"resourceVersion": resource_version}
+                                if resource_version else {})}}
+        try:
+            retrying(lambda: self.objects.patch_namespaced_custom_object(
+                FLINK_GROUP, FLINK_VERSION, namespace, FLINK_PLURAL, deployment, body,
+                _content_type="application/merge-patch+json"),
+                retried=RETRIED - {409})
+        except ApiException as e:
+            if e.status in (404, 409):
+                return False
+            raise
+        log.info("%s/%s: now owned by policy %s", namespace, deployment, owner)
+        return True
 
 
 def plain(value: Any) -> Any:

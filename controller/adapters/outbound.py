@@ -22,6 +22,8 @@ from contextvars import ContextVar
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
+from controller.adapters.dial import Url, UrlRefused, parse_url
+
 # A call given less than this (or than half the budget) that times out says more about
 # the budget than about the endpoint: it does not trip the breaker.
 TRIP_AFTER_S = 2.0
@@ -179,7 +181,7 @@ class AllowList:
         self.host_ports: set[tuple[str, int]] = set()
         self.networks: list[Network] = []
         self.resolve = resolve
-        self.always = {endpoint(u) for u in always}
+        self.always = {parse_url(u, "--prometheus-url").endpoint for u in always}
         for raw in entries:
             entry = raw.strip().lower()
             if not entry:
@@ -194,24 +196,23 @@ class AllowList:
             else:
                 self.names.add(entry.strip("[]"))
 
-    def refusal(self, url: str) -> str | None:
-        """Why `url` may not be dialled, naming the field, or None."""
-        try:
-            parts = urlsplit(url)
-            host, port = (parts.hostname or "").lower(), parts.port
-        except ValueError as e:
-            return f"spec.metrics.prometheusUrl is not a usable URL ({e})"
-        if parts.scheme not in ("http", "https") or not host:
-            return "spec.metrics.prometheusUrl must be an http(s) URL with a host"
-        if endpoint(url) in self.always:
+    def refusal(self, url: Url | str, field: str = "spec.metrics.prometheusUrl") -> str | None:
+        """Why `url` may not be dialled, naming the field, or None. A string is parsed
+        first (controller.adapters.dial); the request must be built from the same `Url`."""
+        if isinstance(url, str):
+            try:
+                url = parse_url(url, field)
+            except UrlRefused as e:
+                return f"{e}; it was not contacted"
+        if url.endpoint in self.always:
             return None
-        port = port or (443 if parts.scheme == "https" else 80)
+        host, port = url.host, url.port
         if host in self.names or (host, port) in self.host_ports or any(
                 host.endswith(s) for s in self.suffixes):
             return None
         if self.networks and self._in_networks(host, port):
             return None
-        return (f"spec.metrics.prometheusUrl: host {host}:{port} is not in the controller's "
+        return (f"{field}: host {host}:{port} is not in the controller's "
                 f"allow-list of Prometheus hosts; it was not contacted (ask the operator to add "
                 f"it, or leave prometheusUrl unset for the default Prometheus)")
 

@@ -7,19 +7,23 @@ core never decides on a partial picture.
 
 from __future__ import annotations
 
+import json
 import logging
 import math
-import re
-from collections.abc import Mapping, Sequence
-from datetime import UTC, datetime
+import ssl
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
 from typing import Any, Protocol
 
-from controller.adapters import outbound
+from controller.adapters import dial, outbound
 from controller.adapters.promql import JobQueries, job_queries
 from controller.ports import Collected, MetricsError, MetricsUnavailable
 from policies.model import JobGraph, Observation, VertexMetrics, estimate_mean_from_quantiles
 
 log = logging.getLogger(__name__)
+# An answer past this is the endpoint's fault (reason MetricsAnswerTooLarge): a window
+# of every signal of a 100-vertex job at 4 tasks a vertex is well under 1 MiB.
+MAX_ANSWER_BYTES = 8 * 2**20
 Series = Mapping[str, Any]  # {"metric": {label: value}, "values": [[ts, "value"], ...]}
 
 
@@ -31,88 +35,74 @@ class MetricsSource(Protocol):
         ...
 
 
-class BearerTokenFile:
-    """requests auth: `Authorization: Bearer <file's content>`, re-read on every request so
-    a rotated (e.g. projected ServiceAccount) token is picked up."""
-
-    def __init__(self, path: str) -> None:
-        self.path = path
-
-    def __call__(self, request: Any) -> Any:
-        from pathlib import Path
-
-        request.headers["Authorization"] = "Bearer " + Path(self.path).read_text().strip()
-        return request
-
-
 class Prometheus:
-    """`MetricsSource` over prometheus-api-client; every failure becomes `MetricsError`.
+    """`MetricsSource` over Prometheus' HTTP API; every failure becomes `MetricsError`.
 
-    TLS is verified (against `ca_file` when given). No urllib3 retries and no redirects:
-    each call's timeout comes from the pass's deadline (controller.adapters.outbound),
-    and an endpoint that timed out is not dialled again until its cool-down ends.
-    Answer bodies never reach the error message (it ends up in status and Events): a
-    tenant's URL must not turn the controller into a proxy that reads back what it got.
+    Requests are built from the parsed `Url` (controller.adapters.dial), under one
+    deadline for the whole call (from the pass's budget, controller.adapters.outbound)
+    and a size limit on the answer. TLS is verified (against `ca_file` when given); no
+    retries, no redirects, no proxies. An endpoint that timed out is not dialled again
+    until its cool-down ends. Errors name the endpoint by `field` (the user's own
+    field), never by what answered, and never quote the answer: a tenant's URL must
+    not turn the controller into a proxy that reads back what it got.
     """
 
-    def __init__(self, url: str, timeout_s: float = 10.0, ca_file: str | None = None,
-                 token_file: str | None = None, breakers: outbound.Breakers | None = None
-                 ) -> None:
-        import requests
-        from prometheus_api_client import PrometheusConnect
-        from urllib3.util.retry import Retry
-
-        self.url, self.timeout_s = url, timeout_s
-        self.endpoint = outbound.endpoint(url)
+    def __init__(self, url: dial.Url | str, timeout_s: float = 10.0, ca_file: str | None = None,
+                 token_file: str | None = None, breakers: outbound.Breakers | None = None,
+                 field: str = "spec.metrics.prometheusUrl",
+                 max_bytes: int = MAX_ANSWER_BYTES,
+                 authorization: Callable[[], str | None] | None = None) -> None:
+        self.url = url if isinstance(url, dial.Url) else dial.parse_url(url, field)
+        self.timeout_s, self.field, self.max_bytes = timeout_s, field, max_bytes
+        self.endpoint = self.url.endpoint
         self.breakers = breakers or outbound.BREAKERS
-        session = requests.Session()
-        session.verify = ca_file or True
-        session.max_redirects = 0
-        session.trust_env = False  # no proxies or .netrc from the environment
-        if token_file:
-            session.auth = BearerTokenFile(token_file)
-        self._client = PrometheusConnect(url=url, session=session, timeout=timeout_s,
-                                         retry=Retry(total=0, read=False))
+        self.token_file = token_file
+        self.authorization = authorization
+        self.tls = ssl.create_default_context(cafile=ca_file) if ca_file else None
 
     def query_range(self, query: str, start: float, end: float, step: float) -> Sequence[Series]:
-        return self._call(
-            self._client.custom_query_range, query,
-            datetime.fromtimestamp(start, UTC), datetime.fromtimestamp(end, UTC), str(step),
-        )
+        return self._call("/api/v1/query_range", {"query": query, "start": _num(start),
+                                                  "end": _num(end), "step": _num(step)})
 
     def query(self, query: str, time: float) -> Sequence[Series]:
-        return self._call(self._client.custom_query, query, params={"time": time})
+        return self._call("/api/v1/query", {"query": query, "time": _num(time)})
 
-    def _call(self, method: Any, *args: Any, **kwargs: Any) -> Sequence[Series]:
-        import requests
-        from prometheus_api_client.exceptions import PrometheusApiClientException
+    def _headers(self) -> dict[str, str]:
+        if self.token_file:  # re-read per request: a rotated token is picked up
+            return {"Authorization": "Bearer " + Path(self.token_file).read_text().strip()}
+        value = self.authorization() if self.authorization else None
+        return {"Authorization": value} if value else {}
 
+    def _call(self, path: str, params: dict[str, str]) -> Sequence[Series]:
+        name = f"Prometheus ({self.field})"
         try:
             timeout = outbound.admit(self.endpoint, self.breakers, self.timeout_s)
         except outbound.NotAsked as e:
-            raise MetricsError(f"Prometheus {self.url} not asked: {e}") from e
+            # Cooling down after a timeout is still the endpoint's fault.
+            raise MetricsError(f"{name} not asked: {e}",
+                              "timeout" if isinstance(e, outbound.CircuitOpen) else "") from e
         try:
-            result: Sequence[Series] = method(*args, **kwargs, timeout=timeout)
-        except requests.Timeout as e:
-            outbound.timed_out(self.endpoint, self.breakers, timeout)
-            raise MetricsError(
-                f"Prometheus {self.url} did not answer within {timeout:.1f}s") from e
-        except requests.RequestException as e:
-            raise MetricsError(f"Prometheus {self.url} unreachable: {type(e).__name__}") from e
-        except PrometheusApiClientException as e:
-            # The library puts the whole body into its message: log it, report the code.
-            log.debug("Prometheus %s answered: %s", self.url, outbound.truncated(str(e)))
-            code = re.search(r"HTTP Status Code (\d+)", str(e))
-            raise MetricsError(f"Prometheus {self.url} answered HTTP "
-                               f"{code.group(1) if code else 'error'} to a query") from e
-        except (ValueError, KeyError, TypeError) as e:
-            raise MetricsError(f"Prometheus {self.url} answered something that is not a "
-                               f"Prometheus API response ({type(e).__name__})") from e
+            body = dial.get(self.url, path, params, field=self.field, what="Prometheus",
+                            timeout_s=timeout, max_bytes=self.max_bytes,
+                            headers=self._headers(), tls=self.tls)
+        except dial.CallFailed as e:
+            if e.kind == "timeout":
+                outbound.timed_out(self.endpoint, self.breakers, timeout)
+            raise MetricsError(str(e), e.kind) from None
         self.breakers.succeeded(self.endpoint)
+        try:
+            answer = json.loads(body)
+            result = answer["data"]["result"] if answer.get("status") == "success" else None
+        except (ValueError, KeyError, TypeError, AttributeError):
+            result = None
         if not isinstance(result, list):
-            raise MetricsError(f"Prometheus {self.url} answered something that is not a "
-                               f"Prometheus API response")
+            raise MetricsError(f"{name} answered something that is not a Prometheus API "
+                               f"response", "malformed")
         return result
+
+
+def _num(value: float) -> str:
+    return repr(float(value))
 
 
 def _points(series: Series) -> list[tuple[float, float]]:
@@ -204,7 +194,7 @@ def collect(
         parts = combined_range(source, {name: getattr(q, name) for name in WINDOW_SIGNALS},
                                start, now, step)
     except MetricsError as e:
-        return MetricsUnavailable(str(e))
+        return MetricsUnavailable(str(e), e.kind)
     rows = {name: _by_task(parts[name]) for name in TASK_SIGNALS}
     busiest = {name: _busiest_subtask(parts[name]) for name in SUBTASK_SIGNALS}
     latency_rows = parts["state_latency"]
@@ -310,7 +300,7 @@ class RefusedMetrics:
 
     def observe(self, graph: JobGraph, job_id: str, now: float, window_s: float,
                 resolution_s: float) -> MetricsUnavailable:
-        return MetricsUnavailable(self.reason)
+        return MetricsUnavailable(self.reason, "refused")
 
     def operator_ids(self, job_id: str, now: float) -> dict[str, tuple[str, ...]]:
-        raise MetricsError(self.reason)
+        raise MetricsError(self.reason, "refused")

@@ -15,10 +15,11 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import math
+import time
 from collections import OrderedDict, deque
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from controller import telemetry
 from controller.adapters import outbound
@@ -28,6 +29,10 @@ T = TypeVar("T")
 # pass against hung endpoints ends (and says so) within one resolution.
 BUDGET_SHARE = 0.8
 MIN_BUDGET_S, MAX_BUDGET_S = 1.0, 60.0
+# A pass still on its thread this long after its deadline is stuck (liveness); API
+# server calls (not under the deadline) are retried for a few seconds at most.
+STUCK_GRACE_S = 30.0
+UNBUDGETED_S = 60.0  # small API server calls made outside a pass
 
 
 def pass_budget(resolution_s: float, max_s: float = MAX_BUDGET_S) -> float:
@@ -46,6 +51,9 @@ class FairPool:
         self.executor = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="loop")
         self.running: dict[str, int] = {}
         self.waiting: OrderedDict[str, deque[asyncio.Future[None]]] = OrderedDict()
+        # Passes on threads now: (started, budget), for the liveness probe.
+        self.started: dict[asyncio.Future[Any], tuple[float, float | None]] = {}
+        self.last_finished = self.busy_since = time.monotonic()
         telemetry.WORKERS.set(workers)
 
     def share(self) -> int:
@@ -58,17 +66,50 @@ class FairPool:
     async def run(self, namespace: str, call: Callable[..., T], *args: object,
                   budget_s: float | None = None) -> T:
         """`call(*args)` on a worker, in a copy of the caller's context (kopf's event
-        poster follows the pass), under a pass deadline of `budget_s` if given."""
+        poster follows the pass), under a pass deadline of `budget_s` if given.
+
+        The slot is given back when the thread is done, not when the caller stops
+        waiting: a daemon cancelled mid-call (its policy deleted) leaves the pass
+        running on its thread until its deadline, and until then the slot is taken,
+        so a re-created policy cannot pile a second pass onto a busy pool.
+        """
         await self._acquire(namespace)
+        loop = asyncio.get_running_loop()
         try:
             context = contextvars.copy_context()
-            loop = asyncio.get_running_loop()
-            return await loop.run_in_executor(
+            started = time.monotonic()
+            future = loop.run_in_executor(
                 self.executor, context.run, _under_deadline, budget_s, call, args)
-        finally:
+        except BaseException:
+            self._release(namespace)
+            raise
+        self.started[future] = (started, budget_s)
+
+        def done(_: asyncio.Future[T]) -> None:
+            self.started.pop(future, None)
+            self.last_finished = time.monotonic()
             self._release(namespace)
 
+        future.add_done_callback(done)
+        return await asyncio.shield(future)
+
+    def stalled_for(self) -> float:
+        """Seconds since a pass last finished, while passes are running or waiting (0
+        when idle: nothing is due then)."""
+        if not self.started and not self.waiting:
+            return 0.0
+        return time.monotonic() - max(self.last_finished, self.busy_since)
+
+    def stuck(self, grace_s: float = STUCK_GRACE_S) -> int:
+        """Passes running past their deadline plus `grace_s` (or unbudgeted for long)."""
+        now = time.monotonic()
+        return sum(1 for started, budget in self.started.values()
+                   if now - started > (budget if budget is not None else UNBUDGETED_S)
+                   + grace_s)
+
     async def _acquire(self, namespace: str) -> None:
+        if not self.started and not self.waiting:  # idle until now: a stall counts from here
+            self.busy_since = time.monotonic()
         future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self.waiting.setdefault(namespace, deque()).append(future)
         self._grant()

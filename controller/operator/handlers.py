@@ -22,9 +22,9 @@ from kubernetes import client
 from pydantic import ValidationError
 
 from controller import api, telemetry
-from controller.adapters import outbound
+from controller.adapters import dial
 from controller.adapters.flink_rest import FlinkRest
-from controller.adapters.kube import KubeDeployments, KubeEvents, KubeStatusStore
+from controller.adapters.kube import KubeDeployments, KubeEvents, KubeOwners, KubeStatusStore
 from controller.adapters.outbound import AllowList
 from controller.adapters.prometheus import Prometheus, PrometheusMetrics, RefusedMetrics
 from controller.loop import reconcile
@@ -43,6 +43,7 @@ from controller.record import Reason, with_condition
 
 log = logging.getLogger(__name__)
 RUNNING: set[str] = set()  # namespace/name of policies with a live loop, for the probe
+RESOLUTIONS: dict[str, float] = {}  # namespace/name -> spec.metrics.resolution (liveness)
 # How often a policy whose spec does not parse is looked at again: the default resolution.
 UNPARSED_PERIOD_S = api.MetricsSpec().resolution
 # A pass waiting for the window sleeps until the evaluation can be due (plus this, so the
@@ -70,20 +71,30 @@ def _allowed() -> AllowList:
     return AllowList(RUNTIME.allowed_prometheus, always=[RUNTIME.prometheus_url])
 
 
-# One client (and connection pool) per distinct URL, the least recently used dropped.
+# One client per distinct URL, the least recently used dropped.
 @lru_cache(maxsize=PROMETHEUS_CLIENTS)
-def _prometheus(url: str) -> PrometheusMetrics:
+def _prometheus(url: dial.Url, field: str) -> PrometheusMetrics:
     # The bearer token goes to the operator's own Prometheus only, never to a URL a
     # tenant wrote (even an allowed one): that would hand the token to the tenant.
-    own = outbound.endpoint(url) == outbound.endpoint(RUNTIME.prometheus_url)
+    own = url.endpoint == dial.parse_url(RUNTIME.prometheus_url, OWN_FIELD).endpoint
     return PrometheusMetrics(Prometheus(
-        url, ca_file=RUNTIME.prometheus_ca_file,
+        url, ca_file=RUNTIME.prometheus_ca_file, field=field,
         token_file=RUNTIME.prometheus_token_file if own else None))
 
 
-def _metrics(url: str) -> PrometheusMetrics | RefusedMetrics:
-    refusal = _allowed().refusal(url)
-    return RefusedMetrics(refusal) if refusal else _prometheus(url)
+OWN_FIELD = "--prometheus-url"
+TENANT_FIELD = "spec.metrics.prometheusUrl"
+
+
+def _metrics(raw: str) -> PrometheusMetrics | RefusedMetrics:
+    """Parse once; the allow-list and the request both read that parse."""
+    field = OWN_FIELD if raw == RUNTIME.prometheus_url else TENANT_FIELD
+    try:
+        url = dial.parse_url(raw, field)
+    except dial.UrlRefused as e:
+        return RefusedMetrics(f"{e}; it was not contacted")
+    refusal = _allowed().refusal(url, field)
+    return RefusedMetrics(refusal) if refusal else _prometheus(url, field)
 
 
 def _flink(namespace: str, name: str) -> FlinkRest:
@@ -99,6 +110,7 @@ def ports_for(body: Mapping[str, Any], store: KubeStatusStore) -> Ports:
         flink=_flink,
         metrics=_metrics,
         default_prometheus_url=RUNTIME.prometheus_url,
+        owners=KubeOwners(_objects()),
     )
 
 
@@ -152,6 +164,7 @@ async def policy_loop(body: kopf.Body, meta: kopf.Meta, namespace: str | None, n
                 # (its whole history) every pass would be wasted work.
                 policy = api.parse_policy({k: v for k, v in body.items() if k != "status"})
                 resolution = period = policy.spec.metrics.resolution
+                RESOLUTIONS[key] = resolution
                 result = await _pool().run(
                     namespace or "default", reconcile, policy, meta.get("generation"), status,
                     ports_for(body, store),
@@ -160,6 +173,8 @@ async def policy_loop(body: kopf.Body, meta: kopf.Meta, namespace: str | None, n
                 log.debug("%s: %s", key, result.outcome)
                 if result.due is not None:  # wake when the evaluation can be due
                     period = min(resolution, max(0.0, result.due - time.time()) + DUE_SLACK_S)
+            except dial.Stopping:
+                return  # the process is stopping; nothing of this pass is written
             except ValidationError as e:
                 # The CRD's schema and CEL rules should have refused it; say so anyway.
                 telemetry.count(telemetry.ERRORS, namespace or "default", name or "", "spec")
@@ -182,9 +197,55 @@ async def policy_loop(body: kopf.Body, meta: kopf.Meta, namespace: str | None, n
             await stopped.wait(period)
     finally:
         RUNNING.discard(key)
+        RESOLUTIONS.pop(key, None)
         telemetry.forget(namespace or "default", name or "")
 
 
 @kopf.on.probe(id="policies")
 def running_policies(**_: Any) -> int:
     return len(RUNNING)
+
+
+# No pass finished for this many of the shortest resolution, while passes were due:
+# the process can no longer evaluate (liveness fails, the kubelet restarts it).
+STALL_RESOLUTIONS = 6
+
+
+def liveness_problem() -> str | None:
+    """Why this process can no longer evaluate, or None (see `evaluating`)."""
+    if not RUNNING:
+        return None
+    pool = _pool()
+    stuck = pool.stuck()
+    if stuck >= pool.workers:
+        return f"all {pool.workers} workers are stuck in passes past their deadline"
+    shortest = min(RESOLUTIONS.values(), default=UNPARSED_PERIOD_S)
+    stalled = pool.stalled_for()
+    if stalled > STALL_RESOLUTIONS * shortest + 2 * pass_budget(shortest):
+        return (f"no pass finished in {stalled:.0f}s while passes were due "
+                f"(the shortest resolution is {shortest:g}s)")
+    return None
+
+
+def check_liveness() -> str:
+    """"ok", or kopf.PermanentError (the probe fails: /healthz answers 500)."""
+    problem = liveness_problem()
+    if problem:
+        log.error("liveness: %s", problem)
+        raise kopf.PermanentError(problem)
+    return "ok"
+
+
+@kopf.on.probe(id="evaluating")
+def evaluating(**_: Any) -> str:
+    """/healthz answers 500 when no pass can run: every worker stuck, or none finished in
+    several resolutions while passes were due."""
+    return check_liveness()
+
+
+@kopf.on.cleanup()
+def end_outbound_calls(**_: Any) -> None:
+    """The operator stops (SIGTERM): end every Prometheus and Flink REST call in flight,
+    so passes on hung peers free their threads and the process exits within the grace
+    period. Those passes end without writing anything (dial.Stopping)."""
+    dial.stop_all()

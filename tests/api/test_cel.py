@@ -26,6 +26,7 @@ from hypothesis import strategies as st
 from pydantic import BaseModel, ValidationError
 
 from controller import api
+from controller.adapters import dial
 from policies.quantity import parse_quantity_bytes
 from policies.spec import CpuScaling, MemoryScaling, ParallelismOverride
 from tests.api.test_crd import SPEC, _section, apply_defaults
@@ -253,6 +254,12 @@ OUT_OF_RANGE = {
     ("spec.placement.solverTimeLimit", "must be at most 1m"): "60001ms",
     ("spec.skew.miniBatchLatency", "must be at least 1ms"): "0.5ms",
     ("spec.skew.miniBatchLatency", "must be at most 1m"): "61s",
+    # Not bounds but the one URL parser's refusals (controller.adapters.dial), in order.
+    ("spec.metrics.prometheusUrl", dial.FORBIDDEN[0][1]): "http://127.0.0.2:1\\@prom:9090",
+    ("spec.metrics.prometheusUrl", dial.FORBIDDEN[1][1]): "http://user:password@prom:9090",
+    ("spec.metrics.prometheusUrl", dial.FORBIDDEN[2][1]): "http://%70rom:9090",
+    ("spec.metrics.prometheusUrl", dial.FORBIDDEN[3][1]): "http://prom:9090/?q",
+    ("spec.metrics.prometheusUrl", dial.PATTERN_MESSAGE): "http://0x7f.0.0.1:9090",
 }
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import socket
 import ssl
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
@@ -79,6 +80,59 @@ class Answering:
             self._server.socket = context.wrap_socket(self._server.socket, server_side=True)
             scheme = "https"
         self.url = f"{scheme}://{host}:{self._server.server_address[1]}"
+        threading.Thread(target=self._server.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+
+
+class Streaming:
+    """An HTTP server answering every GET with 200 and a body it writes `chunk` by
+    `chunk`, `every_s` apart, up to `total` bytes (a trickling Prometheus with a tiny
+    chunk, a 200 MB answer with a large one). `length` sends a Content-Length (else the
+    body ends when the connection closes). Counts requests and bytes it got written."""
+
+    def __init__(self, chunk: bytes, total: int, every_s: float = 0.0, length: bool = False,
+                 host: str = "127.0.0.1") -> None:
+        outer = self
+        self.requests = 0
+        self.sent = 0
+        self.finished = 0  # answers written in full
+        self._lock = threading.Lock()
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                with outer._lock:
+                    outer.requests += 1
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                if length:
+                    self.send_header("Content-Length", str(total))
+                self.end_headers()
+                written = 0
+                try:
+                    while written < total:
+                        piece = chunk[:total - written]
+                        self.wfile.write(piece)
+                        self.wfile.flush()
+                        written += len(piece)
+                        with outer._lock:
+                            outer.sent += len(piece)
+                        if every_s:
+                            time.sleep(every_s)
+                except OSError:
+                    return  # the client hung up
+                with outer._lock:
+                    outer.finished += 1
+
+            def log_message(self, *_: object) -> None:
+                pass
+
+        self._server = ThreadingHTTPServer((host, 0), Handler)
+        self._server.daemon_threads = True
+        self.host, self.port = host, int(self._server.server_address[1])
+        self.url = f"http://{host}:{self.port}"
         threading.Thread(target=self._server.serve_forever, daemon=True).start()
 
     def close(self) -> None:

@@ -129,7 +129,7 @@ def test_client_reads_the_graph_over_http(jobmanager: GoldenJobManager) -> None:
 
 
 def test_client_errors_name_the_url(jobmanager: GoldenJobManager) -> None:
-    with pytest.raises(FlinkRestError, match="answered 404"):
+    with pytest.raises(FlinkRestError, match="answered HTTP 404"):
         FlinkRest(jobmanager.url).job_graph("0" * 32)
     with pytest.raises(FlinkRestError, match="unreachable"):
         FlinkRest("http://127.0.0.1:9", timeout_s=1).job()

@@ -96,17 +96,22 @@ def test_a_quiet_pass_reports_the_earliest_due_time_and_a_full_pass_the_exact_on
     world = Counted()
     world.run(policy("Recommend"))
     assert isinstance(world.flink, FakeFlink)
-    world.flink.start_ms = int((T0 + 3) * 1000)  # the job restarted: stabilization anew
-    world.now = T0 + 15
-    result = world.run(policy("Recommend"), generation=2)  # a spec edit: a full pass
-    assert result.outcome == "window-filling" and result.due == T0 + 3 + 10 + WINDOW
-    world.now = T0 + 16
+    world.run(policy("Recommend"))
+    world.now = T0 + 5
+    world.run(policy("Recommend"), generation=2)  # a spec edit: a full pass
+    world.now = T0 + 6
     # Quiet knows only the last evaluation: the earliest the evaluation can be due.
     result = world.run(policy("Recommend"), generation=2)
     assert result.outcome == "quiet" and result.due == T0 + WINDOW
+    # The job restarted without a step of ours (controller/jobhealth.py): no decision
+    # before a full window after stabilization from the restart, and no quiet pass.
+    world.flink.start_ms = int((T0 + 3) * 1000)
     world.now = T0 + WINDOW
     result = world.run(policy("Recommend"), generation=2)
-    assert result.outcome == "window-filling" and result.due == T0 + 3 + 10 + WINDOW
+    assert result.outcome == "job-restarted" and result.due == T0 + 3 + 10 + WINDOW
+    world.now = T0 + WINDOW + 1
+    result = world.run(policy("Recommend"), generation=2)
+    assert result.outcome == "job-restarted" and result.due == T0 + 3 + 10 + WINDOW
     world.now = T0 + 3 + 10 + WINDOW
     assert world.run(policy("Recommend"), generation=2).outcome == "recommended"
 

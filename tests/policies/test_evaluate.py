@@ -152,3 +152,26 @@ def test_evaluate_is_deterministic() -> None:
     a = evaluate(GRAPH, job(0.42), PolicyState(), PARAMS, NOW)
     b = evaluate(GRAPH, job(0.42), PolicyState(), PARAMS, NOW)
     assert a == b
+
+
+@pytest.mark.parametrize("policy", [Policy.JUSTIN, Policy.CAPACITY])
+def test_a_lowered_bound_takes_effect_with_a_reason_naming_it(policy: Policy) -> None:
+    """A GitOps edit lowers maxParallelism below what runs, in a window where the policy
+    itself would keep everything: the step moves the job within it, naming the bound."""
+    graph = chain(vertex("src", 2), vertex("counter", 6, 2), vertex("sink", 2))
+    quiet = observe(src=source(500, 1000), counter=counter(0.9, busy=500),
+                    sink=metrics(500, 1000, 0))
+    params = replace(PARAMS, policy=policy, cpu=CpuScaling(scale_down_delay=0,
+                                                           max_parallelism=4),
+                     memory=MemoryScaling(max_level=2))
+    e = evaluate(graph, quiet, PolicyState(), params, NOW)
+    assert e.decision.reconfigures
+    assert (e.configuration["counter"].parallelism, e.configuration["counter"].memory_level) \
+        == (4, 1)
+    assert e.decision.vertex("counter").branch is Branch.OUT_OF_BOUNDS
+    assert "spec.cpu maxParallelism is 4" in e.decision.reason
+    assert "spec.memory.maxLevel is 2" in e.decision.reason
+    # Within the bounds again, the next window decides as the policy would.
+    after = graph.with_configuration(e.configuration)
+    again = evaluate(after, quiet, e.state, params, NOW + 300)
+    assert all(d.branch is not Branch.OUT_OF_BOUNDS for d in again.decision.vertices)

@@ -229,6 +229,20 @@ def test_control_endpoint_adds_lists_and_removes(server):
     assert requests.get(url, timeout=5).status_code == 404
 
 
+def test_a_failed_job_comes_back_under_a_new_id(server):
+    url = f"{server.url}/control/jobs/team-a/crash"
+    requests.put(url, json={"flinkConfiguration": Q11, "taskManager": TM}, timeout=5)
+    rest = requests.get(url, timeout=5).json()["restUrl"]
+    first = requests.get(f"{rest}/jobs/overview", timeout=5).json()["jobs"][0]
+    ids = {first["jid"]}
+    for _ in range(3):
+        assert requests.post(f"{url}/fail", timeout=5).status_code == 200
+        ids.add(requests.get(f"{rest}/jobs/overview", timeout=5).json()["jobs"][0]["jid"])
+    assert len(ids) == 4  # each failure a new job, as a crash-looping job shows
+    assert requests.post(f"{server.url}/control/jobs/team-a/nope/fail",
+                         timeout=5).status_code == 404
+
+
 def test_flink_configuration_parsing_rejects_what_flink_rejects():
     model = load_model("q11")
     with pytest.raises(ConfigError):

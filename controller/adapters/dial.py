@@ -1,0 +1,337 @@
+"""The one way the controller dials Prometheus and Flink REST: one URL parser, one GET.
+
+One parser. A URL is parsed once, strictly, into `Url` (scheme, host, port, path);
+the allow-list is checked against that parse and the request is built from the same
+parts (`http.client` gets host and port, never the string). What two parsers could
+read differently is refused: backslashes, userinfo (`user:pass@`), percent-encoding,
+queries and fragments, upper case or non-canonical IP forms (`127.1`, `0x7f.0.0.1`,
+`2130706433`, `0177.0.0.1`, `[0:0::1]`). `url_rules` say the same
+for the CRD (CEL), so the API server refuses them before the controller sees them.
+
+One deadline. A call has one deadline for connecting, sending and reading the whole
+answer: every socket operation gets only the time left, so a peer that trickles a
+byte a second is cut off when the deadline passes, not per read. The answer is read
+in chunks up to a size limit and dropped past it. `stop_all` ends every call in
+flight at once (the process is shutting down).
+
+Errors name the endpoint by the field the user wrote (`spec.metrics.prometheusUrl`),
+never by what answered: no exception class names, no TLS or socket messages.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import http.client
+import io
+import ipaddress
+import logging
+import re
+import socket
+import ssl
+import threading
+import time
+import weakref
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import quote, urlencode
+
+log = logging.getLogger(__name__)
+MAX_URL_LENGTH = 2048
+LOGGED_BODY_BYTES = 200
+CHUNK_BYTES = 64 * 1024
+
+# Written without backslashes (CEL string literals in the CRD): [.] is a dot.
+_OCTET = "(25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])"
+_IPV4 = f"({_OCTET}[.]){{3}}{_OCTET}"
+# A DNS name whose last label starts with a letter: `127.1` or `0x7f000001` would
+# otherwise pass as names and be read as IPv4 addresses by a resolver.
+_NAME = "([a-z0-9]([-a-z0-9]*[a-z0-9])?[.])*[a-z]([-a-z0-9]*[a-z0-9])?"
+_IPV6 = "[[][0-9a-f:]+[]]"
+_PATH = "(/[-A-Za-z0-9._~!$&()*+,;=:]*)*"
+URL_PATTERN = f"^https?://({_IPV4}|{_NAME}|{_IPV6})(:[1-9][0-9]{{0,4}})?{_PATH}$"
+_URL = re.compile(URL_PATTERN.replace("[[]", r"\[").replace("[]]", r"\]"))
+
+# What two parsers may read differently, refused by name before the pattern is tried.
+FORBIDDEN: tuple[tuple[tuple[str, ...], str], ...] = (
+    (("\\",), "must not contain a backslash"),
+    (("@",), "must not carry credentials (user:password@host); credentials come from "
+             "a Secret reference (docs/install.md), never from the URL"),
+    (("%",), "must not contain percent-encoding"),
+    (("?", "#"), "must not have a query or a fragment"),
+)
+PATTERN_MESSAGE = ("must be http(s)://host[:port][/path] with a lowercase DNS name, a "
+                   "dotted-quad IPv4 address or a bracketed, compressed IPv6 address as host")
+
+
+def _cel(text: str) -> str:
+    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+def url_rules() -> list[dict[str, str]]:
+    """The CRD's x-kubernetes-validations of a URL field: what `parse_url` refuses, in the
+    same words (the API server puts the field's path in front)."""
+    rules = [{"rule": " && ".join(f"!self.contains({_cel(s)})" for s in subs),
+              "message": message} for subs, message in FORBIDDEN]
+    rules.append({"rule": f"self.matches({_cel(URL_PATTERN)})", "message": PATTERN_MESSAGE})
+    return rules
+
+
+class Stopping(BaseException):
+    """The process is stopping and this call was ended: the pass ends without writing
+    a status or an Event (a BaseException, so the loop's error handling lets it by)."""
+
+
+class UrlRefused(ValueError):
+    """The URL is ambiguous or not an http(s) URL; the message names the field, `phrase`
+    is the rest (what pydantic and the CRD say after the field's path)."""
+
+    def __init__(self, field: str, phrase: str) -> None:
+        super().__init__(f"{field} {phrase}")
+        self.phrase = phrase
+
+
+@dataclass(frozen=True)
+class Url:
+    """A parsed http(s) URL; requests are built from these parts, never from text."""
+
+    scheme: str
+    host: str  # lowercase name, dotted quad, or an IPv6 address without brackets
+    port: int
+    path: str  # "" or starting with "/", no trailing "/"
+
+    @property
+    def endpoint(self) -> str:
+        """scheme://host:port: what a breaker guards and the allow-list names."""
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"{self.scheme}://{host}:{self.port}"
+
+    def __str__(self) -> str:
+        return self.endpoint + self.path
+
+
+def parse_url(raw: str, field: str) -> Url:
+    """`raw` as a `Url`, or `UrlRefused` saying why, naming `field`."""
+    text = raw.strip()
+    if len(text) > MAX_URL_LENGTH:
+        raise UrlRefused(field, f"must be at most {MAX_URL_LENGTH} characters")
+    if not text.isascii() or any(c.isspace() or not c.isprintable() for c in text):
+        raise UrlRefused(field, "must be printable ASCII without spaces")
+    for subs, message in FORBIDDEN:
+        if any(s in text for s in subs):
+            raise UrlRefused(field, f"{message}")
+    if not _URL.match(text):
+        raise UrlRefused(field, f"{PATTERN_MESSAGE}")
+    scheme, rest = text.split("://", 1)
+    authority, slash, path = rest.partition("/")
+    path = (slash + path).rstrip("/")
+    if authority.startswith("["):
+        host, _, port_text = authority[1:].partition("]")
+        port_text = port_text[1:]
+        try:
+            address = ipaddress.IPv6Address(host)
+        except ValueError:
+            raise UrlRefused(field, f"has {host!r}, which is not an IPv6 address") from None
+        if address.ipv4_mapped is not None:
+            raise UrlRefused(field, f"must write the IPv4-mapped address as {address.ipv4_mapped}")
+        if address.compressed != host:
+            raise UrlRefused(field, f"must write the IPv6 address as {address.compressed}")
+    else:
+        host, _, port_text = authority.partition(":")
+    port = int(port_text) if port_text else (443 if scheme == "https" else 80)
+    if not 1 <= port <= 65535:
+        raise UrlRefused(field, "must have a port between 1 and 65535")
+    if any(seg in (".", "..") for seg in path.split("/")):
+        raise UrlRefused(field, "must not have . or .. path segments")
+    return Url(scheme, host, port, path)
+
+
+# --- one GET under one deadline -----------------------------------------------------------
+
+
+class CallFailed(Exception):
+    """A call did not give a usable answer. `kind` is one of: timeout, too-large,
+    unreachable, http (then `status` is set). The message names the field."""
+
+    def __init__(self, kind: str, message: str, status: int | None = None) -> None:
+        super().__init__(message)
+        self.kind, self.status = kind, status
+
+
+_LIVE: weakref.WeakSet[_DeadlineSocket] = weakref.WeakSet()
+_LIVE_LOCK = threading.Lock()
+_STOPPED = threading.Event()
+
+
+def stop_all() -> None:
+    """End every call in flight now and refuse new ones (the process is stopping)."""
+    _STOPPED.set()
+    with _LIVE_LOCK:
+        live = list(_LIVE)
+    for s in live:
+        s.abort()
+
+
+def stopping() -> bool:
+    return _STOPPED.is_set()
+
+
+class _DeadlineSocket:
+    """A connected socket whose every operation gets only the time left until `ends`."""
+
+    def __init__(self, sock: socket.socket, ends: float) -> None:
+        self._sock, self.ends = sock, ends
+        self._io_refs, self._closed = 0, False
+        with _LIVE_LOCK:
+            _LIVE.add(self)
+
+    def _arm(self) -> None:
+        left = self.ends - time.monotonic()
+        if left <= 0 or _STOPPED.is_set():
+            raise TimeoutError("deadline")
+        self._sock.settimeout(left)
+
+    def recv_into(self, buffer: Any, nbytes: int = 0) -> int:
+        self._arm()
+        return self._sock.recv_into(buffer, nbytes)
+
+    def sendall(self, data: Any) -> None:
+        self._arm()
+        self._sock.sendall(data)
+
+    def makefile(self, mode: str = "rb", **_: Any) -> io.BufferedReader:
+        self._io_refs += 1
+        return io.BufferedReader(socket.SocketIO(self, "rb"))  # type: ignore[arg-type]
+
+    def _decref_socketios(self) -> None:  # socket.SocketIO.close calls it
+        # As socket.socket: closed for real once its last file is closed too.
+        self._io_refs -= 1
+        if self._closed and self._io_refs <= 0:
+            self._close()
+
+    def abort(self) -> None:
+        """Wake a blocked read or write (from another thread): it fails at once."""
+        with contextlib.suppress(OSError):
+            self._sock.shutdown(socket.SHUT_RDWR)
+
+    def close(self) -> None:
+        self._closed = True
+        if self._io_refs <= 0:
+            self._close()
+
+    def _close(self) -> None:
+        with _LIVE_LOCK:
+            _LIVE.discard(self)
+        self._sock.close()
+
+    def fileno(self) -> int:
+        return self._sock.fileno()
+
+
+class _Connection(http.client.HTTPConnection):
+    ends = 0.0
+
+    def connect(self) -> None:
+        self.timeout = _left(self.ends)
+        super().connect()
+        self.sock = _DeadlineSocket(self.sock, self.ends)
+
+
+class _TlsConnection(http.client.HTTPSConnection):
+    ends = 0.0
+
+    def connect(self) -> None:
+        self.timeout = _left(self.ends)
+        super().connect()
+        self.sock = _DeadlineSocket(self.sock, self.ends)
+
+
+def _left(ends: float) -> float:
+    left = ends - time.monotonic()
+    if left <= 0 or _STOPPED.is_set():
+        raise TimeoutError("deadline")
+    return left
+
+
+@dataclass(frozen=True)
+class Proxy:
+    """An operator-configured HTTP proxy (never a tenant's): host and port."""
+
+    host: str
+    port: int
+
+
+def get(url: Url, path: str, params: Mapping[str, str] | None, *, field: str, what: str,
+        timeout_s: float, max_bytes: int, headers: Mapping[str, str] | None = None,
+        tls: ssl.SSLContext | None = None, proxy: Proxy | None = None) -> bytes:
+    """GET `url.path + path?params` and return the whole body of a 200 answer.
+
+    Connecting, sending and reading the complete answer share one deadline of
+    `timeout_s`; a body past `max_bytes` is dropped. `what` and `field` name the
+    endpoint in errors ("Prometheus (spec.metrics.prometheusUrl)").
+    """
+    name = f"{what} ({field})"
+    if _STOPPED.is_set():
+        raise Stopping(f"{name} not asked: the controller is stopping")
+    ends = time.monotonic() + timeout_s
+    target = quote(url.path + path, safe="/-._~!$&()*+,;=:")
+    if params:
+        target += "?" + urlencode(params)
+    conn: http.client.HTTPConnection
+    if url.scheme == "https":
+        context = tls or ssl.create_default_context()
+        conn = _TlsConnection(proxy.host if proxy else url.host,
+                              proxy.port if proxy else url.port, context=context)
+        if proxy:
+            conn.set_tunnel(url.host, url.port)
+    else:
+        conn = _Connection(proxy.host if proxy else url.host, proxy.port if proxy else url.port)
+        if proxy:  # absolute-form request line, as HTTP proxies expect
+            target = url.endpoint + target
+    conn.ends = ends
+    try:
+        conn.putrequest("GET", target, skip_accept_encoding=True)
+        conn.putheader("Accept", "application/json")
+        conn.putheader("Accept-Encoding", "identity")
+        for key, value in (headers or {}).items():
+            conn.putheader(key, value)
+        conn.endheaders()
+        response = conn.getresponse()
+        if response.status != 200:
+            # For the operator's debug log only, cut short; never into a message.
+            log.debug("%s answered HTTP %d: %r", name, response.status,
+                      response.read(LOGGED_BODY_BYTES))
+            raise CallFailed("http", f"{name} answered HTTP {response.status}",
+                             response.status)
+        length = response.getheader("Content-Length")
+        if length is not None and length.isdigit() and int(length) > max_bytes:
+            raise _too_large(name, max_bytes)
+        body = bytearray()
+        while chunk := response.read(CHUNK_BYTES):
+            body += chunk
+            if len(body) > max_bytes:
+                raise _too_large(name, max_bytes)
+        return bytes(body)
+    except CallFailed:
+        raise
+    except TimeoutError:
+        if _STOPPED.is_set():
+            raise Stopping(f"{name}: call ended, the controller is stopping") from None
+        raise CallFailed("timeout", f"{name} did not answer within "
+                         f"{timeout_s:.1f}s") from None
+    except (OSError, http.client.HTTPException, ssl.SSLError, ValueError):
+        if _STOPPED.is_set():
+            raise Stopping(f"{name}: call ended, the controller is stopping") from None
+        if time.monotonic() >= ends:
+            raise CallFailed("timeout", f"{name} did not answer within "
+                             f"{timeout_s:.1f}s") from None
+        # Which error (refused, reset, TLS, not HTTP) would tell the tenant what listens.
+        raise CallFailed("unreachable", f"{name} is unreachable or did not speak "
+                         f"HTTP(S) as expected") from None
+    finally:
+        conn.close()
+
+
+def _too_large(name: str, max_bytes: int) -> CallFailed:
+    return CallFailed("too-large", f"{name} answered more than {max_bytes // 2**20} MiB; "
+                      f"the answer was dropped")

@@ -1,0 +1,72 @@
+"""Job health: a job that restarts without a step of ours is not measured.
+
+A failover, or a restart loop (a new job id every few seconds), makes every metrics
+window a mix of outage and catch-up: busyness, rates and backlog say nothing about
+the configuration, and a decision from them would be noise that costs a restart. So
+each full pass compares the job it sees (id, start, state) with the one
+the last full pass saw (`status.job`). A change that no step of ours explains
+(no reconfiguration since that job was first seen so) counts as an unexplained restart: a Warning
+Event when the streak starts, `Scaling=False/JobRestarted` saying how many, and no
+decision until a full window (after the stabilization) lies after the last restart.
+"""
+
+from __future__ import annotations
+
+from controller.api import ConditionType, ObservedJob
+from controller.ports import JobSummary
+from controller.record import Reason, Run, Stop, now_text
+
+RUNNING = "RUNNING"  # the JobManager's state of a job that runs
+
+
+def check_job(run: Run, job: JobSummary) -> None:
+    """Record the job seen; `Stop` while the last unexplained restart is too recent."""
+    # The job's start (Flink's last-modification is not used: the twin reports it as now).
+    restarted = job.start_time_ms / 1000.0
+    seen = run.status.job
+    count, last = 0, None
+    if seen is not None:
+        count, last = seen.unexplained_restarts, seen.last_unexplained_restart_time
+        # A new id or start, or a running job caught restarting (a failover in place:
+        # a job that was still starting changes state once, when it runs: no restart).
+        changed = (seen.id != job.jid or restarted > seen.restarted_time + 1e-3
+                   or (seen.state == RUNNING and job.state != RUNNING))
+        ours = (run.status.last_reconfiguration_time is not None
+                and run.status.last_reconfiguration_time >= seen.seen_time - 1e-3)
+        if changed and not ours:
+            count, last = count + 1, max(restarted, seen.seen_time)
+            scaling = run.status.condition(ConditionType.SCALING)
+            if scaling is None or scaling.reason != Reason.JOB_RESTARTED:
+                run.event("Warning", Reason.JOB_RESTARTED, _said(run, seen, job))
+        elif changed:
+            count, last = 0, None  # our own step restarted it
+    if count and job.state != RUNNING:  # still restarting: nothing to measure now
+        last = run.now
+    observed = ObservedJob(id=job.jid, state=job.state[:32], restarted_time=restarted,
+                           seen_time=run.now,
+                           unexplained_restarts=count, last_unexplained_restart_time=last)
+    if seen is not None and observed.model_copy(update={"seen_time": seen.seen_time}) == seen:
+        observed = seen  # nothing new: a waiting pass writes nothing (seen_time is first sight)
+    run.status = run.status.model_copy(update={"job": observed})
+    if last is None:
+        return
+    metrics = run.spec.metrics
+    quiet_until = last + metrics.stabilization + metrics.window
+    if run.now < quiet_until:
+        run.due = quiet_until
+        run.condition(ConditionType.SCALING, False, Reason.JOB_RESTARTED,
+                      f"job {job.jid} restarted {count} time(s) in a row without a step of "
+                      f"this policy (state {job.state}); no decision before "
+                      f"{now_text(quiet_until)}, a full window after the last restart")
+        raise Stop("job-restarted")
+    if count:  # a full window passed since: the streak is over
+        run.status = run.status.model_copy(update={"job": observed.model_copy(
+            update={"unexplained_restarts": 0, "last_unexplained_restart_time": None})})
+
+
+def _said(run: Run, seen: ObservedJob, job: JobSummary) -> str:
+    what = (f"job {seen.id} was replaced by job {job.jid}" if seen.id != job.jid
+            else f"job {job.jid} restarted (state {job.state})")
+    return (f"{what} on FlinkDeployment {run.namespace}/{run.target} without a step of this "
+            f"policy (a failover or a restart loop); windows holding a restart are not "
+            f"used for decisions")

@@ -1,0 +1,172 @@
+"""One URL parser and one deadline per call (controller.adapters.dial), against real
+loopback servers that trickle, answer 200 MB, or sit beside the allowed one waiting
+to be reached by a URL trick. Counts, not timings: how many requests reached a server,
+how many bytes it got to write."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+
+import pytest
+
+from controller.adapters import dial
+from controller.adapters.flink_rest import FlinkRest
+from controller.adapters.outbound import Breakers, deadline
+from controller.adapters.prometheus import Prometheus
+from controller.operator import handlers
+from controller.operator.settings import RUNTIME
+from controller.ports import FlinkRestError, MetricsError
+
+from .netfaults import Answering, Streaming
+
+EMPTY = b'{"status":"success","data":{"resultType":"vector","result":[]}}'
+MIB = 2**20
+
+
+@pytest.fixture
+def allowed_and_victim(monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[Answering, Answering]]:
+    """The one allowed Prometheus (127.0.0.1) and a victim on 127.0.0.2 nothing may reach."""
+    allowed, victim = Answering(200, EMPTY), Answering(200, EMPTY, host="127.0.0.2")
+    monkeypatch.setattr(RUNTIME, "allowed_prometheus",
+                        [allowed.url.removeprefix("http://")])
+    monkeypatch.setattr(RUNTIME, "prometheus_url", "http://prometheus.monitoring.svc:9090")
+    handlers._allowed.cache_clear()
+    handlers._prometheus.cache_clear()
+    yield allowed, victim
+    handlers._allowed.cache_clear()
+    handlers._prometheus.cache_clear()
+    allowed.close()
+    victim.close()
+
+
+def tricks(allowed: str, victim: str) -> list[str]:
+    """URLs that name the allowed host:port to one parser and the victim to another,
+    or the victim in a form a naive check does not recognise (20 of them)."""
+    a = allowed.removeprefix("http://")
+    v = victim.removeprefix("http://")
+    port = v.rsplit(":", 1)[1]
+    return [
+        f"http://{v}\\@{a}",  # urllib3 reads the host before the backslash
+        f"http://{v}@{a}",
+        f"http://{a}@{v}",
+        f"http://user:password@{a}",  # credentials in the URL
+        f"http://{v}#@{a}",
+        f"http://{v}?@{a}",
+        f"http://{a}%40{v}",
+        f"http://%31%32%37.0.0.2:{port}",
+        f"http://2130706434:{port}",  # 127.0.0.2 as one number
+        f"http://0x7f.0.0.2:{port}",
+        f"http://0177.0.0.2:{port}",
+        f"http://127.2:{port}",
+        f"http://[::ffff:127.0.0.2]:{port}",
+        f"http://{a}\\\\@{v}",
+        f"HTTP://{v}",
+        f"http://{v}\t@{a}",
+        f"http://{v}/..;@{a}",
+        f"http://127.0.0.2.:{port}",
+        f"http://127.000.000.002:{port}",
+        f"http:\\\\{v}",
+    ]
+
+
+def test_no_url_trick_reaches_a_host_outside_the_allow_list(
+        allowed_and_victim: tuple[Answering, Answering]) -> None:
+    allowed, victim = allowed_and_victim
+    forms = tricks(allowed.url, victim.url)
+    assert len(forms) == 20
+    for url in forms:
+        metrics = handlers._metrics(url)
+        try:
+            metrics.operator_ids("0" * 32, 0.0)
+        except MetricsError as e:
+            assert "spec.metrics.prometheusUrl" in str(e), url
+    assert victim.requests == 0
+    # The allowed URL itself works, built from the same parse.
+    handlers._metrics(allowed.url).operator_ids("0" * 32, 0.0)
+    assert allowed.requests >= 1
+
+
+@pytest.mark.parametrize("url", [
+    "http://u:p@prom:9090", "http://prom:9090\\x", "http://%70rom:9090", "http://127.1:9090",
+    "http://0x7f000001:9090", "http://2130706433", "http://0177.0.0.1", "http://[0:0::1]",
+    "http://[::ffff:7f00:1]", "http://Prom:9090", "http://prom:99999", "http://prom/../x",
+    "http://prom?x=1", "ftp://prom", "http://prom:0",
+])
+def test_ambiguous_urls_are_refused_naming_the_field(url: str) -> None:
+    with pytest.raises(dial.UrlRefused, match=r"^spec\.metrics\.prometheusUrl"):
+        dial.parse_url(url, "spec.metrics.prometheusUrl")
+
+
+def test_canonical_urls_parse_into_the_parts_the_request_uses() -> None:
+    assert dial.parse_url("https://prom.monitoring.svc:9443/thanos/", "f") == dial.Url(
+        "https", "prom.monitoring.svc", 9443, "/thanos")
+    assert dial.parse_url("http://[::1]", "f") == dial.Url("http", "::1", 80, "")
+    assert dial.parse_url("http://10.0.0.1:9090", "f").endpoint == "http://10.0.0.1:9090"
+
+
+def test_a_trickling_prometheus_is_cut_off_at_the_deadline() -> None:
+    # One byte every 50 ms forever: each read is quick, the whole answer never comes.
+    server = Streaming(b" ", total=10**9, every_s=0.05)
+    try:
+        with deadline(2.0), pytest.raises(MetricsError, match="did not answer within") as e:
+            Prometheus(server.url, breakers=Breakers()).query("up", 0)
+        assert e.value.kind == "timeout"
+        assert server.requests == 1 and server.finished == 0
+        # At most ~1 s of trickle was read: the call ended at its deadline, not per read.
+        assert server.sent < 100
+    finally:
+        server.close()
+
+
+@pytest.mark.parametrize("length", [True, False])
+def test_a_200_mb_answer_is_dropped_while_streaming(length: bool) -> None:
+    server = Streaming(b"x" * MIB, total=200 * MIB, length=length)
+    try:
+        with deadline(30.0), pytest.raises(MetricsError, match="more than 8 MiB") as e:
+            Prometheus(server.url, breakers=Breakers()).query("up", 0)
+        assert e.value.kind == "too-large"
+        assert server.finished == 0
+        # With a Content-Length nothing is read; without, reading stops past the limit
+        # (the server got a few socket buffers further).
+        assert server.sent < 40 * MIB
+    finally:
+        server.close()
+
+
+def test_a_large_job_graph_is_the_jobmanagers_fault() -> None:
+    server = Streaming(b"x" * MIB, total=200 * MIB)
+    try:
+        with deadline(30.0), pytest.raises(FlinkRestError, match="more than 4 MiB") as e:
+            FlinkRest(server.url, breakers=Breakers(), proxy=None).job()
+        assert e.value.kind == "too-large"
+    finally:
+        server.close()
+
+
+def test_stop_all_ends_calls_in_flight(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(dial, "_STOPPED", threading.Event())
+    server = Streaming(b" ", total=10**9, every_s=0.05)
+    errors: list[BaseException] = []
+
+    def call() -> None:
+        try:
+            with deadline(600.0):
+                Prometheus(server.url, timeout_s=600, breakers=Breakers()).query("up", 0)
+        except BaseException as e:
+            errors.append(e)
+
+    caller = threading.Thread(target=call)
+    try:
+        caller.start()
+        while server.sent < 3:  # the call is reading
+            threading.Event().wait(0.01)
+        dial.stop_all()
+        caller.join(timeout=60)
+        assert not caller.is_alive()
+        assert [type(e) for e in errors] == [dial.Stopping]
+        with pytest.raises(dial.Stopping, match="stopping"):
+            Prometheus(server.url, breakers=Breakers()).query("up", 0)
+        assert server.requests == 1
+    finally:
+        server.close()

@@ -1,0 +1,105 @@
+"""Job health (controller/jobhealth.py) and ownership (controller/owner.py) on the loop's
+fakes: a restart loop is named, warned about once and never decided from; a second
+policy on an owned deployment patches nothing and takes over once the owner is gone."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+from controller.api import ConditionType
+from controller.owner import OWNER_ANNOTATION
+from controller.ports import JobSummary
+from policies.model import JobGraph
+from tests.controller.test_loop import T0, FakeFlink, World, graph, policy
+
+
+@dataclass
+class RestartingFlink(FakeFlink):
+    """A job that comes back with a new id (and start) whenever `restart` is called."""
+
+    incarnation: int = 0
+
+    def restart(self, at: float) -> None:
+        self.incarnation += 1
+        self.start_ms = int(at * 1000)
+
+    def job(self) -> JobSummary | None:
+        return JobSummary(f"{self.incarnation:032x}", "q", "RUNNING", self.start_ms,
+                          self.start_ms)
+
+    def job_graph(self, jid: str, uid_candidates: Iterable[str] = (),
+                  operator_ids: Mapping[str, Iterable[str]] | None = None) -> JobGraph:
+        return super().job_graph(jid, uid_candidates, operator_ids)
+
+
+def test_a_restart_loop_is_named_warned_once_and_not_decided_from() -> None:
+    flink = RestartingFlink(graph())
+    world = World(flink=flink)
+    p = policy("Recommend", metrics={"window": "20s", "stabilization": "0s",
+                                     "resolution": "5s"})
+    world.run(p)
+    observed = world.metrics.observed
+    for i in range(1, 9):  # a new job every 6 s, as a crash-looping job does
+        world.now = T0 + 6 * i
+        flink.restart(world.now - 1)
+        assert world.run(p).outcome == "job-restarted"
+    status = world.store.last
+    scaling = status.condition(ConditionType.SCALING)
+    assert scaling is not None and scaling.reason == "JobRestarted"
+    assert "restarted 8 time(s) in a row" in scaling.message
+    assert status.job is not None and status.job.unexplained_restarts == 8
+    assert world.events.reasons().count("JobRestarted") == 1
+    assert world.metrics.observed == observed  # no window of the loop was evaluated
+    # It stays up: once a full window lies after the last restart, evaluation resumes.
+    world.now = T0 + 6 * 8 + 25
+    assert world.run(p).outcome != "job-restarted"
+    assert world.store.last.job is not None and world.store.last.job.unexplained_restarts == 0
+
+
+@dataclass
+class FakeOwners:
+    live: set[str] = field(default_factory=set)  # "name/uid"
+    claims: list[str] = field(default_factory=list)
+    world: World | None = None
+
+    def alive(self, namespace: str, policy: str, uid: str) -> bool:
+        return f"{policy}/{uid}" in self.live
+
+    def claim(self, namespace: str, deployment: str, owner: str,
+              resource_version: str | None) -> bool:
+        self.claims.append(owner)
+        assert self.world is not None
+        meta = self.world.deployments.deployment["metadata"]  # type: ignore[index]
+        meta.setdefault("annotations", {})[OWNER_ANNOTATION] = owner
+        return True
+
+
+def test_a_second_policy_patches_nothing_until_the_owner_is_gone() -> None:
+    world = World()
+    owners = FakeOwners(live={"first/u1"}, world=world)
+    meta = world.deployments.deployment["metadata"]  # type: ignore[index]
+    meta["annotations"] = {OWNER_ANNOTATION: "first/u1"}
+    second = policy(metrics={"window": "20s", "stabilization": "0s", "resolution": "5s"})
+    second = second.model_copy(update={"metadata": second.metadata.model_copy(
+        update={"name": "second", "uid": "u2"})})
+
+    def run() -> str:
+        ports = world.ports()
+        ports.owners = owners
+        from controller.loop import reconcile
+        return reconcile(second, 1, world.store.last, ports).outcome
+
+    for i in range(4):
+        world.now = T0 + 30 * i
+        assert run() == "owned-elsewhere"
+    ready = world.store.last.condition(ConditionType.READY)
+    assert ready is not None and (ready.status, ready.reason) == ("False",
+                                                                  "TargetOwnedElsewhere")
+    assert "first" in ready.message
+    assert world.events.reasons() == ["TargetOwnedElsewhere"]  # one Event
+    assert world.deployments.applied == [] and owners.claims == []
+    owners.live.clear()  # the owner is deleted
+    world.now += 30
+    assert run() != "owned-elsewhere"
+    assert owners.claims == ["second/u2"]
