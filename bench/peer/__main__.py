@@ -201,7 +201,8 @@ def _observe(w: Watch) -> float:
             twin.lag(), cores, memory, twin.running))
     if twin.restarts != w.restarts:
         w.restarts = twin.restarts
-        downtime = twin.downtime_s()
+        assert twin.last_step is not None
+        _, downtime = twin.last_step  # as enacted: in place through the rescale API
         at = twin.down_until - downtime
         cores, memory = paper_resources(w.model, twin.configuration)
         before = [s.rate for s in w.result.samples if s.time <= at][-24:]  # the last 2 min

@@ -6,6 +6,7 @@ import time
 
 import requests
 
+from policies.restart_cost import Enactment
 from simulator.serve import JOB_MODEL_KEY, SCHEDULER_KEY, SLOTS_KEY, TwinServer
 
 Q11 = {JOB_MODEL_KEY: "q11", SLOTS_KEY: "4", SCHEDULER_KEY: "adaptive"}
@@ -40,7 +41,8 @@ def test_a_manual_clock_moves_only_by_step_and_flinks_timestamps_follow_it():
         requirements[session]["parallelism"]["upperBound"] = 4
         assert requests.put(f"{rest}/jobs/{jid}/resource-requirements", json=requirements,
                             timeout=5).status_code == 200
-        downtime_ms = int(1000 * twin.downtime_s())
+        downtime_ms = int(1000 * twin.downtime_s(Enactment.IN_PLACE))
+        assert downtime_ms < 1000 * twin.downtime_s(Enactment.SAVEPOINT)  # not a restart
         assert requests.get(f"{rest}/jobs/{jid}", timeout=5).json()["state"] == "RESTARTING"
         server.step(downtime_ms / 1000 + 5)
         job = requests.get(f"{rest}/jobs/{jid}", timeout=5).json()
