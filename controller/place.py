@@ -24,7 +24,7 @@ import packer
 from controller import telemetry
 from controller.api import ConditionType, Mode, PlacementStatus, Realization, TaskManagerSpec
 from controller.api import TaskManagerShape as SpecShape
-from controller.realize import MANAGED_FRACTION_KEY, NETWORK_FRACTION_KEY, SLOTS_KEY, pods_now
+from controller.realize import MANAGED_FRACTION_KEY, NETWORK_FRACTION_KEY, pods_now
 from controller.record import Reason, Run, Stop, pod_request, policy_state, with_policy_state
 from packer.pricing import Priced, Prices, ShapeBounds, cheapest, vertex_slots
 from policies import Evaluation, explain
@@ -56,9 +56,10 @@ class Placed:
         if self.priced is None or self.priced.shape.max_slots is not None:
             return {}
         options = self.priced.shape.memory_options
+        # Not taskmanager.numberOfTaskSlots: fine-grained dynamic slots are cut by
+        # resources, and it stays the user's (GitOps sets it).
         return {MANAGED_FRACTION_KEY: f"{options.managed_fraction:g}",
-                NETWORK_FRACTION_KEY: f"{options.network_fraction:g}",
-                SLOTS_KEY: str(self.shape.slots)}
+                NETWORK_FRACTION_KEY: f"{options.network_fraction:g}"}
 
     def bill(self, cost: CostSpec) -> packer.PodBill:
         """What its TaskManager pods request, priced at `cost`."""

@@ -6,8 +6,8 @@ with field manager `hybrid-scaler`, so GitOps tools can ignore exactly them:
 * `spec.flinkConfiguration["pipeline.jobvertex-parallelism-overrides"]`
 * `spec.flinkConfiguration["hybridscaler.operator-resources"]` (fine-grained mode)
 * `spec.taskManager.resource.cpu` / `.memory` and `spec.taskManager.replicas`
-* `spec.flinkConfiguration["taskmanager.memory.managed.fraction"]`, `[...network.fraction]`
-  and `["taskmanager.numberOfTaskSlots"]` (a TaskManager shape fitted to the slots)
+* `spec.flinkConfiguration["taskmanager.memory.managed.fraction"]` and
+  `[...network.fraction]` (a TaskManager shape fitted to the slots)
 
 Rendering is deterministic, so "is the decision already on the deployment?" is a
 field-by-field comparison. The stage, `realize`, applies `status.target` (the
@@ -61,8 +61,7 @@ WRITE_BUFFER_RATIO_KEY = "state.backend.rocksdb.memory.write-buffer-ratio"
 # A fitted TaskManager shape's Flink options (packer.pricing.fit_shape).
 MANAGED_FRACTION_KEY = "taskmanager.memory.managed.fraction"
 NETWORK_FRACTION_KEY = "taskmanager.memory.network.fraction"
-SLOTS_KEY = "taskmanager.numberOfTaskSlots"
-SHAPE_KEYS = (MANAGED_FRACTION_KEY, NETWORK_FRACTION_KEY, SLOTS_KEY)
+SHAPE_KEYS = (MANAGED_FRACTION_KEY, NETWORK_FRACTION_KEY)
 STATE_BACKEND_KEY = "state.backend.type"
 # ForSt (Flink 2.x) sizes its block cache from managed memory by the same rule as RocksDB,
 # under its own key (measured: tests/golden/flink-2.2/README.md).

@@ -689,6 +689,7 @@ def test_gitops_docs_ignore_exactly_the_fields_the_scaler_owns(
         overrides={"bc764cd8ddf7a0cff126f51c16239658": 4},
         operator_resources={"counter-v2": realize.OperatorResources(1.0, 128, 316)},
         tm_cpu=2.0, tm_memory_mib=4096, replicas=3,
+        flink_options={realize.MANAGED_FRACTION_KEY: "0.6", realize.NETWORK_FRACTION_KEY: "0.05"},
     )
     body = realize.apply_body("gitops-probe", ns, every_field)
     # As the chart's ServiceAccount: server-side apply is a patch, which the chart allows.
@@ -705,6 +706,8 @@ def test_gitops_docs_ignore_exactly_the_fields_the_scaler_owns(
         "/spec/flinkConfiguration/hybridscaler.operator-resources",
         "/spec/taskManager/resource/cpu", "/spec/taskManager/resource/memory",
         "/spec/taskManager/replicas",
+        "/spec/flinkConfiguration/taskmanager.memory.managed.fraction",
+        "/spec/flinkConfiguration/taskmanager.memory.network.fraction",
     }
     documented = documented_pointers()
     assert len(documented) >= 3  # Argo CD, Flux Kustomization, Flux HelmRelease

@@ -11,7 +11,6 @@ from controller.realize import (
     NETWORK_FRACTION_KEY,
     OVERRIDES_KEY,
     RESOURCES_KEY,
-    SLOTS_KEY,
     parse_memory_mib,
     parse_overrides,
 )
@@ -51,7 +50,7 @@ def test_the_written_pods_are_the_priced_ones() -> None:
     options = priced.shape.memory_options
     assert float(conf[MANAGED_FRACTION_KEY]) == options.managed_fraction
     assert float(conf[NETWORK_FRACTION_KEY]) == options.network_fraction
-    assert int(conf[SLOTS_KEY]) == max(len(t.slots) for t in priced.placement.task_managers)
+    assert "taskmanager.numberOfTaskSlots" not in conf  # the user's
     groups = priced.group_of()
     assert {uid: e.get("slotSharingGroup") for uid, e in resources.items()} == {
         "src": groups[SOURCE], "counter": groups[COUNTER]}
