@@ -8,6 +8,7 @@ import org.apache.flink.streaming.api.datastream.SingleOutputStreamOperator;
 import org.apache.flink.streaming.api.operators.AbstractStreamOperator;
 import org.apache.flink.streaming.api.operators.ChainingStrategy;
 import org.apache.flink.streaming.api.operators.OneInputStreamOperator;
+import org.apache.flink.streaming.api.transformations.PhysicalTransformation;
 import org.apache.flink.streaming.api.watermark.Watermark;
 import org.apache.flink.streaming.runtime.streamrecord.StreamRecord;
 
@@ -55,8 +56,13 @@ public final class PreAggregation {
     public static <T, K> SingleOutputStreamOperator<T> of(
             DataStream<T> input, KeySelector<T, K> key, ReduceFunction<T> reduce,
             int maxRecords, Duration maxDelay) {
-        return input.transform("pre-aggregate", input.getType(),
+        SingleOutputStreamOperator<T> result = input.transform("pre-aggregate", input.getType(),
                 new Operator<>(key, reduce, maxRecords, maxDelay));
+        // A per-record fold: chaining it to its producer is the point (operators default to
+        // HEAD). Set on the transformation: Flink 2.x operators no longer carry the strategy.
+        ((PhysicalTransformation<T>) result.getTransformation())
+                .setChainingStrategy(ChainingStrategy.ALWAYS);
+        return result;
     }
 
     /** The operator behind {@link #of}. */
@@ -86,8 +92,6 @@ public final class PreAggregation {
             }
             this.maxRecords = maxRecords;
             this.maxDelayMs = maxDelay.toMillis() < 1 ? 1 : maxDelay.toMillis();
-            // A per-record fold: chaining it to its producer is the point (1.x defaults to HEAD).
-            this.chainingStrategy = ChainingStrategy.ALWAYS;
         }
 
         @Override
