@@ -150,8 +150,10 @@ def pack(
                                              slots=min(max(most, 1), 256))
         return Placed(spec_shape, priced.replicas, priced.placement, priced)
     by_name = {shape_name(s): s for s in task_managers.shapes or (SpecShape(),)}
+    at = prices or Prices()
     shapes = [
-        packer.TaskManagerShape(name=n, cpu_cores=s.cpu, process_mib=s.memory, max_slots=s.slots)
+        packer.TaskManagerShape(name=n, cpu_cores=s.cpu, process_mib=s.memory, max_slots=s.slots,
+                                cost=at.of(s.cpu, s.memory))
         for n, s in by_name.items()
     ]
     result = packer.pack(slots(graph, configuration, memory, task, True), shapes,

@@ -70,8 +70,8 @@ FORST_WRITE_BUFFER_RATIO_KEY = "state.backend.forst.memory.write-buffer-ratio"
 
 def write_buffer_ratio_key(flink_configuration: Mapping[str, Any]) -> str:
     """The write-buffer ratio's key for the deployment's state backend."""
-    backend = str(flink_configuration.get(STATE_BACKEND_KEY, "") or "").strip().lower()
-    return FORST_WRITE_BUFFER_RATIO_KEY if backend == "forst" else WRITE_BUFFER_RATIO_KEY
+    backend = engine_of(str(flink_configuration.get(STATE_BACKEND_KEY, "") or ""))
+    return FORST_WRITE_BUFFER_RATIO_KEY if backend == Engine.FORST else WRITE_BUFFER_RATIO_KEY
 
 
 @dataclass(frozen=True)

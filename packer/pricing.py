@@ -368,7 +368,9 @@ def price(groups: Sequence[SlotGroup], bounds: ShapeBounds, prices: Prices,
         return None
     screened = _screen(slots, ranked)
     placement = packer.pack(slots, screened, current=current, time_limit_s=time_limit_s)
-    chosen = next(s for s in screened if s.name == placement.shape)
+    chosen = next((s for s in screened if s.name == placement.shape), None)
+    if chosen is None:
+        return None
     replicas = max(placement.count, placement.flink_count or 0)
     return Priced(tuple(groups), chosen, placement, replicas, prices, len(ranked),
                   len(screened))

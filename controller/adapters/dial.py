@@ -311,6 +311,13 @@ def get(url: Url, path: str, params: Mapping[str, str] | None, *, field: str, wh
             body += chunk
             if len(body) > max_bytes:
                 raise _too_large(name, max_bytes)
+        # read() returns b"" at an early EOF too: a stop, or a peer that closed short of
+        # the length it announced, is not an answer.
+        if _STOPPED.is_set():
+            raise Stopping(f"{name}: call ended, the controller is stopping")
+        if response.length:
+            raise CallFailed("unreachable", f"{name} is unreachable or did not speak "
+                             f"HTTP(S) as expected")
         return bytes(body)
     except CallFailed:
         raise

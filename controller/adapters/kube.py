@@ -112,7 +112,9 @@ class KubeOwners:
                 return False
             raise
         meta = found.get("metadata") or {}
-        return meta.get("uid") == uid and not meta.get("deletionTimestamp")
+        # Only an Active owner holds the deployment: one switched to Recommend lets go.
+        return (meta.get("uid") == uid and not meta.get("deletionTimestamp")
+                and (found.get("spec") or {}).get("mode") == api.Mode.ACTIVE.value)
 
     def claim(self, namespace: str, deployment: str, owner: str,
               resource_version: str | None) -> bool:

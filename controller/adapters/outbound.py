@@ -20,7 +20,6 @@ from collections import OrderedDict
 from collections.abc import Iterator, Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass
-from urllib.parse import urlsplit
 
 from controller.adapters.dial import Url, UrlRefused, parse_url
 
@@ -32,7 +31,6 @@ DEFAULT_CALL_TIMEOUT_S = 10.0
 COOLDOWN_S = 30.0
 COOLDOWN_MAX_S = 300.0
 # Bodies of unexpected answers are logged (at debug) cut to this length, never reported.
-LOGGED_BODY_CHARS = 200
 
 
 class NotAsked(Exception):
@@ -145,21 +143,6 @@ def timed_out(endpoint: str, breakers: Breakers, timeout_s: float) -> None:
     """Count a timeout against `endpoint`, unless the budget rather than it was short."""
     if trips(timeout_s):
         breakers.failed(endpoint)
-
-
-def endpoint(url: str) -> str:
-    """scheme://host:port of a URL: what a breaker guards."""
-    parts = urlsplit(url)
-    port = parts.port or (443 if parts.scheme == "https" else 80)
-    return f"{parts.scheme}://{parts.hostname}:{port}"
-
-
-def truncated(body: bytes | str | None) -> str:
-    """A response body fit for a debug log line; never for status or Events."""
-    if body is None:
-        return ""
-    text = body.decode("utf-8", "replace") if isinstance(body, bytes) else body
-    return text[:LOGGED_BODY_CHARS] + ("…" if len(text) > LOGGED_BODY_CHARS else "")
 
 
 Network = ipaddress.IPv4Network | ipaddress.IPv6Network

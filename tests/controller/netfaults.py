@@ -91,10 +91,11 @@ class Streaming:
     """An HTTP server answering every GET with 200 and a body it writes `chunk` by
     `chunk`, `every_s` apart, up to `total` bytes (a trickling Prometheus with a tiny
     chunk, a 200 MB answer with a large one). `length` sends a Content-Length (else the
-    body ends when the connection closes). Counts requests and bytes it got written."""
+    body ends when the connection closes); `announced`, a Content-Length other than
+    `total` (a body cut short). Counts requests and bytes it got written."""
 
     def __init__(self, chunk: bytes, total: int, every_s: float = 0.0, length: bool = False,
-                 host: str = "127.0.0.1") -> None:
+                 host: str = "127.0.0.1", announced: int | None = None) -> None:
         outer = self
         self.requests = 0
         self.sent = 0
@@ -107,8 +108,8 @@ class Streaming:
                     outer.requests += 1
                 self.send_response(200)
                 self.send_header("Content-Type", "application/json")
-                if length:
-                    self.send_header("Content-Length", str(total))
+                if length or announced is not None:
+                    self.send_header("Content-Length", str(announced or total))
                 self.end_headers()
                 written = 0
                 try:

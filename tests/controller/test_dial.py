@@ -134,6 +134,18 @@ def test_a_200_mb_answer_is_dropped_while_streaming(length: bool) -> None:
         server.close()
 
 
+def test_an_answer_cut_short_of_its_length_is_not_an_answer() -> None:
+    # A whole, valid body, but the peer announced more and closed: read() ends on b"".
+    server = Streaming(EMPTY, total=len(EMPTY), announced=len(EMPTY) + 100)
+    try:
+        with deadline(10.0), pytest.raises(MetricsError, match="unreachable") as e:
+            Prometheus(server.url, breakers=Breakers()).query("up", 0)
+        assert e.value.kind == "unreachable"
+        assert server.requests == 1
+    finally:
+        server.close()
+
+
 def test_a_large_job_graph_is_the_jobmanagers_fault() -> None:
     server = Streaming(b"x" * MIB, total=200 * MIB)
     try:

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from controller.adapters import outbound
+from controller.adapters import dial, outbound
 from controller.adapters.flink_rest import FlinkRest
 from controller.adapters.outbound import AllowList, Breakers, deadline
 from controller.adapters.prometheus import Prometheus
@@ -73,7 +73,8 @@ def test_a_call_starved_by_the_budget_does_not_trip_the_breaker(blackhole: Black
             prom.query("up", 0)
     finally:
         outbound.PASS_DEADLINE.reset(token)
-    breakers.check(outbound.endpoint(blackhole.url))  # still closed
+    # still closed
+    breakers.check(dial.parse_url(blackhole.url, "spec.metrics.prometheusUrl").endpoint)
 
 
 def test_a_used_up_budget_dials_nothing(blackhole: Blackhole) -> None:
