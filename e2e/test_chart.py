@@ -496,8 +496,8 @@ def needed(peering: str | None, peering_kind: str) -> set[tuple[str, str, str, s
     namespace it serves."""
     read_patch = ("get", "list", "watch", "patch")
     rules = {("hybridscaler.dev", "hybridscalingpolicies", v, "") for v in read_patch}
-    rules |= {("hybridscaler.dev", "hybridscalingpolicies/status", v, "") for v in ("get", "patch")}
-    rules |= {("flink.apache.org", "flinkdeployments", v, "") for v in read_patch}
+    rules |= {("hybridscaler.dev", "hybridscalingpolicies/status", "patch", "")}
+    rules |= {("flink.apache.org", "flinkdeployments", v, "") for v in ("get", "patch")}
     rules |= {("", "events", "create", "")}
     rules |= {("", "secrets", "get", "")}  # a policy's Prometheus credentials, by name
     if peering:
