@@ -125,16 +125,51 @@ class TargetRef(SpecModel):
         return value
 
 
+_KEY_PATTERN = r"^[-._a-zA-Z0-9]+$"  # a Secret's data key (Kubernetes' own rule)
+
+
+class SecretKeyRef(SpecModel):
+    """One key of a Secret in the policy's own namespace (there is no namespace field:
+    a policy can never name another namespace's Secret)."""
+
+    name: str = Field(min_length=1, max_length=253, pattern=_NAME_PATTERN,
+                      description="name of the Secret in the policy's namespace")
+    key: str = Field(min_length=1, max_length=253, pattern=_KEY_PATTERN,
+                     description="key in the Secret's data")
+
+
+class BasicAuth(SpecModel):
+    """HTTP basic authentication, as prometheus-operator's `basicAuth`."""
+
+    username: SecretKeyRef = Field(description="the Secret key holding the user name")
+    password: SecretKeyRef = Field(description="the Secret key holding the password")
+
+
+class Authorization(SpecModel):
+    """An `Authorization: <type> <credentials>` header, as prometheus-operator's
+    `authorization`."""
+
+    type: str = Field("Bearer", min_length=1, max_length=32, pattern=r"^[A-Za-z][-A-Za-z0-9]*$",
+                      description="the scheme (Bearer by default; Basic is spec.metrics.basicAuth)")
+    credentials: SecretKeyRef = Field(description="the Secret key holding the credentials")
+
+
 class MetricsSpec(SpecModel):
     """Where and how metrics are read (the paper: 2 min window, 1 min stabilization, 5 s)."""
 
     prometheus_url: str | None = Field(
         None, max_length=dial.MAX_URL_LENGTH,
         description=("Prometheus base URL for this policy (http(s)://host[:port][/path]; no "
-                     "credentials, backslashes, percent-encoding, query or non-canonical IP "
-                     "forms); unset: the controller's --prometheus-url"),
+                     "credentials (see basicAuth, authorization), backslashes, percent-encoding, "
+                     "query or non-canonical IP forms); unset: the controller's --prometheus-url"),
         json_schema_extra={"x-kubernetes-validations": dial.url_rules()},  # type: ignore[dict-item]
     )
+    basic_auth: BasicAuth | None = Field(
+        None, description=("HTTP basic authentication to prometheusUrl, read from Secrets in "
+                           "the policy's namespace each pass (requires prometheusUrl)"))
+    authorization: Authorization | None = Field(
+        None, description=("an Authorization header to prometheusUrl, read from a Secret in "
+                           "the policy's namespace each pass (requires prometheusUrl)"))
     window: Annotated[Duration, Within(high=HOUR)] = Field(
         120.0, description="metrics are averaged over this window")
     stabilization: Annotated[Duration, Within(high=HOUR)] = Field(
@@ -161,6 +196,15 @@ class MetricsSpec(SpecModel):
     def _resolution_fits(self) -> MetricsSpec:
         if self.resolution > self.window:
             raise ValueError("metrics: resolution must be <= window")
+        return self
+
+    @model_validator(mode="after")
+    def _credentials_fit(self) -> MetricsSpec:
+        if self.basic_auth is not None and self.authorization is not None:
+            raise ValueError("metrics: set at most one of basicAuth or authorization")
+        if (self.basic_auth or self.authorization) and self.prometheus_url is None:
+            # The controller's own Prometheus has its own credentials (--prometheus-token-file).
+            raise ValueError("metrics: basicAuth and authorization require prometheusUrl")
         return self
 
 
@@ -331,6 +375,11 @@ CEL_RULES: Mapping[type[BaseModel], tuple[Rule, ...]] = MappingProxyType({
         Rule(f"!({_safe_duration('self.resolution')} && {_safe_duration('self.window')}) || "
              "duration(self.resolution) <= duration(self.window)",
              "spec.metrics.resolution must be <= spec.metrics.window", ".resolution"),
+        Rule("!has(self.basicAuth) || !has(self.authorization)",
+             "spec.metrics: set at most one of basicAuth or authorization", ".authorization"),
+        Rule("(!has(self.basicAuth) && !has(self.authorization)) || has(self.prometheusUrl)",
+             "spec.metrics: basicAuth and authorization require prometheusUrl",
+             ".prometheusUrl"),
     ),
     CpuScaling: (
         Rule("self.utilizationMin <= self.utilizationTarget",

@@ -60,6 +60,8 @@ class Reason(StrEnum):
     METRICS_ANSWER_MALFORMED = "MetricsAnswerMalformed"
     METRICS_TIMED_OUT = "MetricsTimedOut"
     METRICS_URL_REFUSED = "MetricsUrlRefused"  # not dialled: ambiguous or not allowed
+    # not dialled: spec.metrics.basicAuth/authorization names a Secret key it cannot read
+    METRICS_CREDENTIALS_UNAVAILABLE = "MetricsCredentialsUnavailable"
     # LimitReached
     CLIPPED = "Clipped"  # spec.limits clipped the decision
     WITHIN_LIMITS = "WithinLimits"
@@ -99,6 +101,7 @@ METRICS_REASONS: Mapping[str, Reason] = {
     "malformed": Reason.METRICS_ANSWER_MALFORMED,
     "timeout": Reason.METRICS_TIMED_OUT,
     "refused": Reason.METRICS_URL_REFUSED,
+    "credentials": Reason.METRICS_CREDENTIALS_UNAVAILABLE,
 }
 
 # One Event per changed vertex of an applied step (kubectl describe reads them as a log).

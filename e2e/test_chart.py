@@ -496,9 +496,10 @@ def needed(peering: str | None, peering_kind: str) -> set[tuple[str, str, str, s
     namespace it serves."""
     read_patch = ("get", "list", "watch", "patch")
     rules = {("hybridscaler.dev", "hybridscalingpolicies", v, "") for v in read_patch}
-    rules |= {("hybridscaler.dev", "hybridscalingpolicies/status", v, "") for v in ("get", "patch")}
-    rules |= {("flink.apache.org", "flinkdeployments", v, "") for v in read_patch}
+    rules |= {("hybridscaler.dev", "hybridscalingpolicies/status", "patch", "")}
+    rules |= {("flink.apache.org", "flinkdeployments", v, "") for v in ("get", "patch")}
     rules |= {("", "events", "create", "")}
+    rules |= {("", "secrets", "get", "")}  # a policy's Prometheus credentials, by name
     if peering:
         rules |= {("kopf.dev", peering_kind, v, "") for v in ("list", "watch")}
         rules |= {("kopf.dev", peering_kind, v, peering) for v in ("get", "patch")}
@@ -556,7 +557,7 @@ def test_service_account_holds_exactly_what_the_controller_needs(
 
 @pytest.mark.e2e
 @pytest.mark.parametrize("variant", list(VARIANTS))
-def test_service_account_cannot_read_secrets_or_patch_anything_else(
+def test_service_account_cannot_list_secrets_or_patch_anything_else(
     kube: Kube, installed: dict[str, list[dict[str, Any]]], variant: str
 ) -> None:
     sa = sa_of(variant, installed)
@@ -568,8 +569,10 @@ def test_service_account_cannot_read_secrets_or_patch_anything_else(
     assert can("patch", FD)
     assert can("patch", "hybridscalingpolicies.hybridscaler.dev:status")
     assert can("create", "events")
+    # A policy's Prometheus credentials, by name only: no listing or watching them all.
+    assert can("get", "secrets")
     for verb, what in [
-        ("get", "secrets"), ("list", "secrets"), ("watch", "secrets"),
+        ("list", "secrets"), ("watch", "secrets"), ("patch", "secrets"), ("create", "secrets"),
         ("get", "configmaps"), ("patch", "configmaps"),
         ("create", FD), ("update", FD), ("delete", FD),
         ("patch", f"{FD}:status"),

@@ -7,6 +7,7 @@ tricks try to reach. Counts, not timings.
 
 from __future__ import annotations
 
+import base64
 import subprocess
 import time
 from collections.abc import Iterator
@@ -16,6 +17,7 @@ from typing import Any
 import pytest
 import requests
 import yaml
+from kubernetes import client
 
 from e2e.conftest import Cluster, wait_until
 from e2e.demo import ControllerProcess, flink_deployment, policy
@@ -207,3 +209,49 @@ def test_a_lowered_max_parallelism_takes_effect(
 
     wait_until(bounded, 120, "a step that names the lowered maxParallelism")
     wait_until(lambda: widest() <= 2, 60, "every operator within maxParallelism 2")
+
+
+def test_prometheus_credentials_come_from_the_policys_own_secrets(
+    controller: ControllerProcess, cluster: Cluster, namespace: str, servers: list[Any],
+) -> None:
+    """The chart's `get` on secrets, by name, in the policy's namespace: the header
+    arrives; a missing key is a condition naming the field; the value is written nowhere."""
+    prometheus = Answering(200, EMPTY)
+    servers.append(prometheus)
+    password = "pa55-e2e-" + namespace
+    cluster.core.create_namespaced_secret(namespace, client.V1Secret(
+        metadata=client.V1ObjectMeta(name="prom-auth"),
+        string_data={"user": "reader", "password": password}))
+    apply(cluster, flink_deployment(namespace, "q5", model="q5"))
+    cluster.wait_flink(namespace, "q5")
+    auth = {"username": {"name": "prom-auth", "key": "user"},
+            "password": {"name": "prom-auth", "key": "password"}}
+    apply(cluster, policy(namespace, "basic", "q5", mode="Recommend",
+                          metrics={**METRICS, "prometheusUrl": prometheus.url,
+                                   "basicAuth": auth}))
+    expected = "Basic " + base64.b64encode(f"reader:{password}".encode()).decode()
+    wait_until(lambda: prometheus.authorization == expected,
+               WINDOW_S + 12 * RESOLUTION_S, "the basic-auth header reached Prometheus")
+    cluster.custom.delete_namespaced_custom_object(
+        "hybridscaler.dev", "v1alpha1", namespace, "hybridscalingpolicies", "basic")
+    wrong = {**auth, "password": {"name": "prom-auth", "key": "nope"}}
+    apply(cluster, policy(namespace, "wrong", "q5", mode="Recommend",
+                          metrics={**METRICS, "prometheusUrl": prometheus.url,
+                                   "basicAuth": wrong}))
+    wait_until(lambda: metrics_reason(cluster, namespace, "wrong")
+               == "MetricsCredentialsUnavailable",
+               WINDOW_S + 12 * RESOLUTION_S, "wrong: MetricsCredentialsUnavailable")
+    message = condition(hsp(cluster, namespace, "wrong"), "MetricsAvailable")["message"]
+    assert message.startswith(
+        "spec.metrics.basicAuth.password: secret 'prom-auth' has no key 'nope'"), message
+    # No namespace can be named: the schema has no such field.
+    other = {**auth, "password": {"name": "prom-auth", "key": "password",
+                                  "namespace": "kube-system"}}
+    done = apply(cluster, policy(namespace, "other", "q5", mode="Recommend",
+                                 metrics={**METRICS, "prometheusUrl": prometheus.url,
+                                          "basicAuth": other}), check=False)
+    assert done.returncode != 0 and "namespace" in done.stderr, done.stderr
+    for name in ("basic", "wrong"):
+        assert all(password not in m for _, m in events(cluster, namespace, name))
+    assert password not in str(hsp(cluster, namespace, "wrong"))
+    assert password not in controller.log.read_text()

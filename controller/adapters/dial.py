@@ -56,7 +56,7 @@ _URL = re.compile(URL_PATTERN.replace("[[]", r"\[").replace("[]]", r"\]"))
 FORBIDDEN: tuple[tuple[tuple[str, ...], str], ...] = (
     (("\\",), "must not contain a backslash"),
     (("@",), "must not carry credentials (user:password@host); credentials come from "
-             "a Secret reference (docs/install.md), never from the URL"),
+             "Secrets named in spec.metrics.basicAuth or spec.metrics.authorization"),
     (("%",), "must not contain percent-encoding"),
     (("?", "#"), "must not have a query or a fragment"),
 )

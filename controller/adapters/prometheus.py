@@ -7,6 +7,7 @@ core never decides on a partial picture.
 
 from __future__ import annotations
 
+import copy
 import json
 import logging
 import math
@@ -59,6 +60,15 @@ class Prometheus:
         self.token_file = token_file
         self.authorization = authorization
         self.tls = ssl.create_default_context(cafile=ca_file) if ca_file else None
+
+    def authorized(self, header: str | None) -> Prometheus:
+        """This client sending `header` as Authorization (a policy's Secret, read this
+        pass): a shallow copy, so the cached client and its TLS context are shared."""
+        if header is None:
+            return self
+        other = copy.copy(self)
+        other.authorization = lambda: header
+        return other
 
     def query_range(self, query: str, start: float, end: float, step: float) -> Sequence[Series]:
         return self._call("/api/v1/query_range", {"query": query, "start": _num(start),
@@ -293,14 +303,15 @@ class PrometheusMetrics:
 
 
 class RefusedMetrics:
-    """The loop's view of a Prometheus the controller may not dial: every read says why."""
+    """The loop's view of a Prometheus the controller may not dial (or whose credentials
+    it cannot read, `kind` "credentials"): every read says why."""
 
-    def __init__(self, reason: str) -> None:
-        self.reason = reason
+    def __init__(self, reason: str, kind: str = "refused") -> None:
+        self.reason, self.kind = reason, kind
 
     def observe(self, graph: JobGraph, job_id: str, now: float, window_s: float,
                 resolution_s: float) -> MetricsUnavailable:
-        return MetricsUnavailable(self.reason, "refused")
+        return MetricsUnavailable(self.reason, self.kind)
 
     def operator_ids(self, job_id: str, now: float) -> dict[str, tuple[str, ...]]:
-        raise MetricsError(self.reason, "refused")
+        raise MetricsError(self.reason, self.kind)

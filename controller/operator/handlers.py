@@ -22,7 +22,7 @@ from kubernetes import client
 from pydantic import ValidationError
 
 from controller import api, telemetry
-from controller.adapters import dial
+from controller.adapters import dial, secrets
 from controller.adapters.flink_rest import FlinkRest
 from controller.adapters.kube import KubeDeployments, KubeEvents, KubeOwners, KubeStatusStore
 from controller.adapters.outbound import AllowList
@@ -73,42 +73,54 @@ def _allowed() -> AllowList:
 
 # One client per distinct URL, the least recently used dropped.
 @lru_cache(maxsize=PROMETHEUS_CLIENTS)
-def _prometheus(url: dial.Url, field: str) -> PrometheusMetrics:
+def _prometheus(url: dial.Url, field: str) -> Prometheus:
     # The bearer token goes to the operator's own Prometheus only, never to a URL a
     # tenant wrote (even an allowed one): that would hand the token to the tenant.
     own = url.endpoint == dial.parse_url(RUNTIME.prometheus_url, OWN_FIELD).endpoint
-    return PrometheusMetrics(Prometheus(
-        url, ca_file=RUNTIME.prometheus_ca_file, field=field,
-        token_file=RUNTIME.prometheus_token_file if own else None))
+    return Prometheus(url, ca_file=RUNTIME.prometheus_ca_file, field=field,
+                      token_file=RUNTIME.prometheus_token_file if own else None)
 
 
 OWN_FIELD = "--prometheus-url"
 TENANT_FIELD = "spec.metrics.prometheusUrl"
 
 
-def _metrics(raw: str) -> PrometheusMetrics | RefusedMetrics:
-    """Parse once; the allow-list and the request both read that parse."""
+def _metrics(raw: str, namespace: str = "", spec: api.MetricsSpec | None = None,
+             read: secrets.ReadSecret | None = None) -> PrometheusMetrics | RefusedMetrics:
+    """Parse once; the allow-list and the request both read that parse. The policy's
+    credentials (`spec`) are read from its own `namespace` only once the URL is allowed."""
     field = OWN_FIELD if raw == RUNTIME.prometheus_url else TENANT_FIELD
     try:
         url = dial.parse_url(raw, field)
     except dial.UrlRefused as e:
         return RefusedMetrics(f"{e}; it was not contacted")
     refusal = _allowed().refusal(url, field)
-    return RefusedMetrics(refusal) if refusal else _prometheus(url, field)
+    if refusal:
+        return RefusedMetrics(refusal)
+    prometheus = _prometheus(url, field)
+    if spec is None or field == OWN_FIELD:  # the operator's Prometheus: its own token
+        return PrometheusMetrics(prometheus)
+    try:
+        header = secrets.authorization(read or secrets.kube_reader(_core()), namespace, spec)
+    except secrets.CredentialsError as e:
+        return RefusedMetrics(f"{e}; Prometheus was not contacted", "credentials")
+    return PrometheusMetrics(prometheus.authorized(header))
 
 
 def _flink(namespace: str, name: str) -> FlinkRest:
     return FlinkRest(RUNTIME.flink_rest_url.format(namespace=namespace, name=name))
 
 
-def ports_for(body: Mapping[str, Any], store: KubeStatusStore) -> Ports:
+def ports_for(body: Mapping[str, Any], store: KubeStatusStore,
+              spec: api.MetricsSpec | None = None) -> Ports:
+    namespace = str((body.get("metadata") or {}).get("namespace") or "default")
     return Ports(
         deployments=KubeDeployments(_objects(), hold=RUNTIME.hold_apply_dir),
         store=store,
         events=KubeEvents(_core(), body, REPORTING_COMPONENT, reporting_instance(),
                           EVENT_NAME_PREFIX),
         flink=_flink,
-        metrics=_metrics,
+        metrics=lambda raw: _metrics(raw, namespace, spec),
         default_prometheus_url=RUNTIME.prometheus_url,
         owners=KubeOwners(_objects()),
     )
@@ -167,7 +179,7 @@ async def policy_loop(body: kopf.Body, meta: kopf.Meta, namespace: str | None, n
                 RESOLUTIONS[key] = resolution
                 result = await _pool().run(
                     namespace or "default", reconcile, policy, meta.get("generation"), status,
-                    ports_for(body, store),
+                    ports_for(body, store, policy.spec.metrics),
                     budget_s=pass_budget(resolution, RUNTIME.pass_budget_max_s))
                 status = result.status
                 log.debug("%s: %s", key, result.outcome)

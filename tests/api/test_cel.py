@@ -139,6 +139,21 @@ def test_metrics_rules_agree(window: str, resolution: str, stabilization: str) -
           {"window": window, "resolution": resolution, "stabilization": stabilization})
 
 
+REF = {"name": "prom-auth", "key": "password"}
+BASIC = {"username": {"name": "prom-auth", "key": "user"}, "password": REF}
+BEARER = {"credentials": {"name": "prom-token", "key": "token"}}
+
+
+@settings(max_examples=40, deadline=None)
+@given(url=st.none() | st.just("https://prom.tenant.svc:9090"), basic=st.booleans(),
+       bearer=st.booleans())
+def test_credentials_rules_agree(url: str | None, basic: bool, bearer: bool) -> None:
+    section = drop_none({"prometheusUrl": url, "basicAuth": BASIC if basic else None,
+                         "authorization": BEARER if bearer else None})
+    assert agree(api.MetricsSpec, section) == ((not (basic and bearer))
+                                               and (url is not None or not (basic or bearer)))
+
+
 @settings(max_examples=40, deadline=None)
 @given(limit=durations)
 def test_placement_rule_agrees(limit: str) -> None:
@@ -176,6 +191,11 @@ SECTION_CASES: dict[str, tuple[type[BaseModel], dict[str, Any]]] = {
         api.TargetRef, {"name": "q", "kind": "Deployment"}),
     "spec.metrics.resolution must be <= spec.metrics.window": (
         api.MetricsSpec, {"resolution": "1m30s", "window": "1m"}),
+    "spec.metrics: set at most one of basicAuth or authorization": (
+        api.MetricsSpec, {"prometheusUrl": "http://prom:9090", "basicAuth": BASIC,
+                          "authorization": BEARER}),
+    "spec.metrics: basicAuth and authorization require prometheusUrl": (
+        api.MetricsSpec, {"authorization": BEARER}),
     "spec.cpu.utilizationMin must be <= spec.cpu.utilizationTarget": (
         CpuScaling, {"utilizationMin": 0.6}),
     "spec.cpu.utilizationTarget must be <= spec.cpu.utilizationMax": (
@@ -290,6 +310,8 @@ def test_the_cross_field_example_breaks_a_rule_in_every_section() -> None:
     broken = set(broken_rules(SPEC, defaulted))
     every = {r.message for rules in api.CEL_RULES.values() for r in rules}
     unbroken = {"spec.targetRef.apiVersion must be flink.apache.org/v1beta1",
-                "spec.cpu.utilizationTarget must be <= spec.cpu.utilizationMax"}
+                "spec.cpu.utilizationTarget must be <= spec.cpu.utilizationMax",
+                "spec.metrics: set at most one of basicAuth or authorization",
+                "spec.metrics: basicAuth and authorization require prometheusUrl"}
     assert broken == (every - unbroken) | {"must be more than 0s"}
     assert not pydantic_accepts(api.HybridScalingPolicySpec, spec)
