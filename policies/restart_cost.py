@@ -1,8 +1,9 @@
 """What a step costs in downtime: the expected downtime of each way Flink can enact it.
 
-Written once, used by the controller (the expected downtime it records in status and
-hands the policy when `spec.cost.restartDowntime` is unset) and by the twin (its
-reconfiguration model), so both say what real Flink measured.
+Written once, used by the controller (the expected downtime it records in status), by the
+policy layer (`RestartFacts`: how a restart would be enacted, the state, the deployment's
+observed downtimes, priced when `spec.cost.restartDowntime` is unset) and by the twin (its
+reconfiguration model), so all say what real Flink measured.
 
 The three ways, cheapest first (docs/flink-plugin.md, "Measured step costs"):
 

@@ -162,10 +162,7 @@ def _finding(v: Vertex, m: VertexMetrics, keyed: bool, cpu: CpuScaling,
         tail = (f"its excess over a typical subtask, about {hot:.0%} of the input, is taken "
                 f"for one hot key (several hot keys on this subtask would look the same), "
                 f"so even at {k} tasks the busiest subtask would need about {best:.0%} of a "
-                f"task: more than {useful} tasks do not relieve it. Remedies: buffer records "
-                f"in memory and "
-                f"update the keyed state once per key and batch (mini-batch), or "
-                f"pre-aggregate before the keyBy (local/two-phase aggregation)")
+                f"task: more than {useful} tasks do not relieve it")
     return SkewFinding(**common, hot_key_group_share=hot, best_hottest_busyness=best,
                        scale_out_helps=helps, useful_parallelism=useful,
                        message=f"{head}; {tail}")

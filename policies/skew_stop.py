@@ -43,11 +43,6 @@ from policies.model import Vertex, VertexConfig, VertexMetrics
 # More tasks that raise the busiest subtask's capacity by less than 1/PLATEAU (25 %) are
 # not worth a restart: the same bound the plan uses for "on the plateau".
 PLATEAU = 0.8
-REMEDY = ("buffer records in memory and update the keyed state once per key and batch "
-          "(SQL: table.exec.mini-batch.*; DataStream: pre-aggregate per key before the keyed "
-          "state), or "
-          "aggregate in two phases (local-global: table.optimizer.agg-phase-strategy "
-          "TWO_PHASE), so the hot key costs its subtask one state update per batch")
 
 
 @dataclass(frozen=True)
@@ -112,8 +107,7 @@ def finding(v: Vertex, m: VertexMetrics, stop: SkewStop, target: float,
         f"(×{ratio:.2f}); a hot key (about {stop.hot_share:.0%} of its input) stays on one "
         f"subtask: it saturates at {explain.rate(stop.capacity_now)} against a target of "
         f"{explain.rate(target)} ({how}), so the job sustains about {explain.rate(job)} at "
-        f"its sources; no restart is taken for it at this load. What would lift it: "
-        f"{REMEDY}")
+        f"its sources; no restart is taken for it at this load")  # the remedy: buffering.remedy
     return SkewFinding(
         vertex_id=v.id, vertex_name=v.name, parallelism=p, keyed=True,
         hottest_busyness=hottest, mean_busyness=mean, ratio=ratio,

@@ -8,7 +8,7 @@ import random
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from policies import evaluate, skew
+from policies import buffering, evaluate, skew
 from policies.decision import Branch
 from policies.model import Edge, JobGraph, Observation, ShipStrategy, Vertex, VertexMetrics
 from policies.params import PolicyState, ScalingParams
@@ -70,7 +70,9 @@ def test_hot_key_that_saturates_one_task_blocks_scale_out() -> None:
     assert not finding.scale_out_helps and skew.blocks_scale_out(finding)
     assert skew.caps([finding]) == {"agg": finding.useful_parallelism}
     assert finding.useful_parallelism is not None and finding.useful_parallelism >= 4
-    assert "Agg" in finding.message and "pre-aggregate" in finding.message
+    assert "Agg" in finding.message and "do not relieve it" in finding.message
+    # What would lift it is said once, by the vertex's kind (a DataStream vertex here).
+    assert "pre-aggregate" in buffering.remedy(finding, buffering.sql_settings(0.5, 100))
 
 
 def test_busyness_alone_gives_the_same_answer_without_records() -> None:
