@@ -15,6 +15,7 @@ from __future__ import annotations
 from controller.api import ConditionType, ObservedJob
 from controller.ports import JobSummary
 from controller.record import Reason, Run, Stop, now_text
+from policies.restart_cost import Enactment
 
 RUNNING = "RUNNING"  # the JobManager's state of a job that runs
 
@@ -24,7 +25,7 @@ def check_job(run: Run, job: JobSummary) -> None:
     # The job's start (Flink's last-modification is not used: the twin reports it as now).
     restarted = job.start_time_ms / 1000.0
     seen = run.status.job
-    count, last = 0, None
+    count, last, absorbed = 0, None, False
     if seen is not None:
         count, last = seen.unexplained_restarts, seen.last_unexplained_restart_time
         # A new id or start, or a running job caught restarting (a failover in place:
@@ -40,12 +41,17 @@ def check_job(run: Run, job: JobSummary) -> None:
                 run.event("Warning", Reason.JOB_RESTARTED, _said(run, seen, job))
         elif changed:
             count, last = 0, None  # our own step restarted it
+        else:
+            # Our in-place rescale keeps the job's id and start, so it shows no change:
+            # once it has been seen done, it explains nothing that comes later.
+            absorbed = ours and _in_place_step_done(run)
     if count and job.state != RUNNING:  # still restarting: nothing to measure now
         last = run.now
     observed = ObservedJob(id=job.jid, state=job.state[:32], restarted_time=restarted,
                            seen_time=run.now,
                            unexplained_restarts=count, last_unexplained_restart_time=last)
-    if seen is not None and observed.model_copy(update={"seen_time": seen.seen_time}) == seen:
+    if (seen is not None and not absorbed
+            and observed.model_copy(update={"seen_time": seen.seen_time}) == seen):
         observed = seen  # nothing new: a waiting pass writes nothing (seen_time is first sight)
     run.status = run.status.model_copy(update={"job": observed})
     if last is None:
@@ -62,6 +68,12 @@ def check_job(run: Run, job: JobSummary) -> None:
     if count:  # a full window passed since: the streak is over
         run.status = run.status.model_copy(update={"job": observed.model_copy(
             update={"unexplained_restarts": 0, "last_unexplained_restart_time": None})})
+
+
+def _in_place_step_done(run: Run) -> bool:
+    last = run.status.enactments[-1] if run.status.enactments else None
+    return (last is not None and last.kind == Enactment.IN_PLACE.value
+            and last.observed_downtime_s is not None)
 
 
 def _said(run: Run, seen: ObservedJob, job: JobSummary) -> str:

@@ -7,10 +7,15 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-from controller.api import ConditionType
+import pytest
+
+from controller.api import ConditionType, StepEnactment
+from controller.jobhealth import check_job
 from controller.owner import OWNER_ANNOTATION
 from controller.ports import JobSummary
+from controller.record import Run, Stop
 from policies.model import JobGraph
+from policies.restart_cost import Enactment
 from tests.controller.test_loop import T0, FakeFlink, World, graph, policy
 
 
@@ -55,6 +60,33 @@ def test_a_restart_loop_is_named_warned_once_and_not_decided_from() -> None:
     world.now = T0 + 6 * 8 + 25
     assert world.run(p).outcome != "job-restarted"
     assert world.store.last.job is not None and world.store.last.job.unexplained_restarts == 0
+
+
+def test_a_failover_after_an_in_place_step_of_ours_is_not_taken_for_it() -> None:
+    flink = RestartingFlink(graph())
+    world = World(flink=flink)
+    p = policy("Recommend", metrics={"window": "20s", "stabilization": "0s",
+                                     "resolution": "5s"})
+    run = Run(p, 1, world.store.last, world.ports())
+    job = flink.job()
+    assert job is not None
+    check_job(run, job)  # first sight
+    # Our step rescaled in place at T0 + 10 (the same job id and start), seen done.
+    run.status = run.status.model_copy(update={
+        "last_reconfiguration_time": T0 + 10,
+        "enactments": (StepEnactment(step=1, kind=Enactment.IN_PLACE.value,
+                                     expected_downtime_s=3.5, applied_time=T0 + 10,
+                                     observed_downtime_s=3.5),)})
+    run.now = T0 + 20
+    check_job(run, job)
+    # Then the job fails over: a new id that no step of ours explains.
+    flink.restart(T0 + 29)
+    run.now = T0 + 30
+    restarted = flink.job()
+    assert restarted is not None
+    with pytest.raises(Stop):
+        check_job(run, restarted)
+    assert run.status.job is not None and run.status.job.unexplained_restarts == 1
 
 
 @dataclass
