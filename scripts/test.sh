@@ -8,7 +8,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 what="${1:-all}"
 
-section() { printf '\n==> %s\n' "$*"; }
+section() { printf "\n==> %s (at %dm%02ds)\n" "$*" $((SECONDS / 60)) $((SECONDS % 60)); }
 
 section "bootstrap"
 if [ "$what" = lint ]; then bash scripts/bootstrap.sh python; else bash scripts/bootstrap.sh all; fi
@@ -43,8 +43,9 @@ fi
 
 section "pytest (unit, integration and e2e)"
 set +e
-$PY/pytest
+$PY/pytest --durations=15
 rc=$?
 set -e
+printf '\n==> done in %dm%02ds\n' $((SECONDS / 60)) $((SECONDS % 60))
 if [ $rc -eq 5 ]; then echo "pytest collected no tests: that is a failure" >&2; exit 1; fi
 exit $rc
