@@ -46,6 +46,6 @@ set +e
 $PY/pytest --durations=15
 rc=$?
 set -e
-printf '\n==> done in %dm%02ds\n' $((SECONDS / 60)) $((SECONDS % 60))
+# (no line after pytest's: its closing line is the run's verdict; pytest prints its own time)
 if [ $rc -eq 5 ]; then echo "pytest collected no tests: that is a failure" >&2; exit 1; fi
 exit $rc
