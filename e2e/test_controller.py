@@ -17,6 +17,7 @@ import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
 from controller.operator.settings import HOLD_APPLY_ENV
+from controller.realize import parse_memory_mib as flink_memory_mib
 from controller.record import EVENT_REASONS
 from e2e.conftest import Cluster, Twin, wait_until
 from e2e.demo import ControllerProcess, flink_deployment, policy
@@ -178,7 +179,8 @@ def test_printer_columns_are_what_the_task_manager_pods_request(
         tm = after["spec"]["taskManager"]
         replicas = int(tm["replicas"])
         pods_cpu = float(tm["resource"]["cpu"]) * replicas
-        pods_mib = parse_memory_mib(tm["resource"]["memory"]) * replicas
+        # Flink's memory syntax ('2048m' is MiB) on the deployment, Kubernetes' on the column.
+        pods_mib = (flink_memory_mib(tm["resource"]["memory"]) or 0) * replicas
         shown = (float(columns["CPU"]), parse_memory_mib(columns["MEMORY"]))
         return (columns, tm) if same and shown == (pods_cpu, pods_mib) else None
 
