@@ -178,7 +178,9 @@ def _learn(old: VertexLearning | None, v: Vertex, observation: Observation,
     m = observation.vertices[v.id]
     point = point_of(v, m, observation.time)
     if point is None:
-        return learning
+        # Too idle to measure: nothing says whether the cache is warm; the next measurable
+        # window starts the judgement over (a pending warm-up must not hold the vertex).
+        return learning.model_copy(update={"warmup": None}) if learning.warming else learning
     known = learning.point(*point.key)
     admitted, warm = warmup.admit(
         learning.warmup, None if point.miss_ratio is None else 1.0 - point.miss_ratio,

@@ -89,3 +89,21 @@ def test_a_cold_cache_window_after_a_restart_neither_enters_the_surface_nor_step
     point = e.state.learned["counter"].point(8, 1)
     assert point is not None and point.windows == warm.windows + 1
     assert abs(point.service_us - warm.service_us) < 0.01 * warm.service_us
+
+
+def test_a_vertex_that_turns_too_idle_to_measure_is_not_held_forever() -> None:
+    """A held window, then windows too idle for a capacity point (the real demo after its
+    scale-up): the vertex is no longer reported as warming, and plans as before."""
+    world = World()
+    g = graph(p=8, level=1)
+    rate = 0.7 * 8e6 / world.service_us(8, 1)
+    now = WINDOW + 15.0
+    e = evaluate(g, replace(world.observe(g, rate, now), restarted=0.0), PolicyState(),
+                 PARAMS, now)
+    assert e.state.learned["counter"].warming
+    now += WINDOW
+    idle = world.observe(g, 0.0001 * rate, now)
+    e = evaluate(g, replace(idle, restarted=0.0), e.state, PARAMS, now)
+    assert not e.state.learned["counter"].warming
+    counter = next(v for v in e.decision.vertices if v.vertex_id == "counter")
+    assert counter.branch != Branch.CACHE_WARMING
