@@ -12,6 +12,9 @@ K8S_VERSION="${K8S_VERSION:-v1.32.3}"
 # in full (v0.32.13 of kube-scheduler, cri-client and csi-translation-lib is 403).
 KWOK_VERSION="${KWOK_VERSION:-v0.7.0}"
 HELM_VERSION="${HELM_VERSION:-v3.16.4}"
+# The kind tier (e2e/scripts/kind.sh): CoreDNS as kubeadm v1.32 deploys it, and kind.
+COREDNS_VERSION="${COREDNS_VERSION:-v1.11.3}"
+KIND_VERSION="${KIND_VERSION:-v0.33.0}"
 CACHE="${HYBRID_SCALER_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/flink-hybrid-scaler}"
 BIN="$CACHE/bin"
 mkdir -p "$BIN"
@@ -22,7 +25,7 @@ command -v go >/dev/null || { echo "build-tools: 'go' is not on PATH; install Go
 build_k8s() {
   local cmd="$1" out="$BIN/$1-$K8S_VERSION"
   [ -x "$out" ] && return 0
-  local mod="$CACHE/k8s-build-$K8S_VERSION"
+  local mod="${K8S_BUILD_MODULE:-$CACHE/k8s-build-$K8S_VERSION}"
   if [ ! -f "$mod/go.mod" ]; then
     mkdir -p "$mod"
     local staging="v0.${K8S_VERSION#v1.}"
@@ -66,13 +69,24 @@ case "$what" in
     command -v kubectl >/dev/null || build_k8s kubectl ;;&
   all|kwok) go_install kwok sigs.k8s.io/kwok/cmd/kwok "$KWOK_VERSION" ;;&
   all|helm) go_install helm helm.sh/helm/v3/cmd/helm "$HELM_VERSION" ;;&
-  all|k8s|kwok|helm) ;;
-  *) echo "usage: build-tools.sh [all|k8s|kwok|helm]" >&2; exit 2 ;;
+  # Not in `all`: only the kind tier needs a node's binaries. They run in the
+  # node (Debian bookworm, like this machine) and in images built on it.
+  node)
+    build_k8s kubelet
+    build_k8s kubeadm
+    build_k8s kube-proxy
+    build_k8s kubectl  # the node's own; kind runs it there
+    go_install coredns github.com/coredns/coredns "$COREDNS_VERSION"
+    go_install kind sigs.k8s.io/kind "$KIND_VERSION" ;;&
+  all|k8s|kwok|helm|node) ;;
+  *) echo "usage: build-tools.sh [all|k8s|kwok|helm|node]" >&2; exit 2 ;;
 esac
 # Stable names, so callers need not know versions.
-for b in kube-apiserver kube-scheduler kube-controller-manager kubectl; do
+for b in kube-apiserver kube-scheduler kube-controller-manager kubectl kubelet kubeadm kube-proxy; do
   [ -x "$BIN/$b-$K8S_VERSION" ] && ln -sf "$b-$K8S_VERSION" "$BIN/$b"
 done
 [ -x "$BIN/kwok-$KWOK_VERSION" ] && ln -sf "kwok-$KWOK_VERSION" "$BIN/kwok"
 [ -x "$BIN/helm-$HELM_VERSION" ] && ln -sf "helm-$HELM_VERSION" "$BIN/helm"
+[ -x "$BIN/coredns-$COREDNS_VERSION" ] && ln -sf "coredns-$COREDNS_VERSION" "$BIN/coredns"
+[ -x "$BIN/kind-$KIND_VERSION" ] && ln -sf "kind-$KIND_VERSION" "$BIN/kind"
 echo "$BIN"

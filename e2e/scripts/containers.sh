@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# Makes podman run containers on this kind of machine, idempotently, and says
+# why not when it cannot. Sourced by image.sh and kind.sh; `bash containers.sh`
+# alone sets up and checks.
+#
+# Two facts of the hosts these scripts were written on (Debian 12, root without
+# CAP_SYS_RESOURCE, hard nofile limit 20000, no kernel modules directory):
+# - crun and podman's default ulimits (nofile 1048576) make every container fail
+#   to start with "setrlimit ... operation not permitted"; runc with ulimits at or
+#   below the hard limits works;
+# - podman probes /lib/modules for privileged containers; an empty one will do.
+set -euo pipefail
+
+FHS_CACHE="${HYBRID_SCALER_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/flink-hybrid-scaler}"
+FHS_CONTAINERS_CONF=/etc/containers/containers.conf.d/50-flink-hybrid-scaler.conf
+
+containers_fail() {
+  cat >&2 <<EOF
+containers: $1
+  The image and kind tiers need podman running containers as root.
+  Fix: run as root (or with sudo) on a Linux host whose kernel allows user and
+  mount namespaces, and check with: bash e2e/scripts/containers.sh
+EOF
+  exit 1
+}
+
+containers_apt() {
+  local missing=() p
+  for p in "$@"; do dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'ok installed' || missing+=("$p"); done
+  [ ${#missing[@]} -eq 0 ] && return 0
+  echo "containers: apt-get install ${missing[*]}" >&2
+  local sudo=""; [ "$(id -u)" = 0 ] || sudo=sudo
+  $sudo apt-get update -qq >&2
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >&2
+}
+
+containers_setup() {
+  [ "$(uname -s)" = Linux ] || containers_fail "this is $(uname -s), not Linux"
+  [ "$(id -u)" = 0 ] || containers_fail "not root (uid $(id -u)); rootless podman cannot run kind's privileged nodes"
+  command -v apt-get >/dev/null || containers_fail "no apt-get: install podman, runc and debootstrap by hand"
+  containers_apt podman runc uidmap debootstrap
+  local hard_nofile; hard_nofile="$(ulimit -Hn)"
+  [ "$hard_nofile" = unlimited ] && hard_nofile=1048576
+  local nofile=$(( hard_nofile < 1048576 ? hard_nofile : 1048576 ))
+  local want
+  want="$(printf '%s\n' \
+    '# Written by flink-hybrid-scaler e2e/scripts/containers.sh: runc, and ulimits' \
+    '# within the hard limits root has here (it may lack CAP_SYS_RESOURCE).' \
+    '[containers]' \
+    "default_ulimits = [\"nofile=$nofile:$nofile\", \"nproc=32768:32768\"]" \
+    '[engine]' \
+    'runtime = "runc"')"
+  if [ "$(cat "$FHS_CONTAINERS_CONF" 2>/dev/null)" != "$want" ]; then
+    mkdir -p "$(dirname "$FHS_CONTAINERS_CONF")"
+    printf '%s\n' "$want" > "$FHS_CONTAINERS_CONF"
+  fi
+  [ -d /lib/modules ] || mkdir -p /lib/modules
+  local out
+  if ! out="$(podman run --rm --network=none --pull=never --rootfs /:O /bin/true 2>&1)"; then
+    containers_fail "podman cannot start a container here: $out"
+  fi
+}
+
+if [ "${BASH_SOURCE[0]}" = "$0" ]; then
+  containers_setup
+  echo "containers: podman $(podman --version | awk '{print $3}') runs containers (runtime $(podman info --format '{{.Host.OCIRuntime.Name}}'))"
+fi
