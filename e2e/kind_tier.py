@@ -111,14 +111,20 @@ def test_the_two_replicas_peer_through_kopf(kube: Kube) -> None:
 
 
 def test_the_metrics_port_serves_through_the_service(kube: Kube) -> None:
-    def scrape() -> str | None:
-        out = kube("get", "--raw",
-                   f"/api/v1/namespaces/{NS}/services/{RELEASE}-metrics:9464/proxy/metrics",
-                   check=False)
-        return out if "hybridscaler_workers" in out else None
+    def scrape(path: str) -> str | None:
+        out = kube("get", "--raw", f"/api/v1/namespaces/{NS}/{path}/proxy/metrics", check=False)
+        return out if "\nhybridscaler_workers " in out else None
 
-    text = wait_until(scrape, 300, "the controller's /metrics through its Service", interval_s=2)
-    assert "hybridscaler_workers 8.0" in text
+    wait_until(lambda: scrape(f"services/{RELEASE}-metrics:9464"), 300,
+               "the controller's /metrics through its Service", interval_s=2)
+    # The Service picks either replica; the active one runs the --workers pool.
+    pods = [p["metadata"]["name"] for p in controller_pods(kube)]
+
+    def active() -> list[str] | None:
+        texts = [scrape(f"pods/{name}:9464") or "" for name in pods]
+        return [t for t in texts if "\nhybridscaler_workers 8.0" in t] or None
+
+    wait_until(active, 300, "a replica running 8 workers (chart default)", interval_s=2)
 
 
 def test_a_policy_gets_the_controllers_verdict_in_kubectl_describe(kube: Kube) -> None:

@@ -14,6 +14,8 @@ KWOK_VERSION="${KWOK_VERSION:-v0.7.0}"
 HELM_VERSION="${HELM_VERSION:-v3.16.4}"
 # The kind tier (e2e/scripts/kind.sh): CoreDNS as kubeadm v1.32 deploys it, and kind.
 COREDNS_VERSION="${COREDNS_VERSION:-v1.11.3}"
+# etcd as kubeadm v1.32 probes it (/readyz is new in 3.5; Debian's 3.4 answers 404).
+ETCD_VERSION="${ETCD_VERSION:-v3.5.16}"
 KIND_VERSION="${KIND_VERSION:-v0.33.0}"
 CACHE="${HYBRID_SCALER_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/flink-hybrid-scaler}"
 BIN="$CACHE/bin"
@@ -50,6 +52,19 @@ build_k8s() {
   mv "$out.tmp" "$out"
 }
 
+# etcd's server module carries replace directives, so `go install` refuses it; a
+# throwaway module that requires it builds it (replaces of a dependency are ignored).
+build_etcd() {
+  local out="$BIN/etcd-$ETCD_VERSION"
+  [ -x "$out" ] && return 0
+  local mod="$CACHE/etcd-build-$ETCD_VERSION"
+  mkdir -p "$mod"
+  printf 'module hybridscaler.dev/etcdbuild\n\ngo 1.23\n\nrequire go.etcd.io/etcd/server/v3 %s\n' "$ETCD_VERSION" > "$mod/go.mod"
+  echo "build-tools: building etcd $ETCD_VERSION" >&2
+  (cd "$mod" && go build -o "$out.tmp" -ldflags "-s -w" go.etcd.io/etcd/server/v3)
+  mv "$out.tmp" "$out"
+}
+
 go_install() {
   local name="$1" pkg="$2" version="$3" out="$BIN/$1-$3"
   [ -x "$out" ] && return 0
@@ -76,6 +91,7 @@ case "$what" in
     build_k8s kubeadm
     build_k8s kube-proxy
     build_k8s kubectl  # the node's own; kind runs it there
+    build_etcd
     go_install coredns github.com/coredns/coredns "$COREDNS_VERSION"
     go_install kind sigs.k8s.io/kind "$KIND_VERSION" ;;&
   all|k8s|kwok|helm|node) ;;

@@ -14,7 +14,7 @@
 # files in e2e/kind/node/, and the images kubeadm runs as a tarball that the node
 # imports at boot:
 #   kube-apiserver, -controller-manager, -scheduler, kube-proxy  our Go builds
-#   etcd      Debian's etcd-server (3.4; serves apiserver 1.32, as in the local tier)
+#   etcd      built from its Go module (v3.5: kubeadm probes /readyz, which 3.4 lacks)
 #   coredns   built from its Go module
 #   pause     Debian's catatonit -P
 # each on the node's own root file system as the base layer (one layer, shared).
@@ -27,7 +27,7 @@ K8S_VERSION="${K8S_VERSION:-v1.32.3}"
 CLUSTER="${HYBRID_SCALER_KIND_CLUSTER:-hybrid-scaler}"
 SUITE=bookworm
 MIRROR="${DEBIAN_MIRROR:-http://deb.debian.org/debian}"
-NODE_PACKAGES=systemd,systemd-sysv,dbus,containerd,runc,iptables,conntrack,ethtool,socat,iproute2,ca-certificates,catatonit,containernetworking-plugins,etcd-server,procps,kmod,util-linux,mount,libseccomp2,ebtables,nftables
+NODE_PACKAGES=systemd,systemd-sysv,dbus,containerd,runc,iptables,conntrack,ethtool,socat,iproute2,ca-certificates,catatonit,containernetworking-plugins,procps,kmod,util-linux,mount,libseccomp2,ebtables,nftables
 CACHE_DIR="$FHS_CACHE/kind"
 BIN="$FHS_CACHE/bin"
 RUN_DIR="${HYBRID_SCALER_KIND_DIR:-${XDG_RUNTIME_DIR:-/tmp}/hybrid-scaler-kind}"
@@ -39,6 +39,7 @@ ROOTFS_IMAGE="localhost/hybrid-scaler-kind-rootfs:$SUITE-$ROOTFS_KEY"
 REG=registry.k8s.io
 PAUSE_TAG=3.10
 ETCD_TAG=3.5.16-0
+ETCD_VERSION="${ETCD_VERSION:-v3.5.16}"
 COREDNS_TAG=v1.11.3
 log() { echo "kind.sh: $*" >&2; }
 kind_cmd() { KIND_EXPERIMENTAL_PROVIDER=podman "$BIN/kind" "$@"; }
@@ -46,7 +47,7 @@ kind_cmd() { KIND_EXPERIMENTAL_PROVIDER=podman "$BIN/kind" "$@"; }
 node_key() {
   { echo "$ROOTFS_KEY $K8S_VERSION $PAUSE_TAG $ETCD_TAG $COREDNS_TAG"
     find e2e/kind/node -type f -print0 | sort -z | xargs -0 sha1sum
-    for b in kubelet kubeadm kubectl kube-apiserver kube-controller-manager kube-scheduler kube-proxy coredns; do
+    for b in kubelet kubeadm kubectl kube-apiserver kube-controller-manager kube-scheduler kube-proxy coredns "etcd-$ETCD_VERSION"; do
       stat -L -c '%n %s %Y' "$BIN/$b"
     done
   } | sha1sum | cut -c1-12
@@ -64,8 +65,8 @@ rootfs() {
       || { tail -20 "$CACHE_DIR/debootstrap.log" >&2; log "debootstrap failed (log: $CACHE_DIR/debootstrap.log)"; exit 1; }
     rm -rf "$root"/var/lib/apt/lists/* "$root"/var/cache/apt/* "$root"/usr/share/doc/* \
       "$root"/usr/share/man/* "$root"/usr/share/info/* "$root"/var/log/*.log "$root"/var/log/apt/*
-    # Debian's CNI configuration and etcd's own service are not the node's.
-    rm -f "$root"/etc/cni/net.d/* "$root"/etc/systemd/system/multi-user.target.wants/etcd.service
+    # Debian's CNI configuration is not the node's.
+    rm -f "$root"/etc/cni/net.d/*
     tar -C "$root" --numeric-owner -cf "$ROOTFS_TAR.tmp" .
     mv "$ROOTFS_TAR.tmp" "$ROOTFS_TAR"
   fi
@@ -73,15 +74,16 @@ rootfs() {
     || podman import --quiet --change 'CMD ["/bin/sh"]' "$ROOTFS_TAR" "$ROOTFS_IMAGE" >/dev/null
 }
 
-# One image: the node's root file system and, if given, one binary in /usr/local/bin.
+# One image: the node's root file system and, if given, one binary (a file in
+# $BIN) as /usr/local/bin/NAME.
 component_image() {
-  local tag="$1" binary="$2" entrypoint="$3" ctx
+  local tag="$1" binary="$2" name="$3" entrypoint="$4" ctx
   ctx="$(mktemp -d)"
   {
     echo "FROM $ROOTFS_IMAGE"
     if [ -n "$binary" ]; then
-      cp -L "$BIN/$binary" "$ctx/$binary"
-      echo "COPY $binary /usr/local/bin/$binary"
+      cp -L "$BIN/$binary" "$ctx/$name"
+      echo "COPY $name /usr/local/bin/$name"
     fi
     [ -n "$entrypoint" ] && echo "ENTRYPOINT $entrypoint"
   } > "$ctx/Containerfile"
@@ -99,12 +101,12 @@ node_image() {
   log "building the node image $NODE_IMAGE"
   local tags=() c
   for c in kube-apiserver kube-controller-manager kube-scheduler kube-proxy; do
-    component_image "$REG/$c:$K8S_VERSION" "$c" ""; tags+=("$REG/$c:$K8S_VERSION")
+    component_image "$REG/$c:$K8S_VERSION" "$c" "$c" ""; tags+=("$REG/$c:$K8S_VERSION")
   done
-  component_image "$REG/etcd:$ETCD_TAG" "" ""; tags+=("$REG/etcd:$ETCD_TAG")
-  component_image "$REG/coredns/coredns:$COREDNS_TAG" coredns '["/usr/local/bin/coredns"]'
+  component_image "$REG/etcd:$ETCD_TAG" "etcd-$ETCD_VERSION" etcd ""; tags+=("$REG/etcd:$ETCD_TAG")
+  component_image "$REG/coredns/coredns:$COREDNS_TAG" coredns coredns '["/usr/local/bin/coredns"]'
   tags+=("$REG/coredns/coredns:$COREDNS_TAG")
-  component_image "$REG/pause:$PAUSE_TAG" "" '["/usr/bin/catatonit", "-P"]'
+  component_image "$REG/pause:$PAUSE_TAG" "" "" '["/usr/bin/catatonit", "-P"]'
   tags+=("$REG/pause:$PAUSE_TAG")
   local ctx; ctx="$(mktemp -d "$CACHE_DIR/node.XXXXXX")"
   # shellcheck disable=SC2064
@@ -126,8 +128,12 @@ STOPSIGNAL SIGRTMIN+3
 ENTRYPOINT ["/usr/local/bin/entrypoint", "/sbin/init"]
 EOF
   podman build --quiet --network=none --pull=never --tag "$NODE_IMAGE" "$ctx" >/dev/null
-  # The component images live on inside the node image's tarball only.
+  # The component images live on inside the node image's tarball only; older
+  # node images go.
   podman rmi "${tags[@]}" >/dev/null
+  podman images --format '{{.Repository}}:{{.Tag}}' \
+    | grep -E '^localhost/hybrid-scaler-kind-node:' | grep -vxF "$NODE_IMAGE" \
+    | xargs -r podman rmi >/dev/null 2>&1 || true
   podman image prune --force >/dev/null
 }
 
@@ -153,6 +159,8 @@ up() {
 
 down() {
   kind_cmd delete cluster --name "$CLUSTER" >&2 || true
+  # kind leaves its podman network behind; it goes unless another cluster uses it.
+  podman network rm kind >/dev/null 2>&1 || true
   rm -rf "$RUN_DIR"
 }
 
