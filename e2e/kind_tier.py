@@ -158,3 +158,43 @@ def test_a_policy_gets_the_controllers_verdict_in_kubectl_describe(kube: Kube) -
     wait_until(verdict, 300, "the controller's Ready condition on the policy", interval_s=2)
     described = kube("describe", "hsp", "q11", "-n", APP_NS)
     assert "JobUnavailable" in described, described
+
+
+def test_in_place_resize_reaches_the_containers_cgroup(kube: Kube) -> None:
+    # The growth path for runtime slot resizing: the pods/resize subresource
+    # (InPlacePodVerticalScaling, alpha in 1.32, on in e2e/kind/cluster.yaml) raises a
+    # running container's memory limit without a restart, and the kubelet writes it
+    # to the container's cgroup (v1 here: memory.limit_in_bytes).
+    def resources(limit: str) -> dict[str, Any]:
+        return {"requests": {"cpu": "100m", "memory": "64Mi"},
+                "limits": {"cpu": "500m", "memory": limit}}
+
+    pod = {
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "resize-probe", "namespace": APP_NS},
+        "spec": {"containers": [{
+            "name": "c", "image": "localhost/hybrid-scaler:0.1.0", "imagePullPolicy": "Never",
+            "command": ["/bin/sh", "-c", "exec sleep 100000"],
+            "resources": resources("128Mi"),
+            "resizePolicy": [{"resourceName": "memory", "restartPolicy": "NotRequired"}],
+        }]},
+    }
+    kube("create", "namespace", APP_NS, check=False)
+    kube("delete", "pod", "resize-probe", "-n", APP_NS, "--ignore-not-found", "--wait=true")
+    kube("apply", "-f", "-", stdin=json.dumps(pod))
+    kube("wait", "--for=condition=Ready", "pod/resize-probe", "-n", APP_NS, "--timeout=300s")
+
+    def cgroup_limit() -> int:
+        return int(kube("exec", "resize-probe", "-n", APP_NS, "--",
+                        "cat", "/sys/fs/cgroup/memory/memory.limit_in_bytes"))
+
+    assert cgroup_limit() == 128 * 2**20
+    before = kube.json("get", "pod", "resize-probe", "-n", APP_NS)["status"]["containerStatuses"][0]
+    kube("patch", "pod", "resize-probe", "-n", APP_NS, "--subresource", "resize", "-p",
+         json.dumps({"spec": {"containers": [{"name": "c", "resources": resources("256Mi")}]}}))
+    wait_until(lambda: cgroup_limit() == 256 * 2**20, 120,
+               "the container's cgroup memory limit at 256 MiB", interval_s=2)
+    after = kube.json("get", "pod", "resize-probe", "-n", APP_NS)["status"]["containerStatuses"][0]
+    assert after["containerID"] == before["containerID"] and after["restartCount"] == 0
+    assert after["resources"]["limits"]["memory"] == "256Mi"
+    kube("delete", "pod", "resize-probe", "-n", APP_NS, "--wait=false")
