@@ -117,14 +117,14 @@ def test_the_metrics_port_serves_through_the_service(kube: Kube) -> None:
 
     wait_until(lambda: scrape(f"services/{RELEASE}-metrics:9464"), 300,
                "the controller's /metrics through its Service", interval_s=2)
-    # The Service picks either replica; the active one runs the --workers pool.
-    pods = [p["metadata"]["name"] for p in controller_pods(kube)]
 
-    def active() -> list[str] | None:
-        texts = [scrape(f"pods/{name}:9464") or "" for name in pods]
-        return [t for t in texts if "\nhybridscaler_workers 8.0" in t] or None
 
-    wait_until(active, 300, "a replica running 8 workers (chart default)", interval_s=2)
+def workers_of_the_active_replica(kube: Kube) -> list[str] | None:
+    # The Service picks either replica; the active one has started the --workers
+    # pool (once it serves a policy) and says so on its own metrics port.
+    texts = [kube("get", "--raw", f"/api/v1/namespaces/{NS}/pods/{p['metadata']['name']}:9464"
+                  "/proxy/metrics", check=False) for p in controller_pods(kube)]
+    return [t for t in texts if "\nhybridscaler_workers 8.0" in t] or None
 
 
 def test_a_policy_gets_the_controllers_verdict_in_kubectl_describe(kube: Kube) -> None:
@@ -158,6 +158,10 @@ def test_a_policy_gets_the_controllers_verdict_in_kubectl_describe(kube: Kube) -
     wait_until(verdict, 300, "the controller's Ready condition on the policy", interval_s=2)
     described = kube("describe", "hsp", "q11", "-n", APP_NS)
     assert "JobUnavailable" in described, described
+    # Exactly one replica evaluates: the active one of the peering.
+    active = wait_until(lambda: workers_of_the_active_replica(kube), 120,
+                        "a replica running the chart's 8 workers", interval_s=2)
+    assert len(active) == 1, "both replicas run a worker pool: peering elected no single one"
 
 
 def test_in_place_resize_reaches_the_containers_cgroup(kube: Kube) -> None:
