@@ -61,6 +61,29 @@ containers_setup() {
   fi
 }
 
+# debootstrap_tar PACKAGES TAR: a Debian bookworm minbase root file system with
+# PACKAGES (comma-separated), as an image wants it (no package lists, caches,
+# docs, man pages or logs), written as the tarball TAR. Nothing is done if TAR
+# exists.
+debootstrap_tar() {
+  local packages="$1" tar="$2"
+  [ -s "$tar" ] && return 0
+  local dir; dir="$(dirname "$tar")"
+  mkdir -p "$dir"
+  local root; root="$(mktemp -d "$dir/rootfs.XXXXXX")"
+  # shellcheck disable=SC2064
+  trap "rm -rf '$root'" RETURN
+  echo "containers: debootstrap bookworm minbase + $packages (first time only, minutes)" >&2
+  nice -n 10 debootstrap --variant=minbase --include="$packages" bookworm "$root" \
+    "${DEBIAN_MIRROR:-http://deb.debian.org/debian}" > "$tar.log" 2>&1 \
+    || { tail -20 "$tar.log" >&2; echo "containers: debootstrap failed (log: $tar.log)" >&2; exit 1; }
+  rm -rf "$root"/var/lib/apt/lists/* "$root"/var/cache/apt/* "$root"/var/cache/debconf/*-old \
+    "$root"/usr/share/doc/* "$root"/usr/share/man/* "$root"/usr/share/info/* \
+    "$root"/var/log/*.log "$root"/var/log/apt/* "$root"/tmp/* "$root"/root/.cache
+  tar -C "$root" --numeric-owner -cf "$tar.tmp" .
+  mv "$tar.tmp" "$tar"
+}
+
 if [ "${BASH_SOURCE[0]}" = "$0" ]; then
   containers_setup
   echo "containers: podman $(podman --version | awk '{print $3}') runs containers (runtime $(podman info --format '{{.Host.OCIRuntime.Name}}'))"

@@ -23,7 +23,6 @@ cd "$(dirname "$0")/../.."
 
 IMAGE="${HYBRID_SCALER_IMAGE:-localhost/hybrid-scaler:$(sed -n 's/^version = "\(.*\)"/\1/p' pyproject.toml)}"
 SUITE=bookworm
-MIRROR="${DEBIAN_MIRROR:-http://deb.debian.org/debian}"
 # What the controller needs at run time beyond minbase: Python, venv for the
 # build stage, CA certificates for HTTPS to Prometheus, libstdc++ for OR-Tools.
 BASE_PACKAGES=python3,python3-venv,ca-certificates,libstdc++6
@@ -33,27 +32,9 @@ BASE_IMAGE="localhost/hybrid-scaler-base:$SUITE-$BASE_KEY"
 BASE_TAR="$CACHE_DIR/base-$SUITE-$BASE_KEY.tar"
 log() { echo "image: $*" >&2; }
 
-build_base_tar() {
-  [ -s "$BASE_TAR" ] && return 0
-  mkdir -p "$CACHE_DIR"
-  local root; root="$(mktemp -d "$CACHE_DIR/rootfs.XXXXXX")"
-  # shellcheck disable=SC2064
-  trap "rm -rf '$root'" RETURN
-  log "debootstrap $SUITE minbase + $BASE_PACKAGES (first time only, a few minutes)"
-  nice -n 10 debootstrap --variant=minbase --include="$BASE_PACKAGES" "$SUITE" "$root" "$MIRROR" \
-    > "$CACHE_DIR/debootstrap.log" 2>&1 \
-    || { tail -20 "$CACHE_DIR/debootstrap.log" >&2; log "debootstrap failed (log: $CACHE_DIR/debootstrap.log)"; exit 1; }
-  # An image, not a system: no package lists, caches, docs or man pages.
-  rm -rf "$root"/var/lib/apt/lists/* "$root"/var/cache/apt/* "$root"/var/cache/debconf/*-old \
-    "$root"/usr/share/doc/* "$root"/usr/share/man/* "$root"/usr/share/info/* \
-    "$root"/var/log/*.log "$root"/var/log/apt/* "$root"/tmp/* "$root"/root/.cache
-  tar -C "$root" --numeric-owner -cf "$BASE_TAR.tmp" .
-  mv "$BASE_TAR.tmp" "$BASE_TAR"
-}
-
 base_image() {
   podman image exists "$BASE_IMAGE" && return 0
-  build_base_tar
+  debootstrap_tar "$BASE_PACKAGES" "$BASE_TAR"
   log "importing $BASE_IMAGE"
   podman import --quiet --change 'CMD ["/bin/bash"]' "$BASE_TAR" "$BASE_IMAGE" >/dev/null
 }

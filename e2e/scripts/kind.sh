@@ -26,7 +26,6 @@ cd "$(dirname "$0")/../.."
 K8S_VERSION="${K8S_VERSION:-v1.32.3}"
 CLUSTER="${HYBRID_SCALER_KIND_CLUSTER:-hybrid-scaler}"
 SUITE=bookworm
-MIRROR="${DEBIAN_MIRROR:-http://deb.debian.org/debian}"
 NODE_PACKAGES=systemd,systemd-sysv,dbus,containerd,runc,iptables,conntrack,ethtool,socat,iproute2,ca-certificates,catatonit,containernetworking-plugins,procps,kmod,util-linux,mount,libseccomp2,ebtables,nftables
 CACHE_DIR="$FHS_CACHE/kind"
 BIN="$FHS_CACHE/bin"
@@ -54,22 +53,7 @@ node_key() {
 }
 
 rootfs() {
-  if [ ! -s "$ROOTFS_TAR" ]; then
-    mkdir -p "$CACHE_DIR"
-    local root; root="$(mktemp -d "$CACHE_DIR/rootfs.XXXXXX")"
-    # shellcheck disable=SC2064
-    trap "rm -rf '$root'" RETURN
-    log "debootstrap $SUITE minbase for the node (first time only, several minutes)"
-    nice -n 10 debootstrap --variant=minbase --include="$NODE_PACKAGES" "$SUITE" "$root" "$MIRROR" \
-      > "$CACHE_DIR/debootstrap.log" 2>&1 \
-      || { tail -20 "$CACHE_DIR/debootstrap.log" >&2; log "debootstrap failed (log: $CACHE_DIR/debootstrap.log)"; exit 1; }
-    rm -rf "$root"/var/lib/apt/lists/* "$root"/var/cache/apt/* "$root"/usr/share/doc/* \
-      "$root"/usr/share/man/* "$root"/usr/share/info/* "$root"/var/log/*.log "$root"/var/log/apt/*
-    # Debian's CNI configuration is not the node's.
-    rm -f "$root"/etc/cni/net.d/*
-    tar -C "$root" --numeric-owner -cf "$ROOTFS_TAR.tmp" .
-    mv "$ROOTFS_TAR.tmp" "$ROOTFS_TAR"
-  fi
+  debootstrap_tar "$NODE_PACKAGES" "$ROOTFS_TAR"
   podman image exists "$ROOTFS_IMAGE" \
     || podman import --quiet --change 'CMD ["/bin/sh"]' "$ROOTFS_TAR" "$ROOTFS_IMAGE" >/dev/null
 }
