@@ -1,10 +1,11 @@
 # The two commands of README.md: `make demo` runs the main job, `make test` runs
 # every check CI runs. Both install what they need (see scripts/bootstrap.sh).
-.PHONY: demo test lint crds e2e-up e2e-down clean
+.PHONY: demo test lint crds e2e-up e2e-down clean image test-kind kind-up kind-down
 
 # `make demo FLINK=real`: the same story on a real Flink 1.20 cluster (docs/e2e.md).
+# `make demo KIND=1`: the controller's image in a real pod on a kind cluster built here.
 demo:
-	bash scripts/demo.sh $(if $(filter real,$(FLINK)),--real,)
+	bash scripts/demo.sh $(if $(filter real,$(FLINK)),--real,)$(if $(KIND),--kind,)
 
 test:
 	bash scripts/test.sh
@@ -21,6 +22,20 @@ e2e-up:
 
 e2e-down:
 	.venv/bin/python -m e2e.stack down
+
+# The controller image, built with podman without a registry (docs/e2e.md).
+image:
+	bash e2e/scripts/image.sh
+
+# The kind tier (docs/e2e.md): its own target, not part of `make test`.
+test-kind:
+	bash scripts/bootstrap.sh all >/dev/null && .venv/bin/pytest -p no:cacheprovider e2e/kind_tier.py
+
+kind-up:
+	bash scripts/bootstrap.sh all >/dev/null && bash e2e/scripts/kind.sh up
+
+kind-down:
+	bash e2e/scripts/kind.sh down
 
 clean:
 	rm -rf .venv flink-plugin/target

@@ -12,4 +12,10 @@ if [ "${1:-}" = --real ]; then
   mvn -B -q -f flink-job/pom.xml package -DskipTests
   exec .venv/bin/python -m e2e.demo_real "$@"
 fi
+if [ "${1:-}" = --kind ]; then
+  # make demo KIND=1: the controller's image in real pods on a kind cluster built
+  # here (e2e/scripts/kind.sh; docs/e2e.md, "The kind tier").
+  shift
+  exec bash e2e/scripts/kind-demo.sh "$@"
+fi
 exec .venv/bin/python -m e2e.demo "$@"

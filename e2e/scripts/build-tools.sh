@@ -12,6 +12,11 @@ K8S_VERSION="${K8S_VERSION:-v1.32.3}"
 # in full (v0.32.13 of kube-scheduler, cri-client and csi-translation-lib is 403).
 KWOK_VERSION="${KWOK_VERSION:-v0.7.0}"
 HELM_VERSION="${HELM_VERSION:-v3.16.4}"
+# The kind tier (e2e/scripts/kind.sh): CoreDNS as kubeadm v1.32 deploys it, and kind.
+COREDNS_VERSION="${COREDNS_VERSION:-v1.11.3}"
+# etcd as kubeadm v1.32 probes it (/readyz is new in 3.5; Debian's 3.4 answers 404).
+ETCD_VERSION="${ETCD_VERSION:-v3.5.16}"
+KIND_VERSION="${KIND_VERSION:-v0.33.0}"
 CACHE="${HYBRID_SCALER_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/flink-hybrid-scaler}"
 BIN="$CACHE/bin"
 mkdir -p "$BIN"
@@ -22,7 +27,7 @@ command -v go >/dev/null || { echo "build-tools: 'go' is not on PATH; install Go
 build_k8s() {
   local cmd="$1" out="$BIN/$1-$K8S_VERSION"
   [ -x "$out" ] && return 0
-  local mod="$CACHE/k8s-build-$K8S_VERSION"
+  local mod="${K8S_BUILD_MODULE:-$CACHE/k8s-build-$K8S_VERSION}"
   if [ ! -f "$mod/go.mod" ]; then
     mkdir -p "$mod"
     local staging="v0.${K8S_VERSION#v1.}"
@@ -47,6 +52,19 @@ build_k8s() {
   mv "$out.tmp" "$out"
 }
 
+# etcd's server module carries replace directives, so `go install` refuses it; a
+# throwaway module that requires it builds it (replaces of a dependency are ignored).
+build_etcd() {
+  local out="$BIN/etcd-$ETCD_VERSION"
+  [ -x "$out" ] && return 0
+  local mod="$CACHE/etcd-build-$ETCD_VERSION"
+  mkdir -p "$mod"
+  printf 'module hybridscaler.dev/etcdbuild\n\ngo 1.23\n\nrequire go.etcd.io/etcd/server/v3 %s\n' "$ETCD_VERSION" > "$mod/go.mod"
+  echo "build-tools: building etcd $ETCD_VERSION" >&2
+  (cd "$mod" && go build -o "$out.tmp" -ldflags "-s -w" go.etcd.io/etcd/server/v3)
+  mv "$out.tmp" "$out"
+}
+
 go_install() {
   local name="$1" pkg="$2" version="$3" out="$BIN/$1-$3"
   [ -x "$out" ] && return 0
@@ -66,13 +84,25 @@ case "$what" in
     command -v kubectl >/dev/null || build_k8s kubectl ;;&
   all|kwok) go_install kwok sigs.k8s.io/kwok/cmd/kwok "$KWOK_VERSION" ;;&
   all|helm) go_install helm helm.sh/helm/v3/cmd/helm "$HELM_VERSION" ;;&
-  all|k8s|kwok|helm) ;;
-  *) echo "usage: build-tools.sh [all|k8s|kwok|helm]" >&2; exit 2 ;;
+  # Not in `all`: only the kind tier needs a node's binaries. They run in the
+  # node (Debian bookworm, like this machine) and in images built on it.
+  node)
+    build_k8s kubelet
+    build_k8s kubeadm
+    build_k8s kube-proxy
+    build_k8s kubectl  # the node's own; kind runs it there
+    build_etcd
+    go_install coredns github.com/coredns/coredns "$COREDNS_VERSION"
+    go_install kind sigs.k8s.io/kind "$KIND_VERSION" ;;&
+  all|k8s|kwok|helm|node) ;;
+  *) echo "usage: build-tools.sh [all|k8s|kwok|helm|node]" >&2; exit 2 ;;
 esac
 # Stable names, so callers need not know versions.
-for b in kube-apiserver kube-scheduler kube-controller-manager kubectl; do
+for b in kube-apiserver kube-scheduler kube-controller-manager kubectl kubelet kubeadm kube-proxy; do
   [ -x "$BIN/$b-$K8S_VERSION" ] && ln -sf "$b-$K8S_VERSION" "$BIN/$b"
 done
 [ -x "$BIN/kwok-$KWOK_VERSION" ] && ln -sf "kwok-$KWOK_VERSION" "$BIN/kwok"
 [ -x "$BIN/helm-$HELM_VERSION" ] && ln -sf "helm-$HELM_VERSION" "$BIN/helm"
+[ -x "$BIN/coredns-$COREDNS_VERSION" ] && ln -sf "coredns-$COREDNS_VERSION" "$BIN/coredns"
+[ -x "$BIN/kind-$KIND_VERSION" ] && ln -sf "kind-$KIND_VERSION" "$BIN/kind"
 echo "$BIN"
