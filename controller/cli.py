@@ -26,7 +26,7 @@ from controller import api
 from controller.crd import crd_yaml
 from controller.operator.run import run
 from controller.record import policy_state
-from policies import skew
+from policies import buffering, skew
 from policies.decision import Decision
 from policies.levels import format_level
 from policies.model import JobGraph, Observation
@@ -145,9 +145,12 @@ def render_decision(decision: Decision, spec: api.HybridScalingPolicySpec) -> st
     ]
     if decision.clipped:
         lines.append(f"clipped: {decision.clip_reason}")
+    settings = buffering.sql_settings(spec.skew.mini_batch_latency, spec.skew.mini_batch_size)
     for f in decision.skew:
-        verdict = "skewed, more tasks cannot help" if skew.blocks_scale_out(f) else "skew"
-        lines.append(f"{verdict}: {f.message}")
+        if skew.blocks_scale_out(f):
+            lines.append(f"skewed, more tasks cannot help: {buffering.described(f, settings)}")
+        else:
+            lines.append(f"skew: {f.message}")
     for v in decision.vertices:
         m_before, m_after = format_level(v.memory_level_before), format_level(v.memory_level_after)
         lines += [

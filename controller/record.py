@@ -294,7 +294,7 @@ def record_skew(run: Run, previous: Decision | None, decision: Decision) -> None
     if blocked:
         spec = run.spec.skew
         settings = buffering.sql_settings(spec.mini_batch_latency, spec.mini_batch_size)
-        message = "; ".join(f"{f.message}. {buffering.remedy(f, settings)}" for f in blocked)
+        message = "; ".join(buffering.described(f, settings) for f in blocked)
         run.condition(ConditionType.SKEWED, True, Reason.HOT_SUBTASK, message)
         if {f.vertex_id for f in blocked} != before:
             run.event("Warning", Reason.SKEWED, message)

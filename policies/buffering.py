@@ -55,6 +55,12 @@ def missing(settings: Mapping[str, str], configuration: Mapping[str, object]) ->
             if str(configuration.get(k, "")).strip().lower() != v.lower()]
 
 
+def described(finding: SkewFinding, settings: Mapping[str, str]) -> str:
+    """A skew-limited vertex as the Skewed condition, its Event and `explain` say it: the
+    finding, then its one remedy."""
+    return f"{finding.message}. {remedy(finding, settings)}"
+
+
 def remedy(finding: SkewFinding, settings: Mapping[str, str]) -> str:
     """One sentence: what would lift a skew-limited vertex."""
     name = finding.vertex_name or finding.vertex_id
