@@ -148,30 +148,28 @@ def change_freeze(namespace: str, marker: str) -> list[dict[str, Any]]:
     ]
 
 
-def internal_errors(controller: ControllerProcess, namespace: str, name: str) -> float:
-    """hybridscaler_errors_total{stage="internal"} of one policy: its failed passes."""
+def stage_errors(controller: ControllerProcess, namespace: str, name: str, stage: str) -> float:
+    """hybridscaler_errors_total{stage=...} of one policy: its passes that failed there."""
     for family in text_string_to_metric_families(controller.metrics()):
         if family.name == "hybridscaler_errors":
             return sum(s.value for s in family.samples if s.name.endswith("_total")
                        and s.labels == {"namespace": namespace, "policy": name,
-                                        "stage": "internal"})
+                                        "stage": stage})
     return 0.0
 
 
-def test_an_unexpected_api_error_is_an_internal_error_once_and_clears(
+def test_an_admission_refusal_of_our_patch_is_named_once_and_the_step_lands_after(
     controller: ControllerProcess, cluster: Cluster, namespace: str,
 ) -> None:
     """The API server refuses the controller's patch of the FlinkDeployment (an admission
-    rule the controller knows nothing of): nothing maps that answer, so the pass fails
-    in realize. Ready=False/InternalError with a message of our own (not the rule's), one
-    Warning Event and one logged traceback however many passes fail, and the committed
-    step is applied, once, when the rule goes."""
+    rule the controller knows nothing of): Scaling=False/PatchRefused with the HTTP code and
+    a message of our own (never the rule's text), one Warning Event however many passes are
+    refused, and the committed step is applied, once, when the rule goes."""
     marker = f"FREEZE-{uuid.uuid4().hex[:8]}"
     freeze = change_freeze(namespace, marker)
     deploy(cluster, flink_deployment(namespace, "q11"))
     cluster.wait_flink(namespace, "q11")
     initial = generation(cluster, namespace, "q11")
-    since = controller.log.stat().st_size
     deploy(cluster, *freeze)
     try:
         edit = ("patch", "flinkdeployment", "q11", "-n", namespace, "--type=merge", "-p",
@@ -181,31 +179,27 @@ def test_an_unexpected_api_error_is_an_internal_error_once_and_clears(
                    "the change freeze to take effect")
         deploy(cluster, policy(namespace, "q11", "q11"))
 
-        def internal_error() -> dict[str, Any] | None:
-            ready = condition(hsp(cluster, namespace, "q11"), "Ready")
-            return ready if ready.get("reason") == "InternalError" else None
+        def refused() -> dict[str, Any] | None:
+            scaling = condition(hsp(cluster, namespace, "q11"), "Scaling")
+            return scaling if scaling.get("reason") == "PatchRefused" else None
 
-        ready = wait_until(internal_error, 180, "Ready=False, InternalError")
-        assert ready["status"] == "False", ready
-        # The exception's type (the client's 422 class), the stage, an id: nothing remote.
-        assert re.fullmatch(r"\w+Exception in the realize stage \(error [0-9a-f]{8}\); the "
-                            r"controller's log has the details; retrying every resolution",
-                            ready["message"]), ready
-        # Several passes fail (every 5 s) ...
-        wait_until(lambda: internal_errors(controller, namespace, "q11") >= 4 or None, 60,
-                   "four failed passes")
-        # ... and say so once: one Event, one traceback, the status as the first left it.
-        assert condition(hsp(cluster, namespace, "q11"), "Ready") == ready
-        warned = [m for r, m in events(cluster, namespace, "q11") if r == "InternalError"]
-        assert warned == [ready["message"]], warned
-        with controller.log.open() as f:
-            f.seek(since)
-            logged = f.read()
-        assert logged.count(f"{namespace}/q11: pass failed in realize") == 1, logged
-        assert logged.count("Traceback") == 1 and marker in logged  # the details are there
+        scaling = wait_until(refused, 180, "Scaling=False, PatchRefused")
+        assert scaling["status"] == "False", scaling
+        # The HTTP code and our own words: nothing of the rule's answer.
+        assert re.search(rf"step 1: the API server refused the patch of FlinkDeployment "
+                         rf"{namespace}/q11 with HTTP (400|403|422) ", scaling["message"]), scaling
+        assert scaling["message"].endswith("retried every pass"), scaling
+        # Several passes are refused (every 5 s) ...
+        wait_until(lambda: stage_errors(controller, namespace, "q11", "realize") >= 4 or None,
+                   60, "four refused passes")
+        # ... and say so once: one Event, the condition as the first left it.
+        again = condition(hsp(cluster, namespace, "q11"), "Scaling")
+        assert (again["reason"], again["message"]) == (scaling["reason"], scaling["message"])
+        warned = [m for r, m in events(cluster, namespace, "q11") if r == "PatchRefused"]
+        assert warned == [scaling["message"]], warned
         status = yaml.safe_dump(hsp(cluster, namespace, "q11")["status"])
         told = " ".join(m for _, m in events(cluster, namespace, "q11"))
-        for remote in (marker, "ValidatingAdmissionPolicy", "denied", "Forbidden", "Invalid"):
+        for remote in (marker, f"change-freeze-{namespace}", "denied", "Forbidden", "Invalid"):
             assert remote not in status and remote not in told, remote
         assert generation(cluster, namespace, "q11") == initial  # nothing got through
     finally:
@@ -215,9 +209,9 @@ def test_an_unexpected_api_error_is_an_internal_error_once_and_clears(
 
     def recovered() -> dict[str, Any] | None:
         obj = hsp(cluster, namespace, "q11")
-        return obj if condition(obj, "Ready").get("reason") != "InternalError" else None
+        return obj if condition(obj, "Scaling").get("reason") != "PatchRefused" else None
 
-    obj = wait_until(recovered, 60, "the InternalError condition cleared")
+    obj = wait_until(recovered, 60, "the PatchRefused condition cleared")
     assert condition(obj, "Ready")["status"] == "True", condition(obj, "Ready")
     # The step committed before the first failure is applied once, not decided again.
     settled = assert_steps_are_consecutive(cluster, namespace, "q11", initial)
