@@ -85,9 +85,13 @@ def test_rbac_is_on_and_the_controller_holds_only_its_own_rights(
     username = json.loads(who.stdout)["status"]["userInfo"]["username"]
     assert username == (f"system:serviceaccount:{stack.CONTROLLER_NAMESPACE}:"
                         f"{stack.CONTROLLER_SERVICE_ACCOUNT}")
-    assert can("watch", "flinkdeployments.flink.apache.org")
+    # What the code uses (issue 21): FlinkDeployments read one at a time and patched,
+    # never listed or watched; a tenant's Secret read by name, never listed.
+    assert can("get", "flinkdeployments.flink.apache.org")
+    assert can("patch", "flinkdeployments.flink.apache.org")
+    assert not can("watch", "flinkdeployments.flink.apache.org")
     assert can("patch", "hybridscalingpolicies.hybridscaler.dev")
-    assert not can("list", "secrets")
+    assert can("get", "secrets") and not can("list", "secrets")
     assert not can("create", "clusterrolebindings")
 
 
