@@ -33,7 +33,8 @@ from pydantic import (
 from pydantic.alias_generators import to_camel
 
 from controller.adapters import dial
-from packer.pricing import ShapeBounds
+from packer.bill import Prices
+from packer.pricing import PodPricing, ShapeBounds
 from policies.decision import (
     Decision,
     EpochTime,
@@ -218,6 +219,9 @@ class TaskManagerShape(SpecModel):
     )
     slots: int = Field(4, ge=1, le=256, description="task slots of one TaskManager")
 
+    def name(self) -> str:
+        return f"{self.cpu:g}cpu-{round(self.memory)}mi-{self.slots}slots"
+
     def slot_footprint(self) -> TaskFootprint:
         """One slot's share of CPU, task heap and network memory, as Flink splits the TM."""
         # On use: `packer` loads OR-Tools, which `hybrid-scaler crd/validate` do not need.
@@ -270,6 +274,17 @@ class TaskManagerSpec(SpecModel):
         """Whose slot is one task's CPU, heap and network: the first shape, or the paper's."""
         return self.shapes[0] if self.shapes else TaskManagerShape()
 
+    def shape_bounds(self) -> ShapeBounds:
+        """The packer's bounds: these, or only the menu's shapes when one is given."""
+        from packer.types import TaskManagerShape as Shape
+
+        menu = tuple(Shape(name=s.name(), cpu_cores=s.cpu, process_mib=s.memory,
+                           max_slots=s.slots) for s in dict.fromkeys(self.shapes))
+        return ShapeBounds(
+            min_cpu=self.min_cpu, max_cpu=self.max_cpu, cpu_step=self.cpu_step,
+            min_memory_mib=self.min_memory, max_memory_mib=self.max_memory,
+            memory_step_mib=self.memory_step, max_slots=self.max_slots, menu=menu)
+
     def bounds_problem(self) -> str | None:
         """Bounds no TaskManager can meet, naming the fields (checked when placing)."""
         if self.min_cpu > self.max_cpu:
@@ -313,11 +328,21 @@ class HybridScalingPolicySpec(SpecModel):
 
     def scaling_params(self) -> ScalingParams:
         """The core's parameters; a task's CPU, heap and network are its share of a slot
-        of the first allowed shape, whichever shape it is placed on."""
+        of the first allowed shape, whichever shape it is placed on. In fine-grained mode
+        configurations are priced as the pods the placement will request."""
+        footprint = self.task_manager.footprint_shape().slot_footprint()
+        pods = None
+        if (self.task_manager.realization == Realization.FINE_GRAINED
+                and self.task_manager.bounds_problem() is None):
+            pods = PodPricing(
+                footprint.cpu_cores, footprint.heap_mib, footprint.network_mib,
+                self.memory.base_managed_memory, self.task_manager.shape_bounds(),
+                Prices(self.cost.cpu_core_price, self.cost.memory_gib_price),
+                time_limit_s=min(0.5, self.placement.solver_time_limit))
         return ScalingParams(
             policy=self.policy, cost=self.cost,
             cpu=self.cpu, memory=self.memory, limits=self.limits,
-            footprint=self.task_manager.footprint_shape().slot_footprint(),
+            footprint=footprint, pods=pods,
         )
 
 

@@ -26,14 +26,10 @@ from controller.api import ConditionType, Mode, PlacementStatus, Realization, Ta
 from controller.api import TaskManagerShape as SpecShape
 from controller.realize import MANAGED_FRACTION_KEY, NETWORK_FRACTION_KEY, pods_now
 from controller.record import Reason, Run, Stop, pod_request, policy_state, with_policy_state
-from packer.pricing import Priced, Prices, ShapeBounds, cheapest, vertex_slots
+from packer.pricing import Priced, Prices, cheapest, vertex_slots
 from policies import Evaluation, explain
 from policies.model import Configuration, JobGraph
 from policies.spec import CostSpec, MemoryScaling, TaskFootprint
-
-
-def shape_name(shape: SpecShape) -> str:
-    return f"{shape.cpu:g}cpu-{round(shape.memory)}mi-{shape.slots}slots"
 
 
 @dataclass(frozen=True)
@@ -111,18 +107,6 @@ def slots(
     ]
 
 
-def bounds_of(task_managers: TaskManagerSpec) -> ShapeBounds:
-    menu = tuple(
-        packer.TaskManagerShape(name=shape_name(s), cpu_cores=s.cpu, process_mib=s.memory,
-                                max_slots=s.slots)
-        for s in dict.fromkeys(task_managers.shapes))
-    return ShapeBounds(
-        min_cpu=task_managers.min_cpu, max_cpu=task_managers.max_cpu,
-        cpu_step=task_managers.cpu_step, min_memory_mib=task_managers.min_memory,
-        max_memory_mib=task_managers.max_memory, memory_step_mib=task_managers.memory_step,
-        max_slots=task_managers.max_slots, menu=menu)
-
-
 def pack(
     graph: JobGraph, configuration: Configuration, memory: MemoryScaling,
     task: TaskFootprint, task_managers: TaskManagerSpec, time_limit_s: float,
@@ -137,19 +121,19 @@ def pack(
         vertices = vertex_slots(graph, configuration, memory.managed_mib, task.cpu_cores,
                                 task.heap_mib, task.network_mib)
         priced = cheapest(vertices,
-                          bounds_of(task_managers), prices or Prices(),
+                          task_managers.shape_bounds(), prices or Prices(),
                           time_limit_s=time_limit_s)
         if priced is None:
             return Unplaceable("no TaskManager within spec.taskManager's bounds (minCpu..maxCpu, "
                                "minMemory..maxMemory, maxSlots) holds the largest slot")
         shape = priced.shape
         most = max((len(tm.slots) for tm in priced.placement.task_managers), default=1)
-        spec_shape = next((s for s in task_managers.shapes if shape_name(s) == shape.name),
+        spec_shape = next((s for s in task_managers.shapes if s.name() == shape.name),
                           None) or SpecShape(cpu=shape.cpu_cores,
                                              memory=f"{shape.process_mib:.0f}Mi",
                                              slots=min(max(most, 1), 256))
         return Placed(spec_shape, priced.replicas, priced.placement, priced)
-    by_name = {shape_name(s): s for s in task_managers.shapes or (SpecShape(),)}
+    by_name = {s.name(): s for s in task_managers.shapes or (SpecShape(),)}
     at = prices or Prices()
     shapes = [
         packer.TaskManagerShape(name=n, cpu_cores=s.cpu, process_mib=s.memory, max_slots=s.slots,

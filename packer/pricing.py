@@ -24,15 +24,18 @@ feasible, × price); only the best `EXACT_SHAPES` go to CP-SAT. Pure and determi
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
+from types import MappingProxyType
 
 from packer.bill import Prices as Prices  # re-exported: the prices pricing is done at
 from packer.flink_memory import DEFAULT_OPTIONS, MIB, FlinkMemoryOptions, task_manager_memory
 from packer.greedy import lower_bound, unfit_slot
 from packer.types import CurrentPlacement, Placement, TaskManagerShape, TaskSlot
-from policies.model import Configuration, JobGraph
+from policies.levels import managed_mib
+from policies.model import Configuration, JobGraph, VertexConfig
 
 EXACT_SHAPES = 3
 """Shapes the exact packer prices after the bound has screened all candidates."""
@@ -396,3 +399,101 @@ def cheapest(vertices: Sequence[VertexSlot], bounds: ShapeBounds, prices: Prices
         if priced is not None and (best is None or priced.price < best.price - 1e-9):
             best = priced
     return best
+
+
+# --- the planner's price ----------------------------------------------------------------
+
+
+MAX_COMBINATIONS = 512
+"""Configurations ranked by the bound when every combination is tried; past it, the
+search moves one vertex at a time from the start."""
+
+
+@dataclass(frozen=True)
+class PodPricing:
+    """How a configuration becomes pods, for the planner and the oracle: one task's CPU,
+    heap and network, managed memory per memory level, the shapes allowed, the prices.
+
+    `cheapest` is the planner's choice among per-vertex options: every combination (or,
+    past `MAX_COMBINATIONS`, one vertex at a time until nothing improves) ranked by the
+    screen's bound, the best `EXACT_SHAPES` priced by the exact packer."""
+
+    cpu_cores: float
+    heap_mib: float
+    network_mib: float
+    base_managed_mib: float
+    bounds: ShapeBounds = ShapeBounds()
+    prices: Prices = field(default_factory=Prices)
+    time_limit_s: float = 0.5  # the exact packer's, per configuration
+
+    def vertices(self, graph: JobGraph, configuration: Configuration) -> list[VertexSlot]:
+        return vertex_slots(graph, configuration,
+                            lambda level: managed_mib(level, self.base_managed_mib),
+                            self.cpu_cores, self.heap_mib, self.network_mib)
+
+    def bound(self, graph: JobGraph, configuration: Configuration) -> float:
+        """The screen: the cheapest always-feasible packing over both groupings
+        (ceil-per-TaskManager on the best fitted shape; a menu's lower bound)."""
+        vertices = self.vertices(graph, configuration)
+        best = math.inf
+        for groups in dict.fromkeys((share_slots(vertices), own_groups(vertices))):
+            ranked = candidate_shapes(groups, self.bounds, self.prices)
+            if ranked:
+                best = min(best, ranked[0][0])
+        return best
+
+    def exact(self, graph: JobGraph, configuration: Configuration) -> Priced | None:
+        return cheapest(self.vertices(graph, configuration), self.bounds, self.prices,
+                        time_limit_s=self.time_limit_s)
+
+    def price(self, graph: JobGraph, configuration: Configuration) -> float:
+        """Per hour, the pods the exact packer places (inf when nothing holds a slot)."""
+        priced = self.exact(graph, configuration)
+        return math.inf if priced is None else priced.price
+
+    def cheapest(self, graph: JobGraph, options: Mapping[str, Sequence[VertexConfig]],
+                 start: Configuration) -> tuple[Configuration, float]:
+        """The configuration of least pod price with each vertex at one of its `options`
+        (a vertex without options keeps `start`'s), and its price. Ties keep `start`'s
+        choices, so a planner's own order decides among equal bills."""
+        choices = {vid: list(dict.fromkeys([start[vid], *options.get(vid, ())]))
+                   for vid in start}
+        bounds: dict[tuple[tuple[str, VertexConfig], ...], float] = {}
+
+        def bound_of(config: Mapping[str, VertexConfig]) -> float:
+            key = tuple(sorted(config.items()))
+            if key not in bounds:
+                bounds[key] = self.bound(graph, MappingProxyType(dict(config)))
+            return bounds[key]
+
+        if math.prod(len(c) for c in choices.values()) <= MAX_COMBINATIONS:
+            for combo in itertools.product(*choices.values()):
+                bound_of(dict(zip(choices, combo, strict=True)))
+        else:
+            config = dict(start)
+            improved = True
+            while improved:
+                improved = False
+                for vid, alternatives in choices.items():
+                    here = bound_of(config)
+                    for alternative in alternatives:
+                        trial = {**config, vid: alternative}
+                        if bound_of(trial) < here - 1e-9:
+                            config, here, improved = trial, bound_of(trial), True
+        start_key = tuple(sorted(start.items()))
+        ranked = sorted(bounds.items(), key=lambda kv: (
+            kv[1], _moves(kv[0], start_key)))[:EXACT_SHAPES]
+        best: tuple[float, int, Configuration] | None = None
+        for key, _ in ranked:
+            mix: Configuration = MappingProxyType(dict(key))
+            candidate = (self.price(graph, mix), _moves(key, start_key), mix)
+            if best is None or candidate[:2] < best[:2]:
+                best = candidate
+        if best is None or not math.isfinite(best[0]):
+            return start, self.price(graph, start)
+        return best[2], best[0]
+
+
+def _moves(key: Sequence[tuple[str, VertexConfig]],
+           start: Sequence[tuple[str, VertexConfig]]) -> int:
+    return sum(a != b for a, b in zip(key, start, strict=True))

@@ -89,6 +89,9 @@ class _Plan:
     skew_limited: bool
     note: str
     stop: skew_stop.SkewStop | None = None
+    # Every configuration that sustains the need, the fewest tasks at each memory level,
+    # cheapest per task first: what the pod price chooses among (`best` is the first).
+    options: tuple[VertexConfig, ...] = ()
 
 
 def evaluate(graph: JobGraph, observation: Observation, state: PolicyState,
@@ -108,10 +111,11 @@ def evaluate(graph: JobGraph, observation: Observation, state: PolicyState,
 
     deficits = [p for p in plans.values() if p.deficit]
     ready: list[_Plan] = []
-    cost_now = sum(_cost(p.vertex, p.current, params) for p in plans.values())
     if deficits:
         chosen = {vid: (p.best if p.deficit or _rides_along(p, params, now) else p.current)
                   for vid, p in plans.items()}
+        chosen = _by_pods(graph, chosen, {vid: p.options for vid, p in plans.items()
+                                          if chosen[vid] != p.current}, params)
         triggered = any(chosen[vid] != p.current for vid, p in plans.items())
         reason = "capacity: " + ", ".join(
             f"{p.vertex.name or p.vertex.id} busiest subtask at {p.hottest_now:.2f} "
@@ -121,7 +125,10 @@ def evaluate(graph: JobGraph, observation: Observation, state: PolicyState,
     else:
         ready = [p for p in plans.values() if p.surplus and _waited(p, params, now)]
         chosen = {vid: (p.best if p in ready else p.current) for vid, p in plans.items()}
-        cost_new = sum(_cost(p.vertex, chosen[p.vertex.id], params) for p in plans.values())
+        chosen = _by_pods(graph, chosen, {p.vertex.id: (*p.options, p.current)
+                                          for p in ready}, params)
+        cost_now, cost_new = (_job_cost(graph, c, params) for c in (
+            {vid: p.current for vid, p in plans.items()}, chosen)) if ready else (0.0, 0.0)
         pays = _pays_back(cost_now, cost_new, params)
         triggered = bool(ready) and pays and cost_new < cost_now
         if not triggered:
@@ -139,7 +146,6 @@ def evaluate(graph: JobGraph, observation: Observation, state: PolicyState,
         else:
             reason = (f"capacity: steady; every busiest subtask within {high_u:.2f} "
                       "and no cheaper configuration that pays its restart back")
-    cost_new = sum(_cost(p.vertex, chosen[p.vertex.id], params) for p in plans.values())
 
     learned: dict[str, VertexLearning] = {}
     decisions = []
@@ -286,21 +292,23 @@ def _plan_vertex(graph: JobGraph, v: Vertex, m: VertexMetrics, learning: VertexL
     hottest_u = busiest_bound(cpu.utilization_target, high_u, learning.noise,
                               hot=spread.hot_share > 0)
     useful = spread.useful()
-    best, limited = _cheapest(v, surface, spread, need / cpu.utilization_target,
-                              need / hottest_u, learning, params,
-                              above=current if deficit else None, cap=useful)
+    best, limited, options = _cheapest(v, surface, spread, need / cpu.utilization_target,
+                                       need / hottest_u, learning, params,
+                                       above=current if deficit else None, cap=useful)
     if limited and useful is not None:
         # A hot key: its subtask cannot reach the bound within the useful tasks; the
         # cheapest configuration whose busiest subtask still keeps up beats a plateau
         # that leaves it saturated.
         keep_up = 1.0 / (1.0 + 3.0 * learning.noise)
-        alt, short = _cheapest(v, surface, spread, need / cpu.utilization_target,
-                               need / keep_up, learning, params,
-                               above=current if deficit else None, cap=useful)
+        alt, short, _ = _cheapest(v, surface, spread, need / cpu.utilization_target,
+                                  need / keep_up, learning, params,
+                                  above=current if deficit else None, cap=useful)
         if not short and alt != current:
             best = alt
+        options = (best,)
     if stop is not None:
         best, limited = current, True  # stays as it is, also in a restart that happens anyway
+        options = (current,)
     cost_best, cost_now = _cost(v, best, params), _cost(v, current, params)
     surplus = not deficit and best != current and cost_best < cost_now
     note = ""
@@ -312,7 +320,7 @@ def _plan_vertex(graph: JobGraph, v: Vertex, m: VertexMetrics, learning: VertexL
                 f"scaling out stops at {best.parallelism} (skew)")
     return _Plan(v, m, learning, surface, spread, rate, need / cpu.utilization_target,
                  need / hottest_u, current, best, hottest_now, deficit, surplus,
-                 limited, note, stop)
+                 limited, note, stop, options)
 
 
 def _skew_stop(v: Vertex, surface: Surface, spread: _Skew, learning: VertexLearning,
@@ -420,13 +428,15 @@ def _bounded_parallelisms(v: Vertex, params: ScalingParams) -> list[int]:
 
 def _cheapest(v: Vertex, surface: Surface, spread: _Skew, need: float, need_hottest: float,
               learning: VertexLearning, params: ScalingParams, above: VertexConfig | None = None,
-              cap: int | None = None) -> tuple[VertexConfig, bool]:
+              cap: int | None = None) -> tuple[VertexConfig, bool, tuple[VertexConfig, ...]]:
     """The cheapest configuration that reaches `need` and whose busiest subtask reaches
-    `need_hottest`. Failing any, the busiest subtask cannot keep up (a hot key, or the
-    bounds): the cheapest configuration that reaches `need` and `PLATEAU` of the most the
-    busiest subtask can reach, flagged skew-limited when a hot key is why."""
+    `need_hottest`, and at each memory level the fewest tasks that do (the options the
+    pod price chooses among). Failing any, the busiest subtask cannot keep up (a hot key,
+    or the bounds): the cheapest configuration that reaches `need` and `PLATEAU` of the
+    most the busiest subtask can reach, flagged skew-limited when a hot key is why."""
     current = VertexConfig(v.parallelism, v.memory_level)
     best: tuple[float, int, VertexConfig, float] | None = None
+    sustaining: list[tuple[float, int, VertexConfig]] = []
     short: list[tuple[float, bool, float, VertexConfig, float]] = []
     for level in _levels(v, surface, params):
         for p in _parallelisms(v, params, cap):
@@ -446,19 +456,40 @@ def _cheapest(v: Vertex, surface: Surface, spread: _Skew, need: float, need_hott
             cost = _cost(v, config, params)
             if tpr >= need and hottest >= need_hottest:
                 key = (cost, 0 if config == current else 1, config, tpr)
+                sustaining.append(key[:3])
                 if best is None or key[:2] < best[:2]:
                     best = key
                 break  # more tasks at this level only cost more
             short.append((hottest, tpr >= need, cost, config, tpr))
     if best is not None:
-        return best[2], False
+        return best[2], False, tuple(c for *_, c in sorted(sustaining, key=lambda x: x[:2]))
     if not short:  # every candidate fell short before: keep what runs
-        return current, False
+        return current, False, (current,)
     top = max(h for h, *_ in short)
     plateau = [x for x in short if x[0] >= PLATEAU * top]
     enough = [x for x in plateau if x[1]] or plateau
     config = min(enough, key=lambda x: (x[2], x[3] != current))[3]
-    return config, spread.hot_share > 0
+    return config, spread.hot_share > 0, (config,)
+
+
+def _by_pods(graph: JobGraph, chosen: dict[str, VertexConfig],
+             options: Mapping[str, tuple[VertexConfig, ...]],
+             params: ScalingParams) -> dict[str, VertexConfig]:
+    """Among the moving vertices' options, the mix whose pods cost least (ties keep the
+    per-task choice): memory that saves no pod, or tasks a neighbour's slot holds for
+    free, are priced as the cluster bills them. Without a pod price, `chosen`."""
+    if params.pods is None or not any(len(o) > 1 for o in options.values()):
+        return chosen
+    config, _ = params.pods.cheapest(graph, options, MappingProxyType(chosen))
+    return dict(config)
+
+
+def _job_cost(graph: JobGraph, config: Mapping[str, VertexConfig],
+              params: ScalingParams) -> float:
+    """Price per hour of a whole configuration: its pods, or (without a pod price) its tasks."""
+    if params.pods is not None:
+        return params.pods.price(graph, MappingProxyType(dict(config)))
+    return sum(_cost(graph.vertex(vid), c, params) for vid, c in config.items())
 
 
 def _cost(v: Vertex, config: VertexConfig, params: ScalingParams) -> float:

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
+from typing import Protocol
 
 from policies.decision import Decision, HistoryRecord, Totals
 from policies.learning import VertexLearning
-from policies.model import Configuration
+from policies.model import Configuration, JobGraph, VertexConfig
 from policies.restart_cost import RestartFacts
 from policies.spec import CostSpec, CpuScaling, Limits, MemoryScaling, Policy, TaskFootprint
 
@@ -17,6 +18,16 @@ HISTORY_LIMIT = 10  # decision records kept in PolicyState (and in the policy's 
 
 def _empty() -> Mapping[str, float]:
     return MappingProxyType({})
+
+
+class PodPricer(Protocol):
+    """What the pods of a configuration cost per hour (packer.pricing.PodPricing): the
+    planner's price when the controller places in fine-grained mode."""
+
+    def price(self, graph: JobGraph, configuration: Configuration) -> float: ...
+
+    def cheapest(self, graph: JobGraph, options: Mapping[str, Sequence[VertexConfig]],
+                 start: Configuration) -> tuple[Configuration, float]: ...
 
 
 @dataclass(frozen=True)
@@ -33,6 +44,9 @@ class ScalingParams:
     limits: Limits = field(default_factory=Limits)
     # cpu/heap/network per task, for totals and limits
     footprint: TaskFootprint = field(default_factory=TaskFootprint)
+    # The pods' price (fine-grained placement): the capacity planner chooses by it.
+    # None: the paper's per-task price (task CPU and memory at spec.cost's prices).
+    pods: PodPricer | None = None
 
     @property
     def restart_downtime_s(self) -> float:

@@ -6,10 +6,12 @@ import math
 
 import pytest
 
+import packer.pricing
 from packer import check
 from packer.flink_memory import DEFAULT_OPTIONS, task_manager_memory
 from packer.pricing import (
     PAPER_SHAPE,
+    PodPricing,
     Prices,
     ShapeBounds,
     SlotGroup,
@@ -23,6 +25,9 @@ from packer.pricing import (
     upstream_pods,
 )
 from packer.types import Status
+from policies.model import ShipStrategy, VertexConfig
+from tests.policies.builders import chain
+from tests.policies.builders import vertex as job_vertex
 
 PRICES = Prices()
 HEAP = PAPER_SHAPE.memory.task_heap_mib / 4
@@ -186,3 +191,44 @@ def test_more_groups_than_a_taskmanager_holds_one_of_each_are_still_priced() -> 
     assert priced is not None and priced.cpu_cores >= 20
     slots = [s for g in priced.groups for s in g.task_slots()]
     assert check(priced.placement, slots, [priced.shape]) == []
+
+
+# --- the planner's price: choosing among configurations -------------------------------
+
+PODS = PodPricing(1.0, HEAP, NET, 158.0)
+JOB = chain(job_vertex("src", 1, None), job_vertex("agg", 4, 0, max_p=128),
+            job_vertex("sink", 6, None), ship=ShipStrategy.HASH)
+AGG_OPTIONS = (VertexConfig(4, 2), VertexConfig(6, 1), VertexConfig(8, 0))
+
+
+def _start(agg: VertexConfig) -> dict[str, VertexConfig]:
+    return {"src": VertexConfig(1, None), "agg": agg, "sink": VertexConfig(6, None)}
+
+
+def test_the_planner_chooses_the_mix_whose_pods_cost_least_not_the_fewest_tasks() -> None:
+    """Per task, 4 tasks at level 2 are cheapest; in pods, 6 tasks at level 1 are: the
+    sink's 6 tasks then ride in the aggregate's slots instead of needing their own."""
+    prices = {o: PODS.price(JOB, _start(o)) for o in AGG_OPTIONS}
+    config, price_ = PODS.cheapest(JOB, {"agg": AGG_OPTIONS}, _start(AGG_OPTIONS[0]))
+    assert config["agg"] == min(prices, key=prices.__getitem__) == VertexConfig(6, 1)
+    assert price_ == pytest.approx(min(prices.values()))
+    assert prices[VertexConfig(6, 1)] < prices[VertexConfig(4, 2)]
+    # The bound it screens with is a price some packing reaches: never below the exact one.
+    for option in AGG_OPTIONS:
+        assert PODS.bound(JOB, _start(option)) >= prices[option] - 1e-9
+
+
+def test_equal_bills_keep_the_planners_own_choice() -> None:
+    same = VertexConfig(6, 1)
+    config, _ = PODS.cheapest(JOB, {"agg": (same, same)}, _start(same))
+    assert config["agg"] == same
+    config, _ = PODS.cheapest(JOB, {}, _start(VertexConfig(4, 2)))
+    assert config == _start(VertexConfig(4, 2))
+
+
+def test_past_the_combination_cap_one_vertex_at_a_time_still_finds_the_cheaper_mix(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(packer.pricing, "MAX_COMBINATIONS", 1)
+    config, price_ = PODS.cheapest(JOB, {"agg": AGG_OPTIONS}, _start(AGG_OPTIONS[0]))
+    assert config["agg"] == VertexConfig(6, 1)
+    assert price_ < PODS.price(JOB, _start(AGG_OPTIONS[0]))

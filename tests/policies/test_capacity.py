@@ -8,8 +8,10 @@ formula, only the metrics it produces.
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
 import pytest
@@ -26,7 +28,7 @@ from policies.learning import (
     fit,
     merge,
 )
-from policies.model import JobGraph, Observation, ShipStrategy, VertexMetrics
+from policies.model import JobGraph, Observation, ShipStrategy, VertexConfig, VertexMetrics
 from policies.spec import CpuScaling, MemoryScaling, Policy
 from tests.policies.builders import chain, metrics, source, vertex
 
@@ -245,6 +247,42 @@ def test_each_decision_forecasts_cost_and_downtime() -> None:
     assert e.decision.reconfigures and e.decision.forecast is not None
     assert e.decision.forecast.expected_downtime_s == PARAMS.restart_downtime_s
     assert e.decision.vertex("counter").predicted_capacity is not None
+
+
+@dataclass(frozen=True)
+class MemoryDearPods:
+    """A stand-in for the pods' price (packer.pricing.PodPricing): each task's core, and
+    memory at 40× spec.cost's price, as if every GiB of cache needed a larger pod."""
+
+    per_gib: float = 40 * 0.134
+
+    def price(self, graph: JobGraph, configuration: Mapping[str, VertexConfig]) -> float:
+        return sum(c.parallelism * (1 + BASE * 2 ** c.memory_level / 1024 * self.per_gib
+                                    if c.memory_level is not None else 1)
+                   for c in configuration.values())
+
+    def cheapest(self, graph: JobGraph, options: Mapping[str, Sequence[VertexConfig]],
+                 start: Mapping[str, VertexConfig]
+                 ) -> tuple[Mapping[str, VertexConfig], float]:
+        mixes = [dict(zip(options, combo, strict=True))
+                 for combo in itertools.product(*options.values())]
+        best = min(({**start, **mix} for mix in mixes), key=lambda c: self.price(graph, c))
+        return best, self.price(graph, best)
+
+
+def test_the_plan_is_chosen_by_the_pods_price_when_there_is_one() -> None:
+    """Per task the first jump buys memory (test above); when the pods make memory dear,
+    the same jump is the one without it, and both sustain the load."""
+    world = World()
+    _, steps, _ = run(world, 60_000, windows=3)
+    assert steps[0][1] is not None and steps[0][1] > 0
+    dear = replace(PARAMS, pods=MemoryDearPods())
+    g, dear_steps, _ = run(world, 60_000, windows=3, params=dear)
+    p, level = dear_steps[0]
+    assert level == 0 and p > steps[0][0], (steps, dear_steps)
+    assert world.counter(p, level, 60_000).busyness <= 0.8
+    assert MemoryDearPods().price(g, {"c": VertexConfig(p, level)}) < MemoryDearPods().price(
+        g, {"c": VertexConfig(*steps[0])})
 
 
 def point(p: int, level: int | None, service: float, miss: float | None, t: float = 0.0
