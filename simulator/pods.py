@@ -13,26 +13,20 @@ Three realizations of a final configuration, priced at spec.cost's default price
 
 from __future__ import annotations
 
-import itertools
 import math
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
 
 from packer.pricing import (
-    EXACT_SHAPES,
     PAPER_SHAPE,
+    PodPricing,
     Pods,
     Priced,
     Prices,
     ShapeBounds,
-    candidate_shapes,
-    cheapest,
-    share_slots,
     upstream_pods,
-    vertex_slots,
 )
-from policies.levels import managed_mib
 from policies.model import Configuration, VertexConfig
 from policies.spec import MemoryScaling
 from simulator.model import JobModel
@@ -45,8 +39,6 @@ SLOTS = PAPER_SHAPE.max_slots or 4
 TASK_CPU = PAPER_SHAPE.cpu_cores / SLOTS
 TASK_HEAP_MIB = PAPER_SHAPE.memory.task_heap_mib / SLOTS
 TASK_NETWORK_MIB = PAPER_SHAPE.memory.network_mib / SLOTS
-# At most this many configurations are screened by the bound in the pod oracle.
-MAX_COMBINATIONS = 512
 
 
 @dataclass(frozen=True)
@@ -71,18 +63,20 @@ def _bill(priced: Priced) -> PodBill:
                    priced.shape.name, priced.proven)
 
 
-def _slots(model: JobModel, configuration: Configuration,
-           base: float) -> list[Any]:
-    return vertex_slots(model.job_graph(), configuration, lambda lv: managed_mib(lv, base),
-                        TASK_CPU, TASK_HEAP_MIB, TASK_NETWORK_MIB)
+def pricing(base: float = BASE_MANAGED_MIB, bounds: ShapeBounds | None = None,
+            prices: Prices | None = None, time_limit_s: float = 2.0) -> PodPricing:
+    """How the controller prices a twin job's configurations (fineGrained, one task a slot
+    of the paper's TaskManager): what `spec.scaling_params()` gives the planner."""
+    return PodPricing(TASK_CPU, TASK_HEAP_MIB, TASK_NETWORK_MIB, base,
+                      bounds or ShapeBounds(), prices or Prices(), time_limit_s)
 
 
 def ours(model: JobModel, configuration: Configuration, base: float = BASE_MANAGED_MIB,
          bounds: ShapeBounds | None = None, prices: Prices | None = None,
          time_limit_s: float = 2.0) -> PodBill:
     """The pods the controller writes for `configuration` (fineGrained, default bounds)."""
-    priced = cheapest(_slots(model, configuration, base), bounds or ShapeBounds(),
-                      prices or Prices(), time_limit_s=time_limit_s)
+    priced = pricing(base, bounds, prices, time_limit_s).exact(model.job_graph(),
+                                                                configuration)
     if priced is None:
         raise ValueError(f"{model.name}: no TaskManager within the bounds holds a slot")
     return _bill(priced)
@@ -108,8 +102,8 @@ def pod_oracle(model: JobModel, target_rate: float | None = None, *,
                bounds: ShapeBounds | None = None) -> PodOracle | None:
     """The cheapest configuration, grouping, shape and packing sustaining the peak at
     `utilization`: per vertex the fewest tasks at each memory level (upstream vertices
-    at the paper oracle's sizes), every combination screened by the ceil-per-TaskManager
-    bound of its best fitted shape, the best few priced exactly. None if out of reach."""
+    at the paper oracle's sizes), chosen as the capacity planner chooses (the same
+    search, `PodPricing.cheapest`). None if out of reach."""
     prices, bounds = prices or Prices(), bounds or ShapeBounds()
     paper = oracle(model, target_rate, utilization=utilization, horizon_s=horizon_s, seed=seed)
     if not paper.feasible:
@@ -117,7 +111,7 @@ def pod_oracle(model: JobModel, target_rate: float | None = None, *,
     target = paper.target_rate
     loads = unit_loads(model)
     parallelism = {v: c.parallelism for v, c in paper.configuration.items()}
-    options: list[list[tuple[str, VertexConfig]]] = []
+    options: dict[str, tuple[VertexConfig, ...]] = {}
     max_level = MemoryScaling().max_level
     for vid in model.job_graph().topological_order():
         op = model.by_vertex()[vid]
@@ -127,26 +121,14 @@ def pod_oracle(model: JobModel, target_rate: float | None = None, *,
         for level in levels:
             p = _fewest_tasks(model, op, level, need, parallelism, seed)
             if p is not None:
-                found.append((vid, VertexConfig(p, level)))
-        options.append(found or [(vid, paper.configuration[vid])])
-    combos = list(itertools.islice(itertools.product(*options), MAX_COMBINATIONS))
-    ranked: list[tuple[float, int, Configuration]] = []
-    for combo in combos:
-        config: Configuration = MappingProxyType(dict(combo))
-        groups = share_slots(_slots(model, config, BASE_MANAGED_MIB))
-        shapes = candidate_shapes(groups, bounds, prices)
-        if shapes:
-            ranked.append((shapes[0][0], len(ranked), config))
-    if not ranked:
-        return None
-    ranked.sort(key=lambda x: x[:2])
-    best: tuple[PodBill, Configuration] | None = None
-    for _, _, config in ranked[:EXACT_SHAPES]:
-        bill = ours(model, config, prices=prices, bounds=bounds)
-        if best is None or bill.price < best[0].price - 1e-9:
-            best = (bill, config)
-    assert best is not None
-    return PodOracle(best[1], best[0], len(ranked))
+                found.append(VertexConfig(p, level))
+        options[vid] = tuple(found) or (paper.configuration[vid],)
+    # The planner's own search (packer.pricing.PodPricing.cheapest) over the same options.
+    start = MappingProxyType({vid: o[0] for vid, o in options.items()})
+    config, _ = pricing(bounds=bounds, prices=prices).cheapest(model.job_graph(), options,
+                                                                start)
+    screened = math.prod(len(o) for o in options.values())
+    return PodOracle(config, ours(model, config, prices=prices, bounds=bounds), screened)
 
 
 def ratio(ours_value: float, theirs: float) -> float:
