@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from types import MappingProxyType
 
+from packer.bill import Prices
 from packer.flink_memory import DEFAULT_OPTIONS, FlinkMemoryOptions, TaskManagerMemory
 from packer.flink_memory import task_manager_memory as _split
 
@@ -89,8 +90,8 @@ class TaskManagerShape:
 
     `max_slots` caps tasks per TaskManager; None means only resources limit it,
     which is how Flink's fine-grained slot manager treats dynamic slots.
-    `cost` ranks shapes when several are allowed; by default a core costs as
-    much as 4 GiB (the usual cloud price ratio).
+    `cost` ranks shapes when several are allowed; by default the shape's price at
+    spec.cost's default prices (`packer.bill.Prices`, the one price rule).
     """
 
     name: str
@@ -112,7 +113,7 @@ class TaskManagerShape:
     def price(self) -> float:
         if self.cost is not None:
             return self.cost
-        return self.cpu_cores + self.process_mib / 4096.0
+        return Prices().of(self.cpu_cores, self.process_mib)
 
     def amounts(self) -> dict[str, float]:
         """What slots can take, per dimension (MiB for memory)."""

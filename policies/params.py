@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Protocol
 
+from packer.bill import Prices
 from policies.decision import Decision, HistoryRecord, Totals
 from policies.learning import VertexLearning
 from policies.model import Configuration, JobGraph, VertexConfig
@@ -95,9 +96,10 @@ def totals(configuration: Configuration, params: ScalingParams) -> Totals:
 
 
 def price_per_hour(t: Totals, params: ScalingParams) -> float:
-    """What the tasks cost per hour at spec.cost's prices: CPU cores and all task memory."""
+    """What the tasks cost per hour at spec.cost's prices: CPU cores and all task memory
+    (the paper's accounting; the pods' price is `ScalingParams.pods`)."""
     cost = params.cost
-    return t.cpu_cores * cost.cpu_core_price + t.memory_mib / 1024.0 * cost.memory_gib_price
+    return Prices(cost.cpu_core_price, cost.memory_gib_price).of(t.cpu_cores, t.memory_mib)
 
 
 def restart_cost(cost_per_hour: float, params: ScalingParams) -> float:
