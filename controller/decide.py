@@ -105,7 +105,7 @@ def commit(run: Run, graph: JobGraph, collected: Collected, evaluation: Evaluati
     fields = desired(run, deployment, graph, evaluation, placed)
     run.status = with_enactment(
         with_policy_state(run.status, evaluation.state), decision.step, deployment, fields,
-        state_bytes(run, collected),
+        state_bytes(run, collected), run.spec.cost.restart_downtime,
     ).model_copy(update={"placement": placed.status(run.spec.cost, pods_now(run)),
                          "target": as_target(decision.step, fields)})
     run.condition(ConditionType.SCALING, True, Reason.RECONFIGURING,

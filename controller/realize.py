@@ -331,15 +331,21 @@ def priced_state_bytes(deployment: Mapping[str, Any], checkpoint_bytes: float | 
 
 
 def with_enactment(status: Status, step: int, deployment: Mapping[str, Any],
-                   desired: OwnedFields, state_bytes: float | None) -> Status:
-    """Record how committed step `step` will be enacted and its expected downtime."""
+                   desired: OwnedFields, state_bytes: float | None,
+                   restart_downtime_s: float | None = None) -> Status:
+    """Record how committed step `step` will be enacted and its expected downtime: the
+    planner's (spec.cost.restartDowntime, `restart_downtime_s`) for a restart when the
+    user set it, else learned from this deployment's steps."""
     kind = enactment_of(deployment, desired.differences(current_fields(deployment)),
                         state_bytes)
+    expected = learned_downtime_s(kind, state_bytes, status.observed_steps(),
+                                  step_costs(deployment))
+    if restart_downtime_s is not None and kind != Enactment.IN_PLACE:
+        expected = restart_downtime_s
     entry = StepEnactment(
         step=step, kind=kind.value,
         state_bytes=None if state_bytes is None else round(state_bytes),
-        expected_downtime_s=learned_downtime_s(kind, state_bytes, status.observed_steps(),
-                                               step_costs(deployment)),
+        expected_downtime_s=expected,
         last_state_downtime_s=last_state_downtime_s(kind, state_bytes, step_costs(deployment)))
     kept = tuple(e for e in status.enactments if e.step != step)
     return status.model_copy(update={"enactments": (*kept, entry)[-ENACTMENTS_LIMIT:]})

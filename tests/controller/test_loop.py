@@ -679,6 +679,8 @@ def test_a_policy_weighs_the_measured_restart_downtime_unless_the_spec_says() ->
         other = World()
         other.run(policy(cost={"restartDowntime": "5m"}))
         assert seen[-1] == 300.0
+    # ... and what the step is recorded to expect is what the policy weighed.
+    assert other.store.last.enactments[-1].expected_downtime_s == 300.0
 
 
 def with_pods(deployment: dict[str, Any], cpu: float, memory: str, replicas: int
