@@ -1,6 +1,9 @@
 """What pricing in pods adds to a decision: the place stage's time at 10, 100 and 1,000
 tasks, before (one given TaskManager shape, a group per vertex) and now (grouping, shape
-chosen within the default bounds, the exact packer on the best few shapes).
+chosen within the default bounds, the exact packer on the best few shapes); and the
+capacity planner's choice among configurations by their pods (`PodPricing.cheapest`,
+each stateful vertex offered its tasks at three memory levels, as the planner offers
+the fewest tasks sustaining the need at each level).
 
     .venv/bin/python -m bench.pricing            # 3 seeds per size
     .venv/bin/python -m bench.pricing --quick    # one seed
@@ -13,13 +16,23 @@ the decisions whose TaskManager count CP-SAT proved minimal for the chosen shape
 from __future__ import annotations
 
 import argparse
+import itertools
 import random
 import statistics
 import time
 
 from packer import pack
-from packer.pricing import PAPER_SHAPE, Prices, ShapeBounds, VertexSlot, cheapest, own_groups
-from policies.levels import managed_mib
+from packer.pricing import (
+    PAPER_SHAPE,
+    PodPricing,
+    Prices,
+    ShapeBounds,
+    VertexSlot,
+    cheapest,
+    own_groups,
+)
+from policies.levels import level_of, managed_mib
+from policies.model import Edge, JobGraph, Vertex, VertexConfig
 
 SIZES = (10, 100, 200, 1000)
 HEAP = PAPER_SHAPE.memory.task_heap_mib / 4
@@ -43,16 +56,35 @@ def job(tasks: int, rng: random.Random) -> list[VertexSlot]:
     return out
 
 
+def planner_search(vertices: list[VertexSlot]) -> float:
+    """Seconds the planner takes to choose, by pod price, among each stateful vertex's
+    fewest tasks at levels 0, 1 and 2 (twice the memory halves the tasks it needs here)."""
+    graph = JobGraph(
+        tuple(Vertex(v.vertex_id, v.vertex_id, 4096, v.parallelism) for v in vertices),
+        tuple(Edge(a.vertex_id, b.vertex_id) for a, b in itertools.pairwise(vertices)))
+    start = {v.vertex_id: VertexConfig(v.parallelism, level_of(v.managed_mib, 158.0))
+             for v in vertices}
+    options = {vid: tuple(VertexConfig(max(1, round(c.parallelism * 2 ** (c.memory_level - lv)
+                                                     / (1.5 if lv > c.memory_level else 1))),
+                                       lv) for lv in range(3))
+               for vid, c in start.items() if c.memory_level is not None}
+    pricing = PodPricing(1.0, HEAP, NET, 158.0, time_limit_s=TIME_LIMIT_S)
+    started = time.perf_counter()
+    pricing.cheapest(graph, options, start)
+    return time.perf_counter() - started
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true")
     args = parser.parse_args()
     seeds = range(1 if args.quick else 3)
     print("| tasks | before: paper shape, s (median) | now: priced in pods, s (median, max) "
-          "| added per decision, s | proven now | price now / before |")
-    print("|---|---|---|---|---|---|")
+          "| added per decision, s | proven now | price now / before "
+          "| planner's choice by pods, s (median, max) |")
+    print("|---|---|---|---|---|---|---|")
     for size in SIZES:
-        before, now, proven, ratios = [], [], 0, []
+        before, now, proven, ratios, search = [], [], 0, [], []
         for seed in seeds:
             vertices = job(size, random.Random(seed * 7919 + size))
             slots = [s for g in own_groups(vertices) for s in g.task_slots()]
@@ -64,13 +96,15 @@ def main() -> None:
             now.append(time.perf_counter() - started)
             assert priced is not None
             proven += priced.proven
+            search.append(planner_search(vertices))
             replicas = max(old.count, old.flink_count or 0)
             ratios.append(priced.price / Prices().of(replicas * PAPER_SHAPE.cpu_cores,
                                                      replicas * PAPER_SHAPE.process_mib))
         added = statistics.median(now) - statistics.median(before)
         print(f"| {size} | {statistics.median(before):.3f} | {statistics.median(now):.3f}, "
               f"{max(now):.3f} | {added:+.3f} | {proven}/{len(now)} | "
-              f"{statistics.median(ratios):.2f} |")
+              f"{statistics.median(ratios):.2f} | {statistics.median(search):.3f}, "
+              f"{max(search):.3f} |")
 
 
 if __name__ == "__main__":

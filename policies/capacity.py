@@ -7,7 +7,8 @@ carried downstream by output ratios):
 
 - **deficit**: the busiest subtask's utilization is above `cpu.utilizationMax` →
   the job restarts into the cheapest configuration predicted to run every vertex's
-  busiest subtask at `cpu.utilizationTarget`, memory and parallelism together;
+  busiest subtask at `cpu.utilizationTarget`, memory and parallelism together (cheapest
+  in the pods it needs, `ScalingParams.pods`, when the controller prices them);
 - **surplus**: a configuration cheaper by more than the restart costs within
   `cost.paybackPeriod` has sufficed for `cpu.scaleDownDelay` → it is sized for the
   highest need over that delay (plus the measured noise) and taken;
