@@ -124,7 +124,10 @@ class Gaps:
                 self.stamps.setdefault(name, []).append(float(epoch_seconds(stamp)))
 
     def reset(self) -> None:
-        """Forget the stamps so far; the next poll's are the phase's first."""
+        """Forget the stamps so far but each policy's latest, read now: the phase's first
+        gap starts at the last decision made, not at the last one polled before a sleep
+        that nobody polled through (which once read as one late gap per policy)."""
+        self.poll()
         self.stamps = {name: ts[-1:] for name, ts in self.stamps.items()}
 
     def summary(self, window: float) -> dict[str, float | int | None]:
