@@ -133,9 +133,21 @@ def test_the_controller_converges_a_real_rocksdb_job_memory_first_keeping_its_st
             # Only once every key was read back at least twice does the cache cliff show:
             # the first round writes new keys, which needs no cache.
             loaded = bool(verifier.samples) and verifier.samples[-1][2] >= 3
-            return status if done and loaded and _rate_met(prometheus, namespace) else None
+            met = _rate_met(prometheus, namespace)
+            # What is still missing, so a timeout says which condition never held.
+            missing.clear()
+            missing.update({"flink": flink.get("lifecycleState"), "ready": ready,
+                            "scaling": scaling.get("reason"), "events": reasons[-6:],
+                            "rounds": verifier.samples[-1][2] if verifier.samples else 0,
+                            "rate met": met})
+            return status if done and loaded and met else None
 
-        status = wait_until(converged, 900, "the real job at its target rate", interval_s=5)
+        missing: dict[str, Any] = {}
+        try:
+            status = wait_until(converged, 900, "the real job at its target rate",
+                                interval_s=5)
+        except pytest.fail.Exception:
+            pytest.fail(f"not converged in 900 s: last seen {missing}")
     finally:
         controller.stop()
     verifier.sample()
