@@ -2,11 +2,9 @@ package dev.hybridscaler.job;
 
 import dev.hybridscaler.flink.HybridResources;
 
-import org.apache.flink.api.common.eventtime.WatermarkStrategy;
 import org.apache.flink.api.common.typeinfo.Types;
 import org.apache.flink.configuration.ReadableConfig;
 import org.apache.flink.streaming.api.environment.StreamExecutionEnvironment;
-import org.apache.flink.streaming.api.functions.sink.v2.DiscardingSink;
 
 /**
  * {@link StateJob} with asynchronous state access (Flink 2.x only: {@code enableAsyncState()} and
@@ -25,20 +23,16 @@ public final class AsyncStateJob {
     }
 
     static void build(StreamExecutionEnvironment env, ReadableConfig conf) {
+        build(env, conf, StateJob.COUNTER);
+    }
+
+    /** {@code counterUid}: as {@link StateJob}'s, for tests. */
+    static void build(StreamExecutionEnvironment env, ReadableConfig conf, String counterUid) {
         KeySchedule schedule = StateJob.schedule(conf);
-        int valueBytes = conf.get(StateJob.VALUE_BYTES);
-        if (valueBytes < 8) {
-            throw new IllegalArgumentException(
-                    StateJob.VALUE_BYTES.key() + " must be >= 8, got " + valueBytes);
-        }
-        env.fromSource(new PacedSequenceSource(conf.get(StateJob.RATE), conf.get(StateJob.MAX_LAG_S)),
-                        WatermarkStrategy.noWatermarks(), StateJob.SOURCE)
-                .uid(StateJob.SOURCE).setParallelism(1).setMaxParallelism(1)
+        int valueBytes = StateJob.valueBytes(conf);
+        StateJob.counted(StateJob.events(env, conf)
                 .keyBy(schedule::key, Types.LONG)
                 .enableAsyncState()
-                .process(new AsyncVerifyingCounter(schedule, valueBytes))
-                .uid(StateJob.COUNTER).name(StateJob.COUNTER)
-                .setMaxParallelism(conf.get(StateJob.MAX_PARALLELISM))
-                .sinkTo(new DiscardingSink<>()).uid(StateJob.SINK).name(StateJob.SINK);
+                .process(new AsyncVerifyingCounter(schedule, valueBytes)), counterUid, conf);
     }
 }

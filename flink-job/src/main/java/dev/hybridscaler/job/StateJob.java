@@ -11,6 +11,7 @@ import org.apache.flink.configuration.ConfigOptions;
 import org.apache.flink.configuration.Configuration;
 import org.apache.flink.configuration.ReadableConfig;
 import org.apache.flink.streaming.api.datastream.DataStream;
+import org.apache.flink.streaming.api.datastream.SingleOutputStreamOperator;
 import org.apache.flink.streaming.api.environment.StreamExecutionEnvironment;
 import org.apache.flink.streaming.api.functions.sink.v2.DiscardingSink;
 
@@ -80,21 +81,12 @@ public final class StateJob {
     /** {@code counterUid}: tests restore a savepoint into a counter that does not own its state. */
     static void build(StreamExecutionEnvironment env, ReadableConfig conf, String counterUid) {
         KeySchedule schedule = schedule(conf);
-        int valueBytes = conf.get(VALUE_BYTES);
-        if (valueBytes < 8) {
-            throw new IllegalArgumentException(VALUE_BYTES.key() + " must be >= 8, got " + valueBytes);
-        }
-        // One ordered sequence: with one source task, each key's records arrive in order.
-        DataStream<Long> events = env.fromSource(
-                        new PacedSequenceSource(conf.get(RATE), conf.get(MAX_LAG_S)),
-                        WatermarkStrategy.noWatermarks(), SOURCE)
-                .uid(SOURCE).setParallelism(1).setMaxParallelism(1);
+        int valueBytes = valueBytes(conf);
+        DataStream<Long> events = events(env, conf);
         int buffered = conf.get(PRE_AGGREGATE_RECORDS);
         if (buffered <= 0) {
-            events.keyBy(schedule::key, Types.LONG)
-                    .process(new VerifyingCounter(schedule, valueBytes)).uid(counterUid)
-                    .name(COUNTER).setMaxParallelism(conf.get(MAX_PARALLELISM))
-                    .sinkTo(new DiscardingSink<>()).uid(SINK).name(SINK);
+            counted(events.keyBy(schedule::key, Types.LONG)
+                    .process(new VerifyingCounter(schedule, valueBytes)), counterUid, conf);
             return;
         }
         // (key, records, index of the last record): folded per key in the source's task, so
@@ -103,13 +95,35 @@ public final class StateJob {
                 .map(i -> Tuple3.of(schedule.key(i), 1L, i))
                 .returns(Types.TUPLE(Types.LONG, Types.LONG, Types.LONG))
                 .uid("partial").name("partial").setParallelism(1).setMaxParallelism(1);
-        PreAggregation.of(partials, p -> p.f0,
+        counted(PreAggregation.of(partials, p -> p.f0,
                         (a, b) -> Tuple3.of(a.f0, a.f1 + b.f1, Math.max(a.f2, b.f2)), buffered,
                         Duration.ofMillis(Math.max(1, conf.get(PRE_AGGREGATE_DELAY_MS))))
                 .uid(PRE_AGGREGATE).name(PRE_AGGREGATE).setParallelism(1).setMaxParallelism(1)
                 .keyBy(p -> p.f0, Types.LONG)
-                .process(new BufferedCounter(schedule, valueBytes)).uid(counterUid).name(COUNTER)
-                .setMaxParallelism(conf.get(MAX_PARALLELISM))
+                .process(new BufferedCounter(schedule, valueBytes)), counterUid, conf);
+    }
+
+    /** {@code hybridscaler.job.value-bytes}: at least the counter's 8 bytes. */
+    static int valueBytes(ReadableConfig conf) {
+        int valueBytes = conf.get(VALUE_BYTES);
+        if (valueBytes < 8) {
+            throw new IllegalArgumentException(VALUE_BYTES.key() + " must be >= 8, got " + valueBytes);
+        }
+        return valueBytes;
+    }
+
+    /** The source: record indexes at {@code hybridscaler.job.rate}. */
+    static DataStream<Long> events(StreamExecutionEnvironment env, ReadableConfig conf) {
+        // One ordered sequence: with one source task, each key's records arrive in order.
+        return env.fromSource(new PacedSequenceSource(conf.get(RATE), conf.get(MAX_LAG_S)),
+                        WatermarkStrategy.noWatermarks(), SOURCE)
+                .uid(SOURCE).setParallelism(1).setMaxParallelism(1);
+    }
+
+    /** Names the keyed counter and puts the discarding sink behind it. */
+    static void counted(SingleOutputStreamOperator<Long> counter, String counterUid,
+                        ReadableConfig conf) {
+        counter.uid(counterUid).name(COUNTER).setMaxParallelism(conf.get(MAX_PARALLELISM))
                 .sinkTo(new DiscardingSink<>()).uid(SINK).name(SINK);
     }
 

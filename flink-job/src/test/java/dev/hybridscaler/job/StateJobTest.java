@@ -5,6 +5,7 @@ import static org.junit.jupiter.api.Assertions.assertTrue;
 
 import org.apache.flink.api.common.JobID;
 import org.apache.flink.configuration.Configuration;
+import org.apache.flink.configuration.ReadableConfig;
 import org.apache.flink.configuration.RestOptions;
 import org.apache.flink.core.execution.SavepointFormatType;
 import org.apache.flink.runtime.jobgraph.JobGraph;
@@ -45,8 +46,13 @@ class StateJobTest {
 
     @BeforeAll
     static void start() throws Exception {
+        start("rocksdb");
+    }
+
+    /** The MiniCluster, with {@code state.backend.type} {@code stateBackend}. */
+    static void start(String stateBackend) throws Exception {
         Configuration conf = new Configuration();
-        conf.setString("state.backend.type", "rocksdb");
+        conf.setString("state.backend.type", stateBackend);
         conf.setString("metrics.fetcher.update-interval", "200");
         conf.set(RestOptions.BIND_PORT, "0");
         flink = new MiniCluster(new MiniClusterConfiguration.Builder()
@@ -73,36 +79,52 @@ class StateJobTest {
             conf.set(StateJob.PRE_AGGREGATE_DELAY_MS, 50);
         }
         conf.set(StateJob.KEY_SEED, 42L);
+        survivesASavepointAndCatchesALostRestore(StateJob::build, conf, SavepointFormatType.CANONICAL,
+                dir, variant);
+    }
 
-        JobID first = submit(conf, StateJob.COUNTER, null);
+    /** How a test builds the job: StateJob, or AsyncStateJob on Flink 2.x. */
+    interface Job {
+        void build(StreamExecutionEnvironment env, ReadableConfig conf, String counterUid);
+    }
+
+    /**
+     * The counter check passes across a stop-with-savepoint and restore of {@code job}, and fails
+     * when the restore loses the counter's state; {@code label} names the case in the output.
+     */
+    static void survivesASavepointAndCatchesALostRestore(
+            Job job, Configuration conf, SavepointFormatType format, Path dir, String label)
+            throws Exception {
+        JobID first = submit(job, conf, StateJob.COUNTER, null);
         await(first, "countsVerified", 8000);
-        String savepoint = flink.stopWithSavepoint(first, dir.toUri().toString(), false,
-                SavepointFormatType.CANONICAL).get(60, TimeUnit.SECONDS);
+        String savepoint = flink.stopWithSavepoint(first, dir.toUri().toString(), false, format)
+                .get(60, TimeUnit.SECONDS);
 
         // Restored: every key seen before continues its counter (8,000 records are 8 rounds of
         // uniform keys; with zipf keys the hottest is ~13 % of the records), and the source
         // resumes where it stopped.
-        JobID restored = submit(conf, StateJob.COUNTER, SavepointRestoreSettings.forPath(savepoint));
+        JobID restored = submit(job, conf, StateJob.COUNTER,
+                SavepointRestoreSettings.forPath(savepoint));
         long verified = await(restored, "countsVerified", 8000);
         assertEquals(0, metric(restored, "countMismatches"), "keyed state lost across the restore");
         assertTrue(metric(restored, "lastIndex") > 8000, "the source resumed");
-        System.out.printf("%s restore: %d counts verified, 0 mismatches%n", variant, verified);
+        System.out.printf("%s restore: %d counts verified, 0 mismatches%n", label, verified);
         flink.cancelJob(restored).get(60, TimeUnit.SECONDS);
 
         // The same savepoint into a counter that does not own the state: the source resumes,
         // every counter starts at 0, and the check must say so.
-        JobID lost = submit(conf, "counter-without-its-state",
+        JobID lost = submit(job, conf, "counter-without-its-state",
                 SavepointRestoreSettings.forPath(savepoint, true));
         long mismatches = await(lost, "countMismatches", 1000);
-        System.out.printf("%s lost restore: %d mismatches, %d verified%n", variant, mismatches, metric(lost, "countsVerified"));
+        System.out.printf("%s lost restore: %d mismatches, %d verified%n", label, mismatches, metric(lost, "countsVerified"));
         flink.cancelJob(lost).get(60, TimeUnit.SECONDS);
     }
 
-    private static JobID submit(Configuration conf, String counterUid,
+    private static JobID submit(Job job, Configuration conf, String counterUid,
                                 SavepointRestoreSettings restore) throws Exception {
         StreamExecutionEnvironment env = new StreamExecutionEnvironment(conf);
         env.setParallelism(2);
-        StateJob.build(env, conf, counterUid);
+        job.build(env, conf, counterUid);
         JobGraph graph = env.getStreamGraph().getJobGraph();
         if (restore != null) {
             graph.setSavepointRestoreSettings(restore);

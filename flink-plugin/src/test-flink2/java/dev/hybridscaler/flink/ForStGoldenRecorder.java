@@ -69,12 +69,7 @@ class ForStGoldenRecorder {
 
     @Test
     void record() throws Exception {
-        String dir = System.getProperty("golden.dir");
-        if (dir == null) {
-            throw new IllegalStateException("set -Dgolden.dir=<repo>/tests/golden/flink-2.2");
-        }
-        Path out = Path.of(dir);
-        Files.createDirectories(out);
+        Path out = RestCapture.goldenDir("<repo>/tests/golden/flink-2.2");
         Path work = Files.createTempDirectory("forst-golden");
         Map<String, String> config = forstConfig(work);
         try (FlinkCluster flink = new FlinkCluster(TM_MANAGED_MB, 6, config)) {

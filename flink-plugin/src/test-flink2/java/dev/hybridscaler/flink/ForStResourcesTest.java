@@ -74,11 +74,11 @@ class ForStResourcesTest {
             assertEquals(List.of(), missing(flink, job, documented), "documented, not emitted");
 
             // capacity = managed · (3 − r)/3 with r = state.backend.forst.memory.write-buffer-ratio
-            for (PromSample s : samples(flink, job, asyncCapacity)) {
+            for (PromSample s : flink.samples(job, asyncCapacity)) {
                 assertEquals(ForStGoldenRecorder.ASYNC_MANAGED_MB * MIB * 2.75 / 3, s.value(), 1.0,
                         s.toString());
             }
-            for (PromSample s : samples(flink, job, syncCapacity)) {
+            for (PromSample s : flink.samples(job, syncCapacity)) {
                 assertEquals(ForStGoldenRecorder.SYNC_MANAGED_MB * MIB * 2.75 / 3, s.value(), 1.0,
                         s.toString());
             }
@@ -89,41 +89,26 @@ class ForStResourcesTest {
             assertOnly(flink, job, syncLatency, ForStJob.SYNC);
             // ForSt reserves its slots' managed memory up front, as RocksDB does.
             long used = 2L * (ForStGoldenRecorder.ASYNC_MANAGED_MB + ForStGoldenRecorder.SYNC_MANAGED_MB) * MIB;
-            FlinkCluster.poll(TIMEOUT, () -> managedUsed(flink) == used);
-            assertEquals(used, managedUsed(flink));
+            FlinkCluster.poll(TIMEOUT, () -> flink.managedMemoryUsed() == used);
+            assertEquals(used, flink.managedMemoryUsed());
             flink.mini().cancelJob(job).get(30, TimeUnit.SECONDS);
         }
     }
 
     private static void assertOnly(FlinkCluster flink, JobID job, String name, String operator) {
-        List<PromSample> found = samples(flink, job, name);
+        List<PromSample> found = flink.samples(job, name);
         assertFalse(found.isEmpty(), name);
         assertTrue(found.stream().allMatch(s -> s.label("operator_name").equals(operator.replace('-', '_'))),
                 name + " " + found);
     }
 
     private static boolean positive(FlinkCluster flink, JobID job, String name) {
-        List<PromSample> found = samples(flink, job, name);
+        List<PromSample> found = flink.samples(job, name);
         return found.size() == 2 && found.stream().allMatch(s -> s.value() > 0);
     }
 
     private static List<String> missing(FlinkCluster flink, JobID job, List<String> names) {
-        List<String> emitted = samplesOf(flink, job).stream().map(PromSample::name).toList();
+        List<String> emitted = flink.samples(job).stream().map(PromSample::name).toList();
         return names.stream().filter(n -> !emitted.contains(n)).toList();
-    }
-
-    private static List<PromSample> samples(FlinkCluster flink, JobID job, String name) {
-        return samplesOf(flink, job).stream().filter(s -> s.name().equals(name)).toList();
-    }
-
-    private static List<PromSample> samplesOf(FlinkCluster flink, JobID job) {
-        return FlinkCluster.unchecked(flink::scrape).stream()
-                .filter(s -> s.label("job_id").equals(job.toHexString())).toList();
-    }
-
-    private static long managedUsed(FlinkCluster flink) {
-        return (long) FlinkCluster.unchecked(flink::scrape).stream()
-                .filter(s -> s.name().equals("flink_taskmanager_Status_Flink_Memory_Managed_Used"))
-                .mapToDouble(PromSample::value).sum();
     }
 }

@@ -41,21 +41,32 @@ final class CounterJob {
     static void build(StreamExecutionEnvironment env) {
         env.setParallelism(2);
         env.fromSequence(0, Long.MAX_VALUE).uid("gen").name("gen").setParallelism(1)
-                .map(new Throttle()).uid("key-map").name(KEY_MAP).setParallelism(1)
+                .map(new Throttle(KEYS, 5)).uid("key-map").name(KEY_MAP).setParallelism(1)
                 .keyBy(k -> k)
                 .process(new Counter()).uid("counter").name(COUNTER)
                 .map(c -> "count " + c).uid("format").name(FORMAT)
                 .sinkTo(new DiscardingSink<>()).uid("sink").name(SINK);
     }
 
-    /** About a thousand records per second, so the job leaves CPU for the test. */
+    /**
+     * Record i's key is {@code i mod keys}; one 1 ms sleep every {@code recordsPerSleep} records
+     * (5: about a thousand records a second), so the job leaves CPU for the test.
+     */
     static final class Throttle implements MapFunction<Long, Long> {
+        private final int keys;
+        private final int recordsPerSleep;
+
+        Throttle(int keys, int recordsPerSleep) {
+            this.keys = keys;
+            this.recordsPerSleep = recordsPerSleep;
+        }
+
         @Override
         public Long map(Long i) throws Exception {
-            if (i % 5 == 0) {
+            if (i % recordsPerSleep == 0) {
                 Thread.sleep(1);
             }
-            return i % KEYS;
+            return i % keys;
         }
     }
 

@@ -142,6 +142,24 @@ final class FlinkCluster implements AutoCloseable {
         return PromSample.parse(get(metrics));
     }
 
+    /** The scrape's samples of one job; unchecked, for polling lambdas. */
+    List<PromSample> samples(JobID job) {
+        return unchecked(this::scrape).stream()
+                .filter(s -> s.label("job_id").equals(job.toHexString())).toList();
+    }
+
+    /** One metric's samples of one job. */
+    List<PromSample> samples(JobID job, String name) {
+        return samples(job).stream().filter(s -> s.name().equals(name)).toList();
+    }
+
+    /** Managed memory in use on all TaskManagers, as the reporter says; unchecked. */
+    long managedMemoryUsed() {
+        return (long) unchecked(this::scrape).stream()
+                .filter(s -> s.name().equals("flink_taskmanager_Status_Flink_Memory_Managed_Used"))
+                .mapToDouble(PromSample::value).sum();
+    }
+
     /** {@code allocatedSlots[].resource} of every TaskManager, for one job. */
     List<JsonNode> allocatedSlots(JobID job) throws IOException, InterruptedException {
         List<JsonNode> out = new ArrayList<>();

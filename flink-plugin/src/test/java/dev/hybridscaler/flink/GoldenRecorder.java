@@ -55,11 +55,7 @@ class GoldenRecorder {
 
     @Test
     void record() throws Exception {
-        String dir = System.getProperty("golden.dir");
-        if (dir == null) {
-            throw new IllegalStateException("set -Dgolden.dir=<repo>/tests/golden/flink-1.20");
-        }
-        Path out = Path.of(dir);
+        Path out = RestCapture.goldenDir("<repo>/tests/golden/flink-1.20");
         try (FlinkCluster flink = new FlinkCluster(256, 4, Map.of("jobmanager.scheduler", "adaptive"))) {
             capture = new RestCapture(out, flink.restAddress());
             StreamExecutionEnvironment env = new StreamExecutionEnvironment();

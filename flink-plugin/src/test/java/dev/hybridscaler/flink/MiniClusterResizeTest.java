@@ -6,7 +6,6 @@ import static org.junit.jupiter.api.Assertions.assertTrue;
 import dev.hybridscaler.flink.resize.ResizableRocksDBStateBackendFactory;
 
 import org.apache.flink.api.common.JobID;
-import org.apache.flink.api.common.functions.MapFunction;
 import org.apache.flink.api.common.functions.OpenContext;
 import org.apache.flink.api.common.state.ValueState;
 import org.apache.flink.api.common.state.ValueStateDescriptor;
@@ -132,9 +131,8 @@ class MiniClusterResizeTest {
         // The controller grants memory (unreserved managed memory, or a pod grown in place).
         assertEquals(200, call("PUT", "budget", "{\"budgetBytes\": " + (2 * initial + 128 * MIB) + "}",
                 TOKEN).statusCode());
-        HttpResponse<String> grown = call("POST", "resize", "{\"targets\": ["
-                + "{\"jobId\": \"" + job.toHexString() + "\", \"task\": " + JSON.writeValueAsString(task)
-                + ", \"cacheBytes\": " + (initial + 64 * MIB) + "}]}", TOKEN);
+        HttpResponse<String> grown = call("POST", "resize",
+                resizeBody(job, task, null, initial + 64 * MIB), TOKEN);
         assertEquals(200, grown.statusCode(), grown.body());
         assertCapacities(job, Map.of(0, initial + 64 * MIB, 1, initial + 64 * MIB));
 
@@ -247,20 +245,10 @@ class MiniClusterResizeTest {
         static void build(StreamExecutionEnvironment env) {
             env.enableCheckpointing(500);
             env.fromSequence(0, Long.MAX_VALUE).uid("gen").name("gen").setParallelism(1)
-                    .map(new Throttle()).uid("key-map").name("key-map").setParallelism(1)
+                    .map(new CounterJob.Throttle(KEYS, 20)).uid("key-map").name("key-map").setParallelism(1)
                     .keyBy(k -> k)
                     .process(new Count()).uid("counter").name("counter").setParallelism(2)
                     .sinkTo(new DiscardingSink<>()).uid("sink").name("sink").setParallelism(2);
-        }
-
-        static final class Throttle implements MapFunction<Long, Long> {
-            @Override
-            public Long map(Long i) throws Exception {
-                if (i % 20 == 0) {
-                    Thread.sleep(1);
-                }
-                return i % KEYS;
-            }
         }
 
         static final class Count extends KeyedProcessFunction<Long, Long, Long> {

@@ -109,15 +109,15 @@ class MiniClusterResourcesTest {
         String capacity = "flink_taskmanager_job_task_operator_" + CounterJob.STATE
                 + "_rocksdb_block_cache_capacity";
         FlinkCluster.await("cache capacity metrics", TIMEOUT, () -> {
-            List<PromSample> found = samples(job, capacity);
+            List<PromSample> found = flink.samples(job, capacity);
             return found.size() == 2 && found.stream().allMatch(s -> s.value() > 0);
         });
-        for (PromSample s : samples(job, capacity)) {
+        for (PromSample s : flink.samples(job, capacity)) {
             assertEquals(flink.blockCacheBytes(96), (long) s.value(), s.toString());
         }
         long used = 2 * 96 * MIB;
-        FlinkCluster.poll(TIMEOUT, () -> managedMemoryUsed() == used);
-        assertEquals(used, managedMemoryUsed());
+        FlinkCluster.poll(TIMEOUT, () -> flink.managedMemoryUsed() == used);
+        assertEquals(used, flink.managedMemoryUsed());
         flink.mini().cancelJob(job).get(30, TimeUnit.SECONDS);
         FlinkCluster.await("slots of " + job + " released", TIMEOUT, () -> slots(job).isEmpty());
     }
@@ -140,18 +140,18 @@ class MiniClusterResourcesTest {
         // Flink registers each state latency summary at its first sample, not at state creation.
         FlinkCluster.poll(TIMEOUT, () -> notEmitted(job, documented).isEmpty());
         assertEquals(List.of(), notEmitted(job, documented), "documented, not emitted by Flink");
-        List<String> emitted = samplesOf(job).stream().map(PromSample::name).distinct().toList();
+        List<String> emitted = flink.samples(job).stream().map(PromSample::name).distinct().toList();
         // State latency is a summary in nanoseconds with these quantiles and no _sum.
         assertEquals(List.of("0.5", "0.75", "0.95", "0.98", "0.99", "0.999"),
-                samples(job, latency).stream().map(s -> s.label("quantile")).distinct().sorted().toList());
+                flink.samples(job, latency).stream().map(s -> s.label("quantile")).distinct().sorted().toList());
         assertFalse(emitted.contains(latency + "_sum"));
-        assertTrue(samples(job, latency).stream().allMatch(s -> s.label("state_name").equals(CounterJob.STATE)));
+        assertTrue(flink.samples(job, latency).stream().allMatch(s -> s.label("state_name").equals(CounterJob.STATE)));
         assertEquals(TM_MANAGED_MB * MIB,
                 (long) onlyValue("flink_taskmanager_Status_Flink_Memory_Managed_Total"));
     }
 
     private static List<String> notEmitted(JobID job, List<String> names) {
-        List<String> emitted = samplesOf(job).stream().map(PromSample::name).toList();
+        List<String> emitted = flink.samples(job).stream().map(PromSample::name).toList();
         return names.stream().filter(n -> !emitted.contains(n)).toList();
     }
 
@@ -201,15 +201,15 @@ class MiniClusterResourcesTest {
                 + "_rocksdb_block_cache_capacity";
         // RocksDB's native metrics are Flink "views", refreshed every 5 s and 0 before that.
         FlinkCluster.await("cache capacity metrics", TIMEOUT, () -> {
-            List<PromSample> found = samples(job, capacity);
+            List<PromSample> found = flink.samples(job, capacity);
             return found.size() == counterTasks && found.stream().allMatch(s -> s.value() > 0);
         });
-        for (PromSample s : samples(job, capacity)) {
+        for (PromSample s : flink.samples(job, capacity)) {
             assertEquals(CounterJob.COUNTER, s.label("operator_name"));
             assertEquals(flink.blockCacheBytes(managedMb), (long) s.value(), s.toString());
         }
         // Only the counter has RocksDB: the stateless chain has no state-backend metric at all.
-        for (PromSample s : samplesOf(job)) {
+        for (PromSample s : flink.samples(job)) {
             if (s.name().contains("rocksdb")) {
                 assertEquals(CounterJob.COUNTER, s.label("operator_name"), s.toString());
             }
@@ -223,8 +223,8 @@ class MiniClusterResourcesTest {
         // RocksDB reserves its slot's managed memory up front; nothing else reserves any. The
         // previous job's slots may still be releasing theirs.
         long used = counterTasks * managedMb * MIB;
-        FlinkCluster.poll(TIMEOUT, () -> managedMemoryUsed() == used);
-        assertEquals(used, managedMemoryUsed());
+        FlinkCluster.poll(TIMEOUT, () -> flink.managedMemoryUsed() == used);
+        assertEquals(used, flink.managedMemoryUsed());
     }
 
     private static boolean running(JobID job) {
@@ -240,18 +240,8 @@ class MiniClusterResourcesTest {
         return unchecked(() -> flink.allocatedSlots(job));
     }
 
-    private static List<PromSample> samplesOf(JobID job) {
-        return unchecked(flink::scrape).stream()
-                .filter(s -> s.label("job_id").equals(job.toHexString()))
-                .toList();
-    }
-
     private static <T> T unchecked(Callable<T> call) {
         return FlinkCluster.unchecked(call);
-    }
-
-    private static List<PromSample> samples(JobID job, String name) {
-        return samplesOf(job).stream().filter(s -> s.name().equals(name)).toList();
     }
 
     private static double onlyValue(String name) throws Exception {
@@ -263,11 +253,6 @@ class MiniClusterResourcesTest {
     private static void awaitAllKeysCounted() throws InterruptedException {
         FlinkCluster.await("all keys counted", TIMEOUT,
                 () -> CounterJob.SEEN.size() == CounterJob.KEYS);
-    }
-
-    private static long managedMemoryUsed() {
-        return (long) (double) unchecked(
-                () -> onlyValue("flink_taskmanager_Status_Flink_Memory_Managed_Used"));
     }
 
     private static Map<Long, Long> lastCounts() {

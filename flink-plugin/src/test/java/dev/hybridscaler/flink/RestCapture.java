@@ -32,6 +32,15 @@ final class RestCapture {
         this.rest = rest;
     }
 
+    /** {@code -Dgolden.dir}, created if missing; {@code example} says what to set it to. */
+    static Path goldenDir(String example) throws IOException {
+        String dir = System.getProperty("golden.dir");
+        if (dir == null) {
+            throw new IllegalStateException("set -Dgolden.dir=" + example);
+        }
+        return Files.createDirectories(Path.of(dir));
+    }
+
     /** Sends {@code path} and saves the body unmodified as {@code file}; returns it as JSON. */
     JsonNode save(String file, String method, String path, String body)
             throws IOException, InterruptedException {
