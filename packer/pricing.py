@@ -207,6 +207,12 @@ def share_slots(vertices: Sequence[VertexSlot]) -> tuple[SlotGroup, ...]:
     return tuple(_group(name, [by_id[m] for m in ms]) for name, ms in members.items())
 
 
+def groupings(vertices: Sequence[VertexSlot]) -> list[tuple[SlotGroup, ...]]:
+    """The groupings priced: riders in a neighbour's slot, and every vertex on its own
+    (one, when they are the same)."""
+    return list(dict.fromkeys((share_slots(vertices), own_groups(vertices))))
+
+
 def _slots(ids: Sequence[str], by_id: Mapping[str, VertexSlot]) -> int:
     return max(by_id[i].parallelism for i in ids)
 
@@ -375,9 +381,9 @@ def cheapest(vertices: Sequence[VertexSlot], bounds: ShapeBounds, prices: Prices
     """The cheaper of two groupings, each priced exactly: riders in a neighbour's slot
     (`share_slots`), or every vertex on its own (`own_groups`)."""
     best: Priced | None = None
-    groupings = list(dict.fromkeys((share_slots(vertices), own_groups(vertices))))
-    for groups in groupings:  # the time limit holds for the whole choice
-        priced = price(groups, bounds, prices, current, time_limit_s / len(groupings))
+    choices = groupings(vertices)
+    for groups in choices:  # the time limit holds for the whole choice
+        priced = price(groups, bounds, prices, current, time_limit_s / len(choices))
         if priced is not None and (best is None or priced.price < best.price - 1e-9):
             best = priced
     return best
@@ -418,7 +424,7 @@ class PodPricing:
         (ceil-per-TaskManager on the best fitted shape; a menu's lower bound)."""
         vertices = self.vertices(graph, configuration)
         best = math.inf
-        for groups in dict.fromkeys((share_slots(vertices), own_groups(vertices))):
+        for groups in groupings(vertices):
             ranked = candidate_shapes(groups, self.bounds, self.prices)
             if ranked:
                 best = min(best, ranked[0][0])

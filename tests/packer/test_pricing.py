@@ -221,9 +221,14 @@ def test_the_planner_chooses_the_mix_whose_pods_cost_least_not_the_fewest_tasks(
 
 
 def test_equal_bills_keep_the_planners_own_choice() -> None:
-    same = VertexConfig(6, 1)
-    config, _ = PODS.cheapest(JOB, {"agg": (same, same)}, _start(same))
-    assert config["agg"] == same
+    """With the aggregate at 6 tasks, a sink of 5 or 6 tasks rides in its slots: the same
+    pods. Whichever the planner started from is kept."""
+    sinks = (VertexConfig(6, None), VertexConfig(5, None))
+    starts = [{**_start(VertexConfig(6, 1)), "sink": sink} for sink in sinks]
+    assert PODS.price(JOB, starts[0]) == PODS.price(JOB, starts[1])
+    for start in starts:
+        config, _ = PODS.cheapest(JOB, {"sink": sinks}, start)
+        assert config == start
     config, _ = PODS.cheapest(JOB, {}, _start(VertexConfig(4, 2)))
     assert config == _start(VertexConfig(4, 2))
 
