@@ -23,6 +23,11 @@ class Prices:
     def of(self, cpu_cores: float, memory_mib: float) -> float:
         return cpu_cores * self.cpu_core + memory_mib / MIB_PER_GIB * self.memory_gib
 
+    def bill(self, cpu_cores: float, memory_mib: float, replicas: int) -> PodBill:
+        """`pod_bill` at these prices."""
+        return pod_bill(cpu_cores, memory_mib, replicas, cpu_core_price=self.cpu_core,
+                        memory_gib_price=self.memory_gib)
+
 
 @dataclass(frozen=True)
 class PodBill:

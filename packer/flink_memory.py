@@ -39,6 +39,12 @@ class FlinkMemoryOptions:
     network_max_mib: float = 1024
     managed_fraction: float = 0.4
 
+    @property
+    def fixed_mib(self) -> float:
+        """Framework heap, framework off-heap and task off-heap: the total Flink memory that
+        is neither task heap, managed nor network memory."""
+        return self.framework_heap_mib + self.framework_off_heap_mib + self.task_off_heap_mib
+
 
 DEFAULT_OPTIONS = FlinkMemoryOptions()
 
@@ -133,3 +139,19 @@ def task_manager_memory(
         managed=managed,
         network=network,
     )
+
+
+def process_mib_for(flink_mib: float, options: FlinkMemoryOptions = DEFAULT_OPTIONS) -> float:
+    """The process memory that leaves `flink_mib` of total Flink memory: Flink's derivation
+    when `taskmanager.memory.flink.size` is set (`ProcessMemoryUtils`, the overhead an
+    inverse fraction of Flink memory and metaspace), the inverse of `task_manager_memory`'s.
+
+        overhead = clamp((flink + metaspace) × f / (1 − f), min, max)
+
+    In MiB, without Flink's truncation to bytes: sizes are chosen in whole steps above it
+    (packer.pricing), then split by `task_manager_memory`."""
+    jvm = flink_mib + options.jvm_metaspace_mib
+    fraction = options.jvm_overhead_fraction
+    overhead = min(max(jvm * fraction / (1 - fraction), options.jvm_overhead_min_mib),
+                   options.jvm_overhead_max_mib)
+    return jvm + overhead

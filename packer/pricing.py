@@ -30,8 +30,15 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 
+from packer.bill import PodBill
 from packer.bill import Prices as Prices  # re-exported: the prices pricing is done at
-from packer.flink_memory import DEFAULT_OPTIONS, MIB, FlinkMemoryOptions, task_manager_memory
+from packer.flink_memory import (
+    DEFAULT_OPTIONS,
+    MIB,
+    FlinkMemoryOptions,
+    process_mib_for,
+    task_manager_memory,
+)
 from packer.greedy import lower_bound, unfit_slot
 from packer.types import CurrentPlacement, Placement, TaskManagerShape, TaskSlot
 from policies.levels import managed_mib
@@ -113,17 +120,14 @@ class Priced:
     exact: int  # shapes the exact packer priced
 
     @property
-    def cpu_cores(self) -> float:
-        return self.replicas * self.shape.cpu_cores
-
-    @property
-    def memory_mib(self) -> float:
-        return self.replicas * self.shape.process_mib
+    def bill(self) -> PodBill:
+        """`replicas` pods of the shape: what they request, and their price per hour."""
+        return self.prices.bill(self.shape.cpu_cores, self.shape.process_mib, self.replicas)
 
     @property
     def price(self) -> float:
         """Per hour, at spec.cost's prices."""
-        return self.prices.of(self.cpu_cores, self.memory_mib)
+        return self.bill.price
 
     @property
     def proven(self) -> bool:
@@ -134,34 +138,15 @@ class Priced:
         return {v: g.name for g in self.groups for v in g.members}
 
 
-@dataclass(frozen=True)
-class Pods:
-    """Pods as a count of one shape (upstream's realization, or any fixed answer)."""
-
-    replicas: int
-    cpu_per_pod: float
-    memory_mib_per_pod: float
-
-    @property
-    def cpu_cores(self) -> float:
-        return self.replicas * self.cpu_per_pod
-
-    @property
-    def memory_mib(self) -> float:
-        return self.replicas * self.memory_mib_per_pod
-
-    def price(self, prices: Prices) -> float:
-        return prices.of(self.cpu_cores, self.memory_mib)
-
-
 def upstream_pods(parallelism: Mapping[str, int] | Iterable[int],
-                  shape: TaskManagerShape = PAPER_SHAPE) -> Pods:
+                  shape: TaskManagerShape = PAPER_SHAPE, prices: Prices | None = None
+                  ) -> PodBill:
     """How Flink runs a parallelism with its default slot sharing group: one slot holds a
     subtask of every vertex, so max(parallelism) slots on TaskManagers of `shape`."""
     values = list(parallelism.values()) if isinstance(parallelism, Mapping) else list(parallelism)
     slots = max(values, default=0)
     per_tm = shape.max_slots or 1
-    return Pods(-(-slots // per_tm), shape.cpu_cores, shape.process_mib)
+    return (prices or Prices()).bill(shape.cpu_cores, shape.process_mib, -(-slots // per_tm))
 
 
 # --- slot sharing ---------------------------------------------------------------------
@@ -222,6 +207,12 @@ def share_slots(vertices: Sequence[VertexSlot]) -> tuple[SlotGroup, ...]:
     return tuple(_group(name, [by_id[m] for m in ms]) for name, ms in members.items())
 
 
+def groupings(vertices: Sequence[VertexSlot]) -> list[tuple[SlotGroup, ...]]:
+    """The groupings priced: riders in a neighbour's slot, and every vertex on its own
+    (one, when they are the same)."""
+    return list(dict.fromkeys((share_slots(vertices), own_groups(vertices))))
+
+
 def _slots(ids: Sequence[str], by_id: Mapping[str, VertexSlot]) -> int:
     return max(by_id[i].parallelism for i in ids)
 
@@ -254,12 +245,9 @@ def fit_shape(cpu_cores: float, heap_mib: float, managed_mib: float, network_mib
     network = max(network_mib, options.network_min_mib)
     if network > options.network_max_mib:
         return None
-    fixed = options.framework_heap_mib + options.framework_off_heap_mib + options.task_off_heap_mib
-    flink = heap_mib + managed_mib + network + fixed
-    jvm = flink + options.jvm_metaspace_mib
-    overhead = min(max(jvm * options.jvm_overhead_fraction / (1 - options.jvm_overhead_fraction),
-                       options.jvm_overhead_min_mib), options.jvm_overhead_max_mib)
-    process = max(bounds.min_memory_mib, _up(jvm + overhead, bounds.memory_step_mib))
+    flink = heap_mib + managed_mib + network + options.fixed_mib
+    process = max(bounds.min_memory_mib,
+                  _up(process_mib_for(flink, options), bounds.memory_step_mib))
     for _ in range(64):  # each try adds one memory step; a handful is the most ever needed
         if process > bounds.max_memory_mib + 1e-9:
             return None
@@ -393,9 +381,9 @@ def cheapest(vertices: Sequence[VertexSlot], bounds: ShapeBounds, prices: Prices
     """The cheaper of two groupings, each priced exactly: riders in a neighbour's slot
     (`share_slots`), or every vertex on its own (`own_groups`)."""
     best: Priced | None = None
-    groupings = list(dict.fromkeys((share_slots(vertices), own_groups(vertices))))
-    for groups in groupings:  # the time limit holds for the whole choice
-        priced = price(groups, bounds, prices, current, time_limit_s / len(groupings))
+    choices = groupings(vertices)
+    for groups in choices:  # the time limit holds for the whole choice
+        priced = price(groups, bounds, prices, current, time_limit_s / len(choices))
         if priced is not None and (best is None or priced.price < best.price - 1e-9):
             best = priced
     return best
@@ -436,7 +424,7 @@ class PodPricing:
         (ceil-per-TaskManager on the best fitted shape; a menu's lower bound)."""
         vertices = self.vertices(graph, configuration)
         best = math.inf
-        for groups in dict.fromkeys((share_slots(vertices), own_groups(vertices))):
+        for groups in groupings(vertices):
             ranked = candidate_shapes(groups, self.bounds, self.prices)
             if ranked:
                 best = min(best, ranked[0][0])

@@ -29,9 +29,10 @@ MINI_BATCH_SIZE = "table.exec.mini-batch.size"
 AGG_PHASE = "table.optimizer.agg-phase-strategy"
 SQL_KEYS = (MINI_BATCH_ENABLED, MINI_BATCH_LATENCY, MINI_BATCH_SIZE, AGG_PHASE)
 
-# Flink SQL's physical aggregation operators, as they name their job vertices.
-_SQL_AGGREGATES = ("GroupAggregate", "WindowAggregate", "GroupWindowAggregate",
-                   "GlobalGroupAggregate", "IncrementalGroupAggregate")
+# Flink SQL's physical aggregation operators, as they name their job vertices, matched as
+# parts of the name: GroupAggregate also names Global-, Local- and IncrementalGroupAggregate,
+# WindowAggregate also GroupWindowAggregate.
+_SQL_AGGREGATES = ("GroupAggregate", "WindowAggregate")
 
 
 def sql_settings(latency_s: float, size: int) -> dict[str, str]:

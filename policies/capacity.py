@@ -115,8 +115,8 @@ def evaluate(graph: JobGraph, observation: Observation, state: PolicyState,
     if deficits:
         chosen = {vid: (p.best if p.deficit or _rides_along(p, params, now) else p.current)
                   for vid, p in plans.items()}
-        chosen = _by_pods(graph, chosen, {vid: p.options for vid, p in plans.items()
-                                          if chosen[vid] != p.current}, params)
+        chosen, _ = _by_pods(graph, chosen, {vid: p.options for vid, p in plans.items()
+                                             if chosen[vid] != p.current}, params)
         triggered = any(chosen[vid] != p.current for vid, p in plans.items())
         reason = "capacity: " + ", ".join(
             f"{p.vertex.name or p.vertex.id} busiest subtask at {p.hottest_now:.2f} "
@@ -125,20 +125,29 @@ def evaluate(graph: JobGraph, observation: Observation, state: PolicyState,
             for p in deficits)
     else:
         ready = [p for p in plans.values() if p.surplus and _waited(p, params, now)]
+        current = {vid: p.current for vid, p in plans.items()}
         chosen = {vid: (p.best if p in ready else p.current) for vid, p in plans.items()}
-        chosen = _by_pods(graph, chosen, {p.vertex.id: (*p.options, p.current)
-                                          for p in ready}, params)
-        cost_now, cost_new = (_job_cost(graph, c, params) for c in (
-            {vid: p.current for vid, p in plans.items()}, chosen)) if ready else (0.0, 0.0)
+        cost_now = cost_new = 0.0
+        if ready:
+            # The search prices the mix it returns; the running configuration is priced
+            # once more, and not at all when the search keeps it.
+            chosen, priced = _by_pods(graph, chosen, {p.vertex.id: (*p.options, p.current)
+                                                      for p in ready}, params)
+            cost_new = _job_cost(graph, chosen, params) if priced is None else priced
+            cost_now = cost_new if chosen == current else _job_cost(graph, current, params)
         pays = _pays_back(cost_now, cost_new, params)
         triggered = bool(ready) and pays and cost_new < cost_now
         if not triggered:
-            chosen = {vid: p.current for vid, p in plans.items()}
+            chosen = current
         waiting = [p for p in plans.values() if p.surplus and not _waited(p, params, now)]
         if triggered:
             reason = (f"capacity: a cheaper configuration has sufficed for "
                       f"{cpu.scale_down_delay:.0f}s and pays its restart back within "
                       f"{params.cost.payback_period:.0f}s")
+        elif ready and cost_new >= cost_now:
+            # Cheaper per task, not in pods: the pods it needs cost as much or more.
+            reason = ("capacity: steady; the configurations cheaper per task need pods "
+                      "that cost no less")
         elif ready and not pays:
             reason = ("capacity: steady; a cheaper configuration would not pay its restart "
                       f"back within {params.cost.payback_period:.0f}s")
@@ -475,14 +484,15 @@ def _cheapest(v: Vertex, surface: Surface, spread: _Skew, need: float, need_hott
 
 def _by_pods(graph: JobGraph, chosen: dict[str, VertexConfig],
              options: Mapping[str, tuple[VertexConfig, ...]],
-             params: ScalingParams) -> dict[str, VertexConfig]:
+             params: ScalingParams) -> tuple[dict[str, VertexConfig], float | None]:
     """Among the moving vertices' options, the mix whose pods cost least (ties keep the
-    per-task choice): memory that saves no pod, or tasks a neighbour's slot holds for
-    free, are priced as the cluster bills them. Without a pod price, `chosen`."""
+    per-task choice), and its pod price: memory that saves no pod, or tasks a neighbour's
+    slot holds for free, are priced as the cluster bills them. Without a pod price, or
+    nothing to choose, `chosen` and None (not priced)."""
     if params.pods is None or not any(len(o) > 1 for o in options.values()):
-        return chosen
-    config, _ = params.pods.cheapest(graph, options, MappingProxyType(chosen))
-    return dict(config)
+        return chosen, None
+    config, price = params.pods.cheapest(graph, options, MappingProxyType(chosen))
+    return dict(config), price
 
 
 def _job_cost(graph: JobGraph, config: Mapping[str, VertexConfig],

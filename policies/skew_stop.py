@@ -25,9 +25,10 @@ restart is taken: one step, then it stops).
 
 Then no restart is taken for it (a restart that happens anyway leaves it as it is), and
 a `SkewFinding` that blocks scale-out names it (the `Skewed` condition and its Warning
-Event): the rate the vertex, and the job at its sources, can sustain, and what would
-lift it. It is assessed afresh every evaluation, so a load that drops below what the
-vertex sustains, or a hot share that turns out smaller, ends it.
+Event): the rate the vertex, and the job at its sources, can sustain (what would lift
+it is said beside it, by its kind: `buffering.remedy`). It is assessed afresh every
+evaluation, so a load that drops below what the vertex sustains, or a hot share that
+turns out smaller, ends it.
 """
 
 from __future__ import annotations
@@ -93,8 +94,9 @@ def assess(current: VertexConfig, surface: Surface, ratio_at: dict[int, float],
 
 def finding(v: Vertex, m: VertexMetrics, stop: SkewStop, target: float,
             sources_target: float) -> SkewFinding:
-    """The blocking finding that names the vertex: what it and the job sustain, what
-    would lift it. `target`: the vertex's target rate; `sources_target`: the job's."""
+    """The blocking finding that names the vertex: what it and the job sustain (its
+    remedy is `buffering.remedy`'s). `target`: the vertex's target rate; `sources_target`:
+    the job's."""
     p = v.parallelism
     hottest = min(max(m.busy_ms_per_s_max / 1000.0, 0.0), 1.0)
     mean = m.busyness
@@ -107,7 +109,7 @@ def finding(v: Vertex, m: VertexMetrics, stop: SkewStop, target: float,
         f"(×{ratio:.2f}); a hot key (about {stop.hot_share:.0%} of its input) stays on one "
         f"subtask: it saturates at {explain.rate(stop.capacity_now)} against a target of "
         f"{explain.rate(target)} ({how}), so the job sustains about {explain.rate(job)} at "
-        f"its sources; no restart is taken for it at this load")  # the remedy: buffering.remedy
+        f"its sources; no restart is taken for it at this load")
     return SkewFinding(
         vertex_id=v.id, vertex_name=v.name, parallelism=p, keyed=True,
         hottest_busyness=hottest, mean_busyness=mean, ratio=ratio,

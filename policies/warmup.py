@@ -43,7 +43,8 @@ class CacheWarmup(RecordModel):
     """Where one stateful vertex's block cache is in its warm-up since the last restart."""
 
     restarted: EpochTime = Field(description="when the vertex's tasks last (re)started")
-    hit_rate: float = Field(ge=0, le=1, description="θ of the last window of this run")
+    hit_rate: float = Field(ge=0, le=1, description="θ of the last window of this run "
+                                                      "judged (until one was warm)")
     time: EpochTime = Field(description="end of that window")
     held: int = Field(0, ge=0, description="windows of this run held back so far")
     warm: bool = False
@@ -60,8 +61,8 @@ def admit(warmup: CacheWarmup | None, hit_rate: float | None, restarted: float |
         return True, warmup
     reached = known is not None and hit_rate >= known - STABLE_HIT_RATE
     if warmup is not None and warmup.restarted == restarted:
-        if warmup.warm:
-            return True, warmup.model_copy(update={"hit_rate": hit_rate, "time": time})
+        if warmup.warm:  # warm for the rest of the run: nothing more to track
+            return True, warmup
         if time - warmup.time < window_s * 0.999:
             # The same window again (or mostly): it says nothing new about the trend.
             return False, warmup

@@ -21,7 +21,6 @@ from typing import Any
 from packer.pricing import (
     PAPER_SHAPE,
     PodPricing,
-    Pods,
     Priced,
     Prices,
     ShapeBounds,
@@ -59,7 +58,8 @@ class PodBill:
 
 
 def _bill(priced: Priced) -> PodBill:
-    return PodBill(priced.cpu_cores, priced.memory_mib, priced.price, priced.replicas,
+    bill = priced.bill
+    return PodBill(bill.cpu_cores, bill.memory_mib, bill.price, bill.task_managers,
                    priced.shape.name, priced.proven)
 
 
@@ -84,9 +84,10 @@ def ours(model: JobModel, configuration: Configuration, base: float = BASE_MANAG
 
 def upstream(configuration: Configuration, prices: Prices | None = None) -> PodBill:
     """Flink's default slot sharing on the paper's TaskManager."""
-    pods: Pods = upstream_pods({v: c.parallelism for v, c in configuration.items()})
-    return PodBill(pods.cpu_cores, pods.memory_mib, pods.price(prices or Prices()),
-                   pods.replicas, PAPER_SHAPE.name)
+    pods = upstream_pods({v: c.parallelism for v, c in configuration.items()},
+                         prices=prices or Prices())
+    return PodBill(pods.cpu_cores, pods.memory_mib, pods.price, pods.task_managers,
+                   PAPER_SHAPE.name)
 
 
 @dataclass(frozen=True)

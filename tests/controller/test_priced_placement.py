@@ -57,8 +57,8 @@ def test_the_written_pods_are_the_priced_ones() -> None:
     # Status says what the pods request and what they cost, and whether it is proven.
     assert placement.pods is not None
     assert placement.pods.task_managers == priced.replicas
-    assert placement.pods.cpu == pytest.approx(priced.cpu_cores)
-    assert placement.pods.memory == pytest.approx(priced.memory_mib, abs=0.5)
+    assert placement.pods.cpu == pytest.approx(priced.bill.cpu_cores)
+    assert placement.pods.memory == pytest.approx(priced.bill.memory_mib, abs=0.5)
     assert placement.pods.price == pytest.approx(priced.price, abs=1e-3)
     assert placement.solver_status == priced.placement.status.value.upper()
     assert placement.slot_sharing_groups == {g.name: list(g.members) for g in priced.groups}

@@ -2,7 +2,7 @@
 
 import pytest
 
-from packer.flink_memory import MIB, FlinkMemoryOptions, task_manager_memory
+from packer.flink_memory import MIB, FlinkMemoryOptions, process_mib_for, task_manager_memory
 
 
 def test_default_process_size_matches_flinks_log() -> None:
@@ -58,3 +58,21 @@ def test_too_small_a_task_manager_is_refused_like_flink_does() -> None:
         task_manager_memory(600)
     with pytest.raises(ValueError, match="metaspace and overhead"):
         task_manager_memory(400)
+
+
+@pytest.mark.parametrize("flink_mib", [512.0, 1280.0, 1342.0, 3000.0, 6000.0, 20000.0])
+def test_process_size_for_a_flink_size_is_the_inverse_of_the_split(flink_mib: float) -> None:
+    """Below, within and above the overhead's [192 MiB, 1 GiB] clamp: splitting the process
+    size found for a Flink size gives that Flink size back (to Flink's byte rounding)."""
+    process = process_mib_for(flink_mib)
+    no_cache = FlinkMemoryOptions(managed_fraction=0.0)  # so 512 MiB still leaves task heap
+    assert task_manager_memory(process, no_cache).total_flink / MIB == pytest.approx(
+        flink_mib, abs=1e-3)
+    # 1728 MiB is Flink's default process size for its 1280 MiB of Flink memory.
+    assert process_mib_for(1280) == pytest.approx(1728, abs=1e-9)
+
+
+def test_fixed_memory_is_what_a_split_holds_besides_heap_managed_and_network() -> None:
+    options = FlinkMemoryOptions(task_off_heap_mib=32)
+    m = task_manager_memory(4096, options)
+    assert (m.total_flink - m.task_heap - m.managed - m.network) / MIB == options.fixed_mib

@@ -134,9 +134,9 @@ def test_q11_with_the_cache_costs_less_than_upstreams_pods_in_each_dimension() -
     ours = cheapest(q11(7, 632), ShapeBounds(), PRICES)
     theirs = upstream_pods({"src": 2, "session": 20, "sink": 1})
     assert ours is not None and ours.proven
-    assert (theirs.replicas, theirs.cpu_cores, theirs.memory_mib) == (5, 20, 10240)
-    assert ours.cpu_cores <= theirs.cpu_cores and ours.memory_mib <= theirs.memory_mib
-    assert ours.price <= 0.6 * theirs.price(PRICES)
+    assert (theirs.task_managers, theirs.cpu_cores, theirs.memory_mib) == (5, 20, 10240)
+    assert ours.bill.cpu_cores <= theirs.cpu_cores and ours.bill.memory_mib <= theirs.memory_mib
+    assert ours.price <= 0.6 * theirs.price
 
 
 def test_the_price_is_the_placement_it_comes_with() -> None:
@@ -146,8 +146,9 @@ def test_the_price_is_the_placement_it_comes_with() -> None:
     slots = [s for g in priced.groups for s in g.task_slots()]
     assert check(priced.placement, slots, [priced.shape]) == []
     assert priced.replicas >= priced.placement.count
-    assert priced.cpu_cores == priced.replicas * priced.shape.cpu_cores
-    assert priced.price == pytest.approx(PRICES.of(priced.cpu_cores, priced.memory_mib))
+    assert priced.bill.cpu_cores == priced.replicas * priced.shape.cpu_cores
+    assert priced.bill.memory_mib == priced.replicas * priced.shape.process_mib
+    assert priced.price == pytest.approx(PRICES.of(priced.bill.cpu_cores, priced.bill.memory_mib))
     # No candidate shape's feasible packing is cheaper than what was chosen.
     ranked = candidate_shapes(priced.groups, ShapeBounds(), PRICES)
     assert priced.price <= min(p for p, _ in ranked) + 1e-9
@@ -179,8 +180,9 @@ def test_no_shape_within_the_bounds_holds_the_slot() -> None:
 
 def test_upstream_is_flinks_default_group_on_the_papers_taskmanager() -> None:
     pods = upstream_pods([1, 30, 1, 1])
-    assert (pods.replicas, pods.cpu_cores, pods.memory_mib) == (8, 32, 16384)
-    assert pods.price(PRICES) == pytest.approx(32 + 16 * 0.134)
+    assert (pods.task_managers, pods.cpu_cores, pods.memory_mib) == (8, 32, 16384)
+    assert pods.price == pytest.approx(32 + 16 * 0.134)
+    assert upstream_pods([30], prices=Prices(2.0, 1.0)).price == pytest.approx(64 + 16)
 
 
 def test_more_groups_than_a_taskmanager_holds_one_of_each_are_still_priced() -> None:
@@ -188,7 +190,7 @@ def test_more_groups_than_a_taskmanager_holds_one_of_each_are_still_priced() -> 
     takes one slot of each, but shapes of k largest slots do."""
     vertices = [vertex(f"v{i}", 2, 158 * (1 + i % 3)) for i in range(10)]
     priced = cheapest(vertices, ShapeBounds(), PRICES)
-    assert priced is not None and priced.cpu_cores >= 20
+    assert priced is not None and priced.bill.cpu_cores >= 20
     slots = [s for g in priced.groups for s in g.task_slots()]
     assert check(priced.placement, slots, [priced.shape]) == []
 
@@ -219,9 +221,14 @@ def test_the_planner_chooses_the_mix_whose_pods_cost_least_not_the_fewest_tasks(
 
 
 def test_equal_bills_keep_the_planners_own_choice() -> None:
-    same = VertexConfig(6, 1)
-    config, _ = PODS.cheapest(JOB, {"agg": (same, same)}, _start(same))
-    assert config["agg"] == same
+    """With the aggregate at 6 tasks, a sink of 5 or 6 tasks rides in its slots: the same
+    pods. Whichever the planner started from is kept."""
+    sinks = (VertexConfig(6, None), VertexConfig(5, None))
+    starts = [{**_start(VertexConfig(6, 1)), "sink": sink} for sink in sinks]
+    assert PODS.price(JOB, starts[0]) == PODS.price(JOB, starts[1])
+    for start in starts:
+        config, _ = PODS.cheapest(JOB, {"sink": sinks}, start)
+        assert config == start
     config, _ = PODS.cheapest(JOB, {}, _start(VertexConfig(4, 2)))
     assert config == _start(VertexConfig(4, 2))
 

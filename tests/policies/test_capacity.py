@@ -12,7 +12,7 @@ import itertools
 import json
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 import pytest
 from hypothesis import given, settings
@@ -404,3 +404,81 @@ def test_a_hot_key_class_restarts_at_most_once_and_is_named_within_two_windows(
     if hottest >= 0.9:  # it stays hot: Skewed says so, what the job sustains, and the remedy
         assert blocked and "the job sustains about" in blocked[0], (hottest, restarts)
         assert "no restart is taken" in blocked[0]
+
+
+@dataclass
+class CountedPods:
+    """`MemoryDearPods`, counting what the planner asks: every configuration it prices on
+    its own (`price`), and every search (`cheapest`), per evaluation."""
+
+    pods: MemoryDearPods = MemoryDearPods()
+    priced: list[dict[str, VertexConfig]] = field(default_factory=list)
+    searches: int = 0
+
+    def price(self, graph: JobGraph, configuration: Mapping[str, VertexConfig]) -> float:
+        self.priced.append(dict(configuration))
+        return self.pods.price(graph, configuration)
+
+    def cheapest(self, graph: JobGraph, options: Mapping[str, Sequence[VertexConfig]],
+                 start: Mapping[str, VertexConfig]
+                 ) -> tuple[Mapping[str, VertexConfig], float]:
+        self.searches += 1
+        return self.pods.cheapest(graph, options, start)
+
+
+def test_a_scale_down_by_pods_prices_each_configuration_once() -> None:
+    """The search returns the chosen mix's price: the evaluation prices on its own only
+    the running configuration (CP-SAT per configuration on the hot path)."""
+    pods = CountedPods()
+    params = replace(PARAMS, pods=pods)
+    world, g, state = World(), graph(), PolicyState()
+    downs = []
+    for n, rate in enumerate([60_000.0] * 6 + [20_000.0] * 8):
+        now = 120.0 * (n + 1)
+        pods.priced.clear()
+        e = evaluate(g, world.observe(g, rate, now), state, params, now)
+        state = e.state
+        if e.decision.reconfigures:
+            if rate == 20_000.0:
+                downs.append((g.configuration(), list(pods.priced)))
+            g = g.with_configuration(e.configuration)
+    assert downs, "the drop to 20k scales down"
+    for running, priced in downs:
+        assert priced == [running]  # not the chosen mix again: the search priced it
+
+
+def test_a_surplus_the_pods_do_not_bill_is_priced_once_per_delay_not_every_window() -> None:
+    """Per task fewer tasks are cheaper; pods of one fixed size bill the same for both.
+    No step is taken, and the pods are priced once per cpu.scaleDownDelay, not in every
+    window while the surplus lasts."""
+
+    @dataclass
+    class FlatPods(CountedPods):
+        def price(self, graph: JobGraph, configuration: Mapping[str, VertexConfig]) -> float:
+            self.priced.append(dict(configuration))
+            return 10.0
+
+        def cheapest(self, graph: JobGraph, options: Mapping[str, Sequence[VertexConfig]],
+                     start: Mapping[str, VertexConfig]
+                     ) -> tuple[Mapping[str, VertexConfig], float]:
+            self.searches += 1
+            return start, 10.0
+
+    world, g, state = World(), graph(p=12, level=1), PolicyState()
+    pods = FlatPods()
+    params = replace(PARAMS, pods=pods)
+    windows, reasons = 20, []
+    for n in range(windows):
+        now = 120.0 * (n + 1)
+        searches = pods.searches
+        e = evaluate(g, world.observe(g, 20_000.0, now), state, params, now)
+        assert not e.decision.reconfigures, e.decision.reason
+        state = e.state
+        if pods.searches > searches:
+            reasons.append(e.decision.reason)
+    # The surplus is seen from the first window and waits 300 s (3 windows) each time.
+    assert 1 <= pods.searches <= windows * 120.0 / PARAMS.cpu.scale_down_delay, pods.searches
+    assert len(pods.priced) <= pods.searches
+    # Said as it is: not a saving too small to pay a restart back, no saving at all.
+    assert reasons == ["capacity: steady; the configurations cheaper per task need pods "
+                       "that cost no less"] * pods.searches

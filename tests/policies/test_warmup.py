@@ -19,8 +19,8 @@ def test_the_first_window_of_a_run_is_held_and_a_stable_second_admitted() -> Non
     assert not ok and w is not None and w.held == 2
     ok, w = admit(w, 0.71, 1000.0, 1390.0, WINDOW)  # settled
     assert ok and w is not None and w.warm
-    ok, w = admit(w, 0.50, 1000.0, 1510.0, WINDOW)  # warm stays warm within the run
-    assert ok
+    ok, again = admit(w, 0.50, 1000.0, 1510.0, WINDOW)  # warm stays warm within the run
+    assert ok and again == w  # and its record stays as it was: nothing more is tracked
 
 
 def test_a_window_that_reaches_the_known_warm_hit_rate_is_admitted_at_once() -> None:
