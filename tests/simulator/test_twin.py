@@ -261,6 +261,18 @@ def test_a_step_costs_what_the_same_enactment_cost_on_real_flink():
         MEASURED[Enactment.IN_PLACE].fixed_s)
 
 
+def test_the_twin_composes_its_step_costs_as_the_policy_layer_does():
+    """One restart-cost model: the twin's default is the policy layer's MEASURED, term for
+    term, and a job's own terms go through the same composition (a last-state restart is
+    killed and reads the checkpoint back)."""
+    assert dict(Reconfiguration().costs()) == dict(MEASURED)
+    own = Reconfiguration(fixed_s=10, savepoint_mb_per_s=20, restore_mb_per_s=40, kill_s=1,
+                          in_place_s=2).costs()
+    assert own[Enactment.SAVEPOINT].downtime_s(80e6) == pytest.approx(10 + 4 + 2)
+    assert own[Enactment.LAST_STATE].downtime_s(80e6) == pytest.approx(11 + 2)
+    assert own[Enactment.IN_PLACE].downtime_s(80e6) == pytest.approx(2)
+
+
 def test_after_a_restart_the_block_cache_refills_and_the_hit_rate_climbs():
     """A restart empties the block caches (real Flink: bench/results/realflink-warmup.json);
     every miss loads a block until the cache is full, so θ and the true processing rate
