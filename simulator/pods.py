@@ -18,15 +18,9 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
 
-from packer.pricing import (
-    PAPER_SHAPE,
-    PodPricing,
-    Pods,
-    Priced,
-    Prices,
-    ShapeBounds,
-    upstream_pods,
-)
+from packer.bill import PodBill, pod_bill
+from packer.pricing import PAPER_SHAPE, PodPricing, Prices, ShapeBounds, upstream_pods
+from packer.types import TaskManagerShape
 from policies.model import Configuration, VertexConfig
 from policies.spec import MemoryScaling
 from simulator.model import JobModel
@@ -42,25 +36,25 @@ TASK_NETWORK_MIB = PAPER_SHAPE.memory.network_mib / SLOTS
 
 
 @dataclass(frozen=True)
-class PodBill:
-    """Pod CPU, pod memory and the price per hour, with how they were found."""
+class Realized:
+    """A configuration's pod bill (`packer.bill.PodBill`, the controller's), with how it was
+    found: the TaskManager shape's name and whether the packing's count is proven minimal."""
 
-    cpu_cores: float
-    memory_mib: float
-    price: float
-    replicas: int
+    pods: PodBill
     shape: str
     proven: bool | None = None  # the packing's TaskManager count proven minimal
 
     def as_json(self) -> dict[str, Any]:
-        return {"pod_cpu": self.cpu_cores, "pod_memory_mb": round(self.memory_mib),
-                "price": round(self.price, 3), "replicas": self.replicas, "shape": self.shape,
-                "proven": self.proven}
+        return {"pod_cpu": self.pods.cpu_cores, "pod_memory_mb": round(self.pods.memory_mib),
+                "price": round(self.pods.price, 3), "replicas": self.pods.task_managers,
+                "shape": self.shape, "proven": self.proven}
 
 
-def _bill(priced: Priced) -> PodBill:
-    return PodBill(priced.cpu_cores, priced.memory_mib, priced.price, priced.replicas,
-                   priced.shape.name, priced.proven)
+def _realized(replicas: int, shape: TaskManagerShape, prices: Prices,
+              proven: bool | None = None) -> Realized:
+    bill = pod_bill(shape.cpu_cores, shape.process_mib, replicas,
+                    cpu_core_price=prices.cpu_core, memory_gib_price=prices.memory_gib)
+    return Realized(bill, shape.name, proven)
 
 
 def pricing(base: float = BASE_MANAGED_MIB, bounds: ShapeBounds | None = None,
@@ -73,26 +67,25 @@ def pricing(base: float = BASE_MANAGED_MIB, bounds: ShapeBounds | None = None,
 
 def ours(model: JobModel, configuration: Configuration, base: float = BASE_MANAGED_MIB,
          bounds: ShapeBounds | None = None, prices: Prices | None = None,
-         time_limit_s: float = 2.0) -> PodBill:
+         time_limit_s: float = 2.0) -> Realized:
     """The pods the controller writes for `configuration` (fineGrained, default bounds)."""
     priced = pricing(base, bounds, prices, time_limit_s).exact(model.job_graph(),
                                                                 configuration)
     if priced is None:
         raise ValueError(f"{model.name}: no TaskManager within the bounds holds a slot")
-    return _bill(priced)
+    return _realized(priced.replicas, priced.shape, priced.prices, priced.proven)
 
 
-def upstream(configuration: Configuration, prices: Prices | None = None) -> PodBill:
+def upstream(configuration: Configuration, prices: Prices | None = None) -> Realized:
     """Flink's default slot sharing on the paper's TaskManager."""
-    pods: Pods = upstream_pods({v: c.parallelism for v, c in configuration.items()})
-    return PodBill(pods.cpu_cores, pods.memory_mib, pods.price(prices or Prices()),
-                   pods.replicas, PAPER_SHAPE.name)
+    pods = upstream_pods({v: c.parallelism for v, c in configuration.items()})
+    return _realized(pods.replicas, PAPER_SHAPE, prices or Prices())
 
 
 @dataclass(frozen=True)
 class PodOracle:
     configuration: Configuration
-    bill: PodBill
+    bill: Realized
     screened: int  # configurations the bound ranked
 
 
