@@ -11,8 +11,8 @@ so the counter runs saturated and its input rate is its capacity at the cache it
 that moment. Before the first restore the job runs `--warmup` seconds and the last
 `--steady` seconds give the warm reference. Each restore is a savepoint upgrade (what a
 reconfiguration step is), the configuration unchanged. Printed and written as JSON (the
-twin's warm-up model is fitted on it: simulator/warmup.py), never asserted: numbers on 2
-shared cores.
+twin's refill rate, `rocksdb.fill_mib_per_s` in simulator/model.py, is its median:
+docs/simulator.md), never asserted: numbers on 2 shared cores.
 """
 
 from __future__ import annotations
