@@ -25,6 +25,7 @@ from packer import pack
 from packer.pricing import (
     PAPER_SHAPE,
     PodPricing,
+    Pods,
     Prices,
     ShapeBounds,
     VertexSlot,
@@ -33,10 +34,11 @@ from packer.pricing import (
 )
 from policies.levels import level_of, managed_mib
 from policies.model import Edge, JobGraph, Vertex, VertexConfig
+from simulator.pods import TASK_HEAP_MIB as HEAP
+from simulator.pods import TASK_NETWORK_MIB as NET
+from simulator.twin import BASE_MANAGED_MIB
 
 SIZES = (10, 100, 200, 1000)
-HEAP = PAPER_SHAPE.memory.task_heap_mib / 4
-NET = PAPER_SHAPE.memory.network_mib / 4
 TIME_LIMIT_S = 2.0  # spec.placement.solverTimeLimit's default
 
 
@@ -52,7 +54,8 @@ def job(tasks: int, rng: random.Random) -> list[VertexSlot]:
         level = rng.randint(0, 2) if name.startswith("op") else None
         neighbours = tuple(n for n in (names[i - 1] if i else None,
                                        names[i + 1] if i + 1 < len(names) else None) if n)
-        out.append(VertexSlot(name, p, 1.0, HEAP, managed_mib(level, 158.0), NET, neighbours))
+        out.append(VertexSlot(name, p, 1.0, HEAP, managed_mib(level, BASE_MANAGED_MIB), NET,
+                              neighbours))
     return out
 
 
@@ -62,13 +65,13 @@ def planner_search(vertices: list[VertexSlot]) -> float:
     graph = JobGraph(
         tuple(Vertex(v.vertex_id, v.vertex_id, 4096, v.parallelism) for v in vertices),
         tuple(Edge(a.vertex_id, b.vertex_id) for a, b in itertools.pairwise(vertices)))
-    start = {v.vertex_id: VertexConfig(v.parallelism, level_of(v.managed_mib, 158.0))
+    start = {v.vertex_id: VertexConfig(v.parallelism, level_of(v.managed_mib, BASE_MANAGED_MIB))
              for v in vertices}
     options = {vid: tuple(VertexConfig(max(1, round(c.parallelism * 2 ** (c.memory_level - lv)
                                                      / (1.5 if lv > c.memory_level else 1))),
                                        lv) for lv in range(3))
                for vid, c in start.items() if c.memory_level is not None}
-    pricing = PodPricing(1.0, HEAP, NET, 158.0, time_limit_s=TIME_LIMIT_S)
+    pricing = PodPricing(1.0, HEAP, NET, BASE_MANAGED_MIB, time_limit_s=TIME_LIMIT_S)
     started = time.perf_counter()
     pricing.cheapest(graph, options, start)
     return time.perf_counter() - started
@@ -97,9 +100,9 @@ def main() -> None:
             assert priced is not None
             proven += priced.proven
             search.append(planner_search(vertices))
-            replicas = max(old.count, old.flink_count or 0)
-            ratios.append(priced.price / Prices().of(replicas * PAPER_SHAPE.cpu_cores,
-                                                     replicas * PAPER_SHAPE.process_mib))
+            paper = Pods(max(old.count, old.flink_count or 0), PAPER_SHAPE.cpu_cores,
+                         PAPER_SHAPE.process_mib)
+            ratios.append(priced.price / paper.price(Prices()))
         added = statistics.median(now) - statistics.median(before)
         print(f"| {size} | {statistics.median(before):.3f} | {statistics.median(now):.3f}, "
               f"{max(now):.3f} | {added:+.3f} | {proven}/{len(now)} | "

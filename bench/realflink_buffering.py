@@ -25,7 +25,16 @@ from typing import Annotated, Any
 
 import typer
 
-from bench.realflink_warmup import counter_samples, start
+from bench.realflink_common import (
+    Keys,
+    ManagedMb,
+    Out,
+    Rate,
+    counter_samples,
+    start,
+    state_job,
+    write,
+)
 from e2e import realflink
 
 
@@ -97,37 +106,37 @@ def run_one(engine: realflink.RealFlink, name: str, conf: dict[str, str],
 
 
 def main(
-    keys: Annotated[int, typer.Option(help="keys of the Zipf schedule")] = 10_000,
+    keys: Keys = 10_000,
     exponent: Annotated[float, typer.Option(help="Zipf exponent s")] = 1.2,
     seeds: Annotated[list[int] | None, typer.Option(help="key-schedule seeds")] = None,
-    rate: Annotated[float, typer.Option(help="records/s offered")] = 400_000.0,
-    managed_mb: Annotated[int, typer.Option(help="managed MB of the counter")] = 64,
+    rate: Rate = 400_000.0,
+    managed_mb: ManagedMb = 64,
     flush_records: Annotated[int, typer.Option(help="PreAggregation's maxRecords")] = 10_000,
     flush_ms: Annotated[int, typer.Option(help="PreAggregation's maxDelay, ms")] = 100,
     warmup: Annotated[float, typer.Option(help="seconds before measuring")] = 30,
     measure: Annotated[float, typer.Option(help="seconds measured")] = 30,
-    out: Annotated[Path, typer.Option(help="JSON to write")]
-        = Path("bench/results/realflink-buffering.json"),
+    out: Out = Path("bench/results/realflink-buffering.json"),
 ) -> None:
-    """Throughput with and without pre-aggregation on a hot-key job, and its exactness."""
+    """Throughput with and without pre-aggregation on a hot-key job (Zipf keys), and its
+    exactness."""
+    seeds = seeds or [1, 2, 3]
     engine, flink = start("realflink-buffering-")
     rows: list[dict[str, Any]] = []
     try:
-        for seed in seeds or [1, 2, 3]:
+        for seed in seeds:
             for buffered in (False, True):
-                manifest = realflink.state_job_deployment("bench", "x", managed_mb=managed_mb)
-                conf = {**manifest["spec"]["flinkConfiguration"],
-                        "hybridscaler.job.keys": str(keys), "hybridscaler.job.rate": str(rate),
-                        "hybridscaler.job.key-distribution": "zipf",
+                zipf = {"hybridscaler.job.key-distribution": "zipf",
                         "hybridscaler.job.zipf-exponent": str(exponent),
                         "hybridscaler.job.key-seed": str(seed),
                         "hybridscaler.job.max-lag-s": "10",
                         "hybridscaler.job.pre-aggregate-records":
                             str(flush_records if buffered else 0),
                         "hybridscaler.job.pre-aggregate-delay-ms": str(flush_ms)}
+                conf, task_manager = state_job(("bench", "x"), managed_mb=managed_mb,
+                                               keys=keys, rate=rate, extra=zipf)
                 name = f"s{seed}-{'buffered' if buffered else 'plain'}"
-                row = run_one(engine, name, conf, manifest["spec"]["taskManager"], warmup,
-                              measure, restore=buffered)
+                row = run_one(engine, name, conf, task_manager, warmup, measure,
+                              restore=buffered)
                 rows.append({"seed": seed, "buffered": buffered, **row})
     finally:
         engine.stop()
@@ -136,8 +145,7 @@ def main(
     speedups = [b / p for p, b in zip(plain, buffered_rates, strict=False) if p > 0]
     print("\n| seed | records/s plain | records/s buffered | speed-up | mismatches "
           "(buffered, after restore) |\n|---|---|---|---|---|")
-    for (p, b), seed in zip(zip(plain, buffered_rates, strict=False), seeds or [1, 2, 3],
-                            strict=False):
+    for (p, b), seed in zip(zip(plain, buffered_rates, strict=False), seeds, strict=False):
         r = next(x for x in rows if x["seed"] == seed and x["buffered"])
         print(f"| {seed} | {p:,.0f} | {b:,.0f} | {b / p if p else float('nan'):.1f}x | "
               f"{r['countMismatches']:.0f}, {r.get('countMismatchesAfterRestore', 'n/a')} |")
@@ -155,9 +163,7 @@ def main(
                     "min": round(min(speedups), 2) if speedups else None,
                     "max": round(max(speedups), 2) if speedups else None},
     }
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(doc, indent=1) + "\n")
-    print(f"wrote {out}")
+    write(out, doc, indent=1)
 
 
 if __name__ == "__main__":

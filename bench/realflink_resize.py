@@ -18,9 +18,6 @@ from __future__ import annotations
 import json
 import os
 import secrets
-import signal
-import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Annotated, Any
@@ -28,7 +25,20 @@ from typing import Annotated, Any
 import requests
 import typer
 
-from bench.realflink_steps import _catch_up, _pending, _wait_running
+from bench.realflink_common import (
+    COUNTER,
+    JobModule,
+    Keys,
+    Out,
+    Rate,
+    catch_up,
+    counter_samples,
+    operator_sum,
+    start,
+    state_job,
+    wait_running,
+    write,
+)
 from e2e import realflink
 
 FACTORY = "dev.hybridscaler.flink.resize.ResizableRocksDBStateBackendFactory"
@@ -41,17 +51,10 @@ def _cache_bytes(managed_mb: int, write_buffer_ratio: float = 0.5) -> int:
     return int((3 - write_buffer_ratio) * managed_mb * MIB / 3)
 
 
-def _tm_metrics(cluster: realflink.Cluster) -> str:
-    return requests.get(f"http://127.0.0.1:{cluster.metrics_ports[1]}/metrics", timeout=5).text
-
-
-def _capacities(cluster: realflink.Cluster) -> list[int]:
-    out = []
-    for line in _tm_metrics(cluster).splitlines():
-        name = line.split("{", 1)[0]
-        if name.endswith(CAPACITY) and 'operator_name="counter"' in line:
-            out.append(int(float(line.rsplit(" ", 1)[1])))
-    return out
+def _capacities(deployment: realflink.Deployment) -> list[int]:
+    """The counter's block-cache capacity per subtask and column family (RocksDB's metric)."""
+    return [int(value) for name, value in counter_samples(deployment) or []
+            if name.endswith(CAPACITY)]
 
 
 def _job(cluster: realflink.Cluster) -> tuple[str, str, float]:
@@ -59,7 +62,7 @@ def _job(cluster: realflink.Cluster) -> tuple[str, str, float]:
     jobs = requests.get(f"{cluster.rest}/jobs", timeout=5).json()["jobs"]
     jid = next(j["id"] for j in jobs if j["status"] == "RUNNING")
     detail = requests.get(f"{cluster.rest}/jobs/{jid}", timeout=5).json()
-    vertex = next(v["name"] for v in detail["vertices"] if "counter" in v["name"])
+    vertex = next(v["name"] for v in detail["vertices"] if COUNTER in v["name"])
     restarts = requests.get(f"{cluster.rest}/jobs/{jid}/metrics?get=numRestarts",
                             timeout=5).json()
     return jid, vertex, float(restarts[0]["value"]) if restarts else 0.0
@@ -89,48 +92,42 @@ class Agent:
         return dict(r.json())
 
 
-def _await_capacity(cluster: realflink.Cluster, nbytes: int, timeout_s: float = 60) -> None:
+def _await_capacity(deployment: realflink.Deployment, nbytes: int, timeout_s: float = 60
+                    ) -> None:
     """Verifies a step through RocksDB's own block-cache-capacity metric."""
-    start = time.monotonic()
-    while sorted(set(_capacities(cluster))) != [nbytes]:
-        if time.monotonic() - start > timeout_s:
-            raise TimeoutError(f"block_cache_capacity {_capacities(cluster)}, wanted {nbytes}")
+    started = time.monotonic()
+    while sorted(set(_capacities(deployment))) != [nbytes]:
+        if time.monotonic() - started > timeout_s:
+            raise TimeoutError(f"block_cache_capacity {_capacities(deployment)}, "
+                               f"wanted {nbytes}")
         time.sleep(0.5)
 
 
 def main(
-    keys: Annotated[int, typer.Option(help="keys of StateJob's counter")] = 100_000,
-    rate: Annotated[float, typer.Option(help="records/s offered")] = 1500.0,
+    keys: Keys = 100_000,
+    rate: Rate = 1500.0,
     low_mb: Annotated[int, typer.Option(help="managed MB before the step")] = 32,
     high_mb: Annotated[int, typer.Option(help="managed MB after the step")] = 128,
     warmup_s: Annotated[float, typer.Option(help="run at low_mb this long before a step")] = 90,
-    out: Annotated[Path, typer.Option(help="JSON to write")]
-        = Path("bench/results/realflink-resize.json"),
-    job_module: Annotated[Path | None, typer.Option(
-        help="the job module whose target/ to run (default flink-job/)")] = None,
+    out: Out = Path("bench/results/realflink-resize.json"),
+    job_module: JobModule = None,
 ) -> None:
     """Measure a memory step in place and by a savepoint restart on real Flink."""
-    if job_module is not None:
-        realflink.JOB_MODULE = job_module.resolve()
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))
-    run_dir = Path(tempfile.mkdtemp(prefix="realflink-resize-"))
+    engine, _ = start("realflink-resize-", job_module)
     token = secrets.token_hex(24)
-    (run_dir / "token").write_text(token + "\n")
+    (engine.run_dir / "token").write_text(token + "\n")
     port = realflink.free_port()
-    engine = realflink.RealFlink(run_dir).start()
     key = ("bench", "resize")
-    manifest = realflink.state_job_deployment(*key, managed_mb=low_mb)
-    conf = {**manifest["spec"]["flinkConfiguration"], "hybridscaler.job.keys": str(keys),
-            "hybridscaler.job.rate": str(rate), "state.backend.type": FACTORY,
-            "classloader.parent-first-patterns.additional": "dev.hybridscaler.flink.resize.",
-            "hybridscaler.resize.token-file": str(run_dir / "token"),
-            "hybridscaler.resize.port": str(port)}
-    task_manager = manifest["spec"]["taskManager"]
+    conf, task_manager = state_job(key, managed_mb=low_mb, keys=keys, rate=rate, extra={
+        "state.backend.type": FACTORY,
+        "classloader.parent-first-patterns.additional": "dev.hybridscaler.flink.resize.",
+        "hybridscaler.resize.token-file": str(engine.run_dir / "token"),
+        "hybridscaler.resize.port": str(port)})
     agent = Agent(port, token)
     results: list[dict[str, Any]] = []
     try:
         engine.add_job(*key, conf, task_manager)
-        _wait_running(engine, key, 600)
+        wait_running(engine, key, 600)
         time.sleep(warmup_s)
 
         # In place: the controller grants the TaskManager's unreserved managed memory, then grows.
@@ -138,14 +135,14 @@ def main(
         assert cluster is not None
         jid, vertex, restarts = _job(cluster)
         slots = [s for s in agent.slots() if s["jobId"] == jid]
-        backlog = _pending(engine.deployments[key])
+        backlog = operator_sum(engine.deployments[key], "pendingRecords")
         agent.budget(sum(_cache_bytes(high_mb) for _ in slots))
         started = time.monotonic()
         answer = agent.resize(jid, vertex, _cache_bytes(high_mb))
         request_s = round(time.monotonic() - started, 3)
-        catch_up = _catch_up(engine, key, rate)
-        recover = round(time.monotonic() - started, 1) if catch_up is not None else None
-        _await_capacity(cluster, _cache_bytes(high_mb))
+        caught_up = catch_up(engine, key, rate)
+        recover = round(time.monotonic() - started, 1) if caught_up is not None else None
+        _await_capacity(engine.deployments[key], _cache_bytes(high_mb))
         metric_s = round(time.monotonic() - started, 1)  # Flink refreshes the metric periodically
         jid_after, _, restarts_after = _job(cluster)
         attempts = {s["attempt"] for s in agent.slots() if s["jobId"] == jid}
@@ -162,23 +159,21 @@ def main(
         # Back to the low level in place, and let the backlog build again.
         agent.resize(jid, vertex, _cache_bytes(low_mb))
         agent.budget(None)
-        _await_capacity(cluster, _cache_bytes(low_mb))
+        _await_capacity(engine.deployments[key], _cache_bytes(low_mb))
         time.sleep(warmup_s)
 
         # The same step by a savepoint restart with the counter's managed memory raised.
-        backlog = _pending(engine.deployments[key])
+        backlog = operator_sum(engine.deployments[key], "pendingRecords")
         resources = json.loads(conf[realflink.OPERATOR_RESOURCES_KEY])
-        resources["counter"]["managedMemoryMb"] = high_mb
+        resources[COUNTER]["managedMemoryMb"] = high_mb
         conf = {**conf, realflink.OPERATOR_RESOURCES_KEY: json.dumps(resources, sort_keys=True)}
         started = time.monotonic()
         engine.reconfigure(*key, conf, task_manager)
-        _wait_running(engine, key, 600)
+        wait_running(engine, key, 600)
         step = engine.status(*key)["steps"][-1]
-        catch_up = _catch_up(engine, key, rate)
-        recover = round(time.monotonic() - started, 1) if catch_up is not None else None
-        cluster = engine.deployments[key].cluster
-        assert cluster is not None
-        _await_capacity(cluster, _cache_bytes(high_mb))
+        caught_up = catch_up(engine, key, rate)
+        recover = round(time.monotonic() - started, 1) if caught_up is not None else None
+        _await_capacity(engine.deployments[key], _cache_bytes(high_mb))
         results.append({
             "kind": "savepoint", "fromMb": low_mb, "toMb": high_mb, "backlogAtStep": backlog,
             "downtimeS": step["downtimeS"], "recoverS": recover,
@@ -192,9 +187,7 @@ def main(
                           "of arrivals",
            "keys": keys, "valueBytes": 1000, "rate": rate, "cores": os.cpu_count(),
            "loadAverage": os.getloadavg(), "steps": results}
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(doc, indent=2) + "\n")
-    print(f"wrote {out}")
+    write(out, doc)
 
 
 if __name__ == "__main__":

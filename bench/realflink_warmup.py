@@ -11,61 +11,35 @@ so the counter runs saturated and its input rate is its capacity at the cache it
 that moment. Before the first restore the job runs `--warmup` seconds and the last
 `--steady` seconds give the warm reference. Each restore is a savepoint upgrade (what a
 reconfiguration step is), the configuration unchanged. Printed and written as JSON (the
-twin's warm-up model is fitted on it: simulator/warmup.py), never asserted: numbers on 2
-shared cores.
+twin's refill rate, `rocksdb.fill_mib_per_s` in simulator/model.py, is its median:
+docs/simulator.md), never asserted: numbers on 2 shared cores.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import re
-import signal
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Annotated, Any
 
-import requests
 import typer
 
+from bench.realflink_common import (
+    Keys,
+    ManagedMb,
+    Out,
+    Rate,
+    counter_samples,
+    start,
+    state_job,
+    wait_running,
+    write,
+)
 from e2e import realflink
 
-COUNTER = "counter"
 STATE = "value"  # VerifyingCounter.STATE: the counter's column family
-_LINE = re.compile(r'^(\w+)\{(.*)\} (\S+)$')
-
-
-def start(prefix: str) -> tuple[realflink.RealFlink, str]:
-    """A RealFlink engine in a fresh run directory (every JVM it starts stops with it, also
-    on SIGTERM), and the Flink version on the job's classpath."""
-    classpath, _ = realflink.job_build()
-    runtime = next((p for p in classpath.split(os.pathsep)
-                    if Path(p).name.startswith("flink-runtime-")), "flink-runtime-?.jar")
-    flink = Path(runtime).name.removeprefix("flink-runtime-").removesuffix(".jar")
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))
-    return realflink.RealFlink(Path(tempfile.mkdtemp(prefix=prefix))).start(), flink
-
-
-def counter_samples(deployment: realflink.Deployment) -> list[tuple[str, float]] | None:
-    """(metric name, value) of every series of the counter (its operator metrics, and the
-    task metrics of its chain) on every TaskManager; None when a reporter did not answer."""
-    cluster = deployment.cluster
-    if cluster is None:
-        return None
-    found: list[tuple[str, float]] = []
-    for port in cluster.metrics_ports[1:]:
-        try:
-            text = requests.get(f"http://127.0.0.1:{port}/metrics", timeout=5).text
-        except requests.RequestException:
-            return None
-        for line in text.splitlines():
-            m = _LINE.match(line)
-            if m is not None and (f'operator_name="{COUNTER}"' in m.group(2)
-                                  or f'task_name="{COUNTER}' in m.group(2)):
-                found.append((m.group(1), float(m.group(3))))
-    return found
 
 
 def _scrape(deployment: realflink.Deployment) -> dict[str, float] | None:
@@ -92,15 +66,6 @@ def _scrape(deployment: realflink.Deployment) -> dict[str, float] | None:
             sums["busy"] += value
             sums["subtasks"] += 1
     return sums if seen else None
-
-
-def _running(engine: realflink.RealFlink, key: tuple[str, str], timeout_s: float) -> None:
-    deadline = time.monotonic() + timeout_s
-    time.sleep(1)
-    while engine.status(*key)["state"] != "RUNNING":
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"not RUNNING: {engine.status(*key)}")
-        time.sleep(0.5)
 
 
 def _series(engine: realflink.RealFlink, key: tuple[str, str], seconds: float,
@@ -134,35 +99,33 @@ def _series(engine: realflink.RealFlink, key: tuple[str, str], seconds: float,
 
 
 def main(
-    keys: Annotated[int, typer.Option(help="keys of StateJob's counter")] = 100_000,
-    rate: Annotated[float, typer.Option(help="records/s offered (above capacity)")] = 40_000.0,
-    managed_mb: Annotated[int, typer.Option(help="managed MB of the counter")] = 128,
+    keys: Keys = 100_000,
+    rate: Rate = 40_000.0,
+    managed_mb: ManagedMb = 128,
     warmup: Annotated[float, typer.Option(help="seconds before the first restore")] = 150,
     steady: Annotated[float, typer.Option(help="last seconds of it: the warm reference")] = 40,
     after: Annotated[float, typer.Option(help="seconds sampled after each restore")] = 120,
     every: Annotated[float, typer.Option(help="sampling interval, seconds")] = 2.0,
     restores: Annotated[int, typer.Option(help="savepoint restores measured")] = 3,
-    out: Annotated[Path, typer.Option(help="JSON to write")]
-        = Path("bench/results/realflink-warmup.json"),
+    out: Out = Path("bench/results/realflink-warmup.json"),
 ) -> None:
-    """Measure the block cache's warm-up after restores on real Flink."""
+    """Measure the block cache's warm-up after restores on real Flink (the source offers
+    more than the counter takes)."""
     engine, flink = start("realflink-warmup-")
     key = ("bench", "warmup")
-    manifest = realflink.state_job_deployment(*key, managed_mb=managed_mb)
-    conf = {**manifest["spec"]["flinkConfiguration"], "hybridscaler.job.keys": str(keys),
-            "hybridscaler.job.rate": str(rate), "hybridscaler.job.max-lag-s": "20"}
-    task_manager = manifest["spec"]["taskManager"]
+    conf, task_manager = state_job(key, managed_mb=managed_mb, keys=keys, rate=rate,
+                                   extra={"hybridscaler.job.max-lag-s": "20"})
     doc: dict[str, Any] = {}
     try:
         engine.add_job(*key, conf, task_manager)
-        _running(engine, key, 600)
+        wait_running(engine, key, 600)
         time.sleep(max(0.0, warmup - steady))
         reference = _series(engine, key, steady, every)
         runs = []
         for i in range(restores):
             conf = {**conf, "hybridscaler.job.max-lag-s": str(21 + i)}  # a new spec, same job
             engine.reconfigure(*key, conf, task_manager)
-            _running(engine, key, 600)
+            wait_running(engine, key, 600)
             step = engine.status(*key)["steps"][-1]
             print(json.dumps(step), flush=True)
             runs.append({"downtimeS": step.get("downtimeS"),
@@ -181,9 +144,7 @@ def main(
         }
     finally:
         engine.stop()
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(doc, indent=1) + "\n")
-    print(f"wrote {out}")
+    write(out, doc, indent=1)
 
 
 if __name__ == "__main__":

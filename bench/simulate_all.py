@@ -173,34 +173,36 @@ def pods_table(first: dict[str, dict[str, RunResult]],
                                                                        "capacity")}
                     for seed in seeds]
         oracles = [pods.pod_oracle(model, horizon_s=DURATION_S, seed=seed) for seed in seeds]
-        baseline = [pods.upstream(r["ds2"].final).price for r in per_seed]
+        ups = [pods.upstream(r["ds2"].final) for r in per_seed]
+        baseline = [u.pods.price for u in ups]
         for n, name in enumerate(("ds2", "justin", "capacity")):
             bills = [pods.ours(model, r[name].final) for r in per_seed]
-            vs_up = [b.price / u for b, u in zip(bills, baseline, strict=True)]
-            vs_or = [b.price / o.bill.price for b, o in zip(bills, oracles, strict=True)
+            vs_up = [b.pods.price / u for b, u in zip(bills, baseline, strict=True)]
+            vs_or = [b.pods.price / o.bill.pods.price for b, o in zip(bills, oracles, strict=True)
                      if o is not None]
             r0 = per_seed[0][name]
-            cores = spread([b.cpu_cores for b in bills], "{:.0f}")
+            cores = spread([b.pods.cpu_cores for b in bills], "{:.0f}")
             lines.append(
                 f"| {job if n == 0 else ''} | {name} | {cores} "
-                f"| {spread([b.memory_mib / 1024 for b in bills], '{:.1f}')} "
-                f"| {spread([b.price for b in bills])} | {spread(vs_up)} "
+                f"| {spread([b.pods.memory_mib / 1024 for b in bills], '{:.1f}')} "
+                f"| {spread([b.pods.price for b in bills])} | {spread(vs_up)} "
                 f"| {spread(vs_or) if vs_or else '-'} "
-                f"| {bills[0].replicas} × {bills[0].shape}"
+                f"| {bills[0].pods.task_managers} × {bills[0].shape}"
                 f"{'' if bills[0].proven else ' (feasible)'} "
                 f"| {r0.cpu_cores:.0f}, {r0.memory_mib:,.0f} |")
-        up = pods.upstream(per_seed[0]["ds2"].final)
-        lines.append(f"|  | upstream-realized DS2 | {up.cpu_cores:.0f} | "
-                     f"{up.memory_mib / 1024:.1f} | {spread(baseline)} | 1.00 | - | "
-                     f"{up.replicas} × {up.shape} | - |")
+        up = ups[0]
+        lines.append(f"|  | upstream-realized DS2 | {up.pods.cpu_cores:.0f} | "
+                     f"{up.pods.memory_mib / 1024:.1f} | {spread(baseline)} | 1.00 | - | "
+                     f"{up.pods.task_managers} × {up.shape} | - |")
         o = oracles[0]
         if o is None:
             lines.append("|  | pod oracle | - | - | - | - | - | out of reach | - |")
         else:
+            bill = o.bill.pods
             lines.append(
-                f"|  | pod oracle | {o.bill.cpu_cores:.0f} | {o.bill.memory_mib / 1024:.1f} | "
-                f"{spread([x.bill.price for x in oracles if x is not None])} | "
-                f"{o.bill.price / baseline[0]:.2f} | 1.00 | {o.bill.replicas} × {o.bill.shape} "
+                f"|  | pod oracle | {bill.cpu_cores:.0f} | {bill.memory_mib / 1024:.1f} | "
+                f"{spread([x.bill.pods.price for x in oracles if x is not None])} | "
+                f"{bill.price / baseline[0]:.2f} | 1.00 | {bill.task_managers} × {o.bill.shape} "
                 f"| {describe(model, o.configuration)} |")
     return "\n".join(lines)
 

@@ -8,6 +8,7 @@ each built-in number comes from). Built-in models live in `simulator/jobs/*.yaml
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from importlib import resources
 from pathlib import Path
 from typing import Any, Literal
@@ -371,14 +372,11 @@ class Reconfiguration(Strict):
     in_place_s: float = Field(rc.IN_PLACE_S, ge=0,
                               description="the adaptive scheduler's rescale, state included")
 
-    def costs(self) -> dict[Enactment, RestartCost]:
-        return {
-            Enactment.SAVEPOINT: RestartCost(self.fixed_s, self.savepoint_mb_per_s,
-                                             self.restore_mb_per_s),
-            Enactment.LAST_STATE: RestartCost(self.fixed_s + self.kill_s, None,
-                                              self.restore_mb_per_s),
-            Enactment.IN_PLACE: RestartCost(self.in_place_s, None, None),
-        }
+    def costs(self) -> Mapping[Enactment, RestartCost]:
+        """The policy layer's step model (RocksDB's composition) with this job's terms."""
+        return rc.step_costs(start_s=self.fixed_s, write_mb_per_s=self.savepoint_mb_per_s,
+                             read_mb_per_s=self.restore_mb_per_s, kill_s=self.kill_s,
+                             in_place_s=self.in_place_s)
 
 
 class JobModel(Strict):

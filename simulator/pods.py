@@ -18,14 +18,8 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
 
-from packer.pricing import (
-    PAPER_SHAPE,
-    PodPricing,
-    Priced,
-    Prices,
-    ShapeBounds,
-    upstream_pods,
-)
+from packer.bill import PodBill
+from packer.pricing import PAPER_SHAPE, PodPricing, Prices, ShapeBounds, upstream_pods
 from policies.model import Configuration, VertexConfig
 from policies.spec import MemoryScaling
 from simulator.model import JobModel
@@ -41,26 +35,18 @@ TASK_NETWORK_MIB = PAPER_SHAPE.memory.network_mib / SLOTS
 
 
 @dataclass(frozen=True)
-class PodBill:
-    """Pod CPU, pod memory and the price per hour, with how they were found."""
+class Realized:
+    """A configuration's pod bill (`packer.bill.PodBill`, the controller's), with how it was
+    found: the TaskManager shape's name and whether the packing's count is proven minimal."""
 
-    cpu_cores: float
-    memory_mib: float
-    price: float
-    replicas: int
+    pods: PodBill
     shape: str
     proven: bool | None = None  # the packing's TaskManager count proven minimal
 
     def as_json(self) -> dict[str, Any]:
-        return {"pod_cpu": self.cpu_cores, "pod_memory_mb": round(self.memory_mib),
-                "price": round(self.price, 3), "replicas": self.replicas, "shape": self.shape,
-                "proven": self.proven}
-
-
-def _bill(priced: Priced) -> PodBill:
-    bill = priced.bill
-    return PodBill(bill.cpu_cores, bill.memory_mib, bill.price, bill.task_managers,
-                   priced.shape.name, priced.proven)
+        return {"pod_cpu": self.pods.cpu_cores, "pod_memory_mb": round(self.pods.memory_mib),
+                "price": round(self.pods.price, 3), "replicas": self.pods.task_managers,
+                "shape": self.shape, "proven": self.proven}
 
 
 def pricing(base: float = BASE_MANAGED_MIB, bounds: ShapeBounds | None = None,
@@ -73,27 +59,26 @@ def pricing(base: float = BASE_MANAGED_MIB, bounds: ShapeBounds | None = None,
 
 def ours(model: JobModel, configuration: Configuration, base: float = BASE_MANAGED_MIB,
          bounds: ShapeBounds | None = None, prices: Prices | None = None,
-         time_limit_s: float = 2.0) -> PodBill:
+         time_limit_s: float = 2.0) -> Realized:
     """The pods the controller writes for `configuration` (fineGrained, default bounds)."""
     priced = pricing(base, bounds, prices, time_limit_s).exact(model.job_graph(),
                                                                 configuration)
     if priced is None:
         raise ValueError(f"{model.name}: no TaskManager within the bounds holds a slot")
-    return _bill(priced)
+    return Realized(priced.bill, priced.shape.name, priced.proven)
 
 
-def upstream(configuration: Configuration, prices: Prices | None = None) -> PodBill:
+def upstream(configuration: Configuration, prices: Prices | None = None) -> Realized:
     """Flink's default slot sharing on the paper's TaskManager."""
     pods = upstream_pods({v: c.parallelism for v, c in configuration.items()},
                          prices=prices or Prices())
-    return PodBill(pods.cpu_cores, pods.memory_mib, pods.price, pods.task_managers,
-                   PAPER_SHAPE.name)
+    return Realized(pods, PAPER_SHAPE.name)
 
 
 @dataclass(frozen=True)
 class PodOracle:
     configuration: Configuration
-    bill: PodBill
+    bill: Realized
     screened: int  # configurations the bound ranked
 
 

@@ -87,7 +87,7 @@ def configuration_from_flink(
         level: int | None = 0
         entry = resources.get(op.uid)
         if entry is not None:
-            group = entry.get("slotSharingGroup")
+            group = entry.get(GROUP_FIELD)
             managed = own_managed_mib(float(entry["managedMemoryMb"]),
                                       None if group is None else str(group), op.vertex_id)
             level = level_of(managed, base_managed_mib)

@@ -364,11 +364,10 @@ class Twin:
         state, is full; so the hit rate climbs. The cost follows in `FILL_STEPS` steps."""
         for vid in list(self._filling):
             state = self._ops[vid].state
-            cost = self.cost(vid)
-            full = cost.cache_bytes if state is None else min(
-                cost.cache_bytes,
-                state.total_bytes * self.model.rocksdb.footprint_factor
-                / self._config[vid].parallelism)
+            assert state is not None  # only stateful vertices have caches to refill
+            full = min(self.cost(vid).cache_bytes,
+                       state.total_bytes * self.model.rocksdb.footprint_factor
+                       / self._config[vid].parallelism)
             filled = (self.time + dt - self.down_until) * self.model.rocksdb.fill_mib_per_s \
                 * MIB_BYTES / max(full, 1.0)
             step = min(1.0, math.floor(filled * FILL_STEPS) / FILL_STEPS)

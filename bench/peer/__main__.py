@@ -59,6 +59,8 @@ README = DOC.parents[1] / "README.md"  # the same table, beside our own results
 BEGIN, END = "<!-- peer:begin -->", "<!-- peer:end -->"
 TASK_MANAGER = {"resource": {"cpu": 4, "memory": "2048m"}, "replicas": 1}
 
+UPSTREAM = "flink-autoscaler"  # the peer: the Flink Kubernetes Operator's autoscaler
+
 
 def upstream_options(model: JobModel, *, defaults: bool, window: str | None,
                      stabilization: str | None) -> dict[str, str]:
@@ -123,7 +125,7 @@ def run_upstream(jobs: list[str], *, time_scale: float | None, duration_s: float
                 server.add_job(NAMESPACE, name, conf, TASK_MANAGER)
                 urls[server.rest_url(NAMESPACE, name)] = name
                 watches[name] = Watch(model, server.twin(NAMESPACE, name),
-                                      RunResult("flink-autoscaler", model))
+                                      RunResult(UPSTREAM, model))
 
         if lockstep:
             add_jobs()
@@ -208,7 +210,7 @@ def _observe(w: Watch) -> float:
         before = [s.rate for s in w.result.samples if s.time <= at][-24:]  # the last 2 min
         w.result.steps.append(Step(at, downtime, twin.configuration, cores, memory,
                                    sum(before) / max(1, len(before)),
-                                   capacity(w.model, twin.configuration), "flink-autoscaler"))
+                                   capacity(w.model, twin.configuration), UPSTREAM))
     return twin.time
 
 
@@ -255,8 +257,6 @@ def entry(result: RunResult) -> dict[str, Any]:
     return out
 
 
-UPSTREAM = "flink-autoscaler"
-
 
 def ratio(ours: float | None, theirs: float | None) -> str:
     if ours is None or theirs is None:
@@ -275,7 +275,7 @@ def table(report: dict[str, Any]) -> str:
         "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for job, rows in report["jobs"].items():
-        up = rows["flink-autoscaler"]
+        up = rows[UPSTREAM]
         for n, (name, e) in enumerate(rows.items()):
             policy = name not in ("oracle", "pod oracle")  # bounds, not runs
             at, to, lag = e["converged_at_s"], e["steps_to_target"], e.get("peak_lag")
@@ -352,7 +352,7 @@ def main(argv: list[str] | None = None) -> int:
                               "wall_s": {"upstream": round(wall_upstream, 1)}}
     for job in jobs:
         model = load_model(job)
-        rows = {"flink-autoscaler": entry(upstream[job])}
+        rows = {UPSTREAM: entry(upstream[job])}
         if not args.no_ours:
             for policy in ("ds2", "justin", "capacity"):
                 rows[policy] = entry(run(model, policy, duration_s, seed=args.seed))

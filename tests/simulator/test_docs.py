@@ -10,8 +10,19 @@ import yaml
 from pydantic import BaseModel
 
 from bench.simulate_all import DOC as DOC_PATH
-from bench.simulate_all import FIG4_BEGIN, FIG4_END, README, documented, fig4_grid, results
+from bench.simulate_all import (
+    FIG4_BEGIN,
+    FIG4_END,
+    PODS_BEGIN,
+    PODS_END,
+    README,
+    documented,
+    fig4_grid,
+    pods_table,
+    results,
+)
 from simulator.model import JobModel, Load, load_model
+from simulator.results import RunResult
 
 DOC = DOC_PATH.read_text()
 
@@ -134,11 +145,32 @@ def test_the_paper_state_sizes_follow_from_the_yaml():
     assert load_model("q5").state_bytes == pytest.approx(10e6, rel=0.05)
 
 
-def test_the_documented_results_are_what_the_code_gives():
+REGENERATE = "stale: run python -m bench.simulate_all --update-doc"
+
+
+@pytest.fixture(scope="module")
+def generated() -> tuple[str, dict[str, dict[str, RunResult]]]:
+    """The results table and the runs behind it (seed 0), computed once for this module."""
+    runs: dict[str, dict[str, RunResult]] = {}
+    table, _ = results(None, runs)
+    return table, runs
+
+
+def test_the_documented_results_are_what_the_code_gives(
+        generated: tuple[str, dict[str, dict[str, RunResult]]]) -> None:
     """The results table (docs/simulator.md, README.md) and the twin's Figure 4 grid
     are generated; a change to the policies or the twin must regenerate them."""
-    table, _ = results()
-    regenerate = "stale: run python -m bench.simulate_all --update-doc"
-    assert documented(DOC_PATH) == table, f"docs/simulator.md results {regenerate}"
-    assert documented(README) == table, f"README.md results {regenerate}"
-    assert documented(DOC_PATH, FIG4_BEGIN, FIG4_END) == fig4_grid(), f"Figure 4 {regenerate}"
+    table, _ = generated
+    assert documented(DOC_PATH) == table, f"docs/simulator.md results {REGENERATE}"
+    assert documented(README) == table, f"README.md results {REGENERATE}"
+    assert documented(DOC_PATH, FIG4_BEGIN, FIG4_END) == fig4_grid(), f"Figure 4 {REGENERATE}"
+
+
+@pytest.mark.slow
+def test_the_documented_pod_table_is_what_the_code_gives(
+        generated: tuple[str, dict[str, dict[str, RunResult]]]) -> None:
+    """The table in pods (docs/simulator.md, README.md) is generated too: seeds 1 and 2 and
+    the pod oracle are computed here (about a minute)."""
+    pods = pods_table(generated[1])
+    assert documented(DOC_PATH, PODS_BEGIN, PODS_END) == pods, f"docs pods table {REGENERATE}"
+    assert documented(README, PODS_BEGIN, PODS_END) == pods, f"README pods table {REGENERATE}"

@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import json
+import statistics
+from pathlib import Path
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from policies.model import VertexConfig
 from policies.restart_cost import MEASURED, Enactment, expected_downtime_s
-from simulator.model import Episodes, JobModel, Noise, Reconfiguration, load_model
+from simulator.model import Episodes, JobModel, Noise, Reconfiguration, RocksDB, load_model
 from simulator.twin import Twin, paper_resources
 
 
@@ -259,6 +263,33 @@ def test_a_step_costs_what_the_same_enactment_cost_on_real_flink():
     session = vid(model, "bench-update")
     assert twin.apply({session: VertexConfig(2, 0)}, kind=Enactment.IN_PLACE) == pytest.approx(
         MEASURED[Enactment.IN_PLACE].fixed_s)
+
+
+def test_the_twin_composes_its_step_costs_as_the_policy_layer_does():
+    """One restart-cost model: the twin's default is the policy layer's MEASURED, term for
+    term, and a job's own terms go through the same composition (a last-state restart is
+    killed and reads the checkpoint back)."""
+    assert dict(Reconfiguration().costs()) == dict(MEASURED)
+    own = Reconfiguration(fixed_s=10, savepoint_mb_per_s=20, restore_mb_per_s=40, kill_s=1,
+                          in_place_s=2).costs()
+    assert own[Enactment.SAVEPOINT].downtime_s(80e6) == pytest.approx(10 + 4 + 2)
+    assert own[Enactment.LAST_STATE].downtime_s(80e6) == pytest.approx(11 + 2)
+    assert own[Enactment.IN_PLACE].downtime_s(80e6) == pytest.approx(2)
+
+
+def test_the_refill_rate_is_the_median_one_real_flink_showed():
+    """rocksdb.fill_mib_per_s: per restore in bench/results/realflink-warmup.json, 95 % of
+    the cache over the seconds until a sample first showed it 95 % full (docs/simulator.md's
+    'refill rate, at least'); the model's default is their median."""
+    doc = json.loads((Path(__file__).resolve().parents[2] / "bench" / "results"
+                      / "realflink-warmup.json").read_text())
+    rates = []
+    for restore in doc["restores"]:
+        full = next(s for s in restore["series"] if s["cacheCapacityBytes"] > 0
+                    and s["cacheUsageBytes"] >= 0.95 * s["cacheCapacityBytes"])
+        rates.append(0.95 * full["cacheCapacityBytes"] / 2**20 / full["t"])
+    assert len(rates) == 3
+    assert RocksDB().fill_mib_per_s == round(statistics.median(rates), 1)
 
 
 def test_after_a_restart_the_block_cache_refills_and_the_hit_rate_climbs():

@@ -1,0 +1,47 @@
+"""A twin's configuration in pods (simulator/pods.py): the controller's bill
+(packer.bill.PodBill) with the shape and proof, in the JSON bench/results/*.json hold."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from packer.bill import PodBill
+from packer.pricing import PAPER_SHAPE, Prices
+from policies.model import VertexConfig
+from simulator import pods
+from simulator.model import load_model
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_upstream_is_ceil_of_the_widest_vertex_over_four_slots_of_the_paper_shape():
+    model = load_model("q1")
+    configuration = {vid: VertexConfig(6 if n == 0 else 2, c.memory_level)
+                     for n, (vid, c) in enumerate(model.job_graph().configuration().items())}
+    realized = pods.upstream(configuration, Prices(cpu_core=2.0, memory_gib=1.0))
+    assert realized.pods == PodBill(2, 8.0, 4096.0, 8 * 2.0 + 4 * 1.0)
+    assert realized.as_json() == {"pod_cpu": 8.0, "pod_memory_mb": 4096, "price": 20.0,
+                                  "replicas": 2, "shape": PAPER_SHAPE.name, "proven": None}
+
+
+def test_ours_bills_what_the_planner_priced():
+    model = load_model("statejob")
+    configuration = model.job_graph().configuration()
+    priced = pods.pricing().exact(model.job_graph(), configuration)
+    assert priced is not None
+    realized = pods.ours(model, configuration)
+    assert realized.pods.task_managers == priced.replicas
+    assert realized.pods.cpu_cores == pytest.approx(priced.cpu_cores)
+    assert realized.pods.memory_mib == pytest.approx(priced.memory_mib)
+    assert realized.pods.price == pytest.approx(priced.price)
+    assert (realized.shape, realized.proven) == (priced.shape.name, priced.proven)
+
+
+def test_the_json_is_what_the_bench_results_hold():
+    suite = json.loads((ROOT / "bench" / "results" / "suite.json").read_text())
+    written = suite["runs"][0]["pods"]
+    model = load_model("q1")
+    assert set(pods.ours(model, model.job_graph().configuration()).as_json()) == set(written)
