@@ -67,7 +67,7 @@ def decide(run: Run, graph: JobGraph, collected: Collected) -> Evaluation:
     # observed downtimes.
     deployment = run.deployment or {}
     state = state_bytes(run, collected)
-    params = replace(run.spec.scaling_params(), restart=RestartFacts(
+    params = replace(run.params, restart=RestartFacts(
         enactment_of(deployment, [], state), state, run.status.observed_steps(),
         engine(deployment)))
     evaluation = evaluate(graph, collected.observation, policy_state(run.status), params,
@@ -118,7 +118,7 @@ def commit(run: Run, graph: JobGraph, collected: Collected, evaluation: Evaluati
 def desired(run: Run, deployment: Mapping[str, Any], graph: JobGraph,
             evaluation: Evaluation, placed: Placed) -> OwnedFields:
     """The owned fields that realize the evaluated configuration on the placement."""
-    task = run.spec.scaling_params().footprint
+    task = run.params.footprint
     adaptive = run.spec.task_manager.realization == Realization.ADAPTIVE
     cpu, memory_mib = placed.shape.cpu, round(placed.shape.memory)
     replicas: int | None = placed.replicas
