@@ -12,7 +12,7 @@ import json
 import logging
 import math
 import ssl
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -52,13 +52,13 @@ class Prometheus:
                  token_file: str | None = None, breakers: outbound.Breakers | None = None,
                  field: str = "spec.metrics.prometheusUrl",
                  max_bytes: int = MAX_ANSWER_BYTES,
-                 authorization: Callable[[], str | None] | None = None) -> None:
+                 authorization: str | None = None) -> None:
         self.url = url if isinstance(url, dial.Url) else dial.parse_url(url, field)
         self.timeout_s, self.field, self.max_bytes = timeout_s, field, max_bytes
         self.endpoint = self.url.endpoint
         self.breakers = breakers or outbound.BREAKERS
         self.token_file = token_file
-        self.authorization = authorization
+        self.authorization = authorization  # the Authorization header, when one is sent
         self.tls = ssl.create_default_context(cafile=ca_file) if ca_file else None
 
     def authorized(self, header: str | None) -> Prometheus:
@@ -67,7 +67,7 @@ class Prometheus:
         if header is None:
             return self
         other = copy.copy(self)
-        other.authorization = lambda: header
+        other.authorization = header
         return other
 
     def query_range(self, query: str, start: float, end: float, step: float) -> Sequence[Series]:
@@ -80,8 +80,7 @@ class Prometheus:
     def _headers(self) -> dict[str, str]:
         if self.token_file:  # re-read per request: a rotated token is picked up
             return {"Authorization": "Bearer " + Path(self.token_file).read_text().strip()}
-        value = self.authorization() if self.authorization else None
-        return {"Authorization": value} if value else {}
+        return {"Authorization": self.authorization} if self.authorization else {}
 
     def _call(self, path: str, params: dict[str, str]) -> Sequence[Series]:
         name = f"Prometheus ({self.field})"
