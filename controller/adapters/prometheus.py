@@ -83,30 +83,18 @@ class Prometheus:
         return {"Authorization": self.authorization} if self.authorization else {}
 
     def _call(self, path: str, params: dict[str, str]) -> Sequence[Series]:
-        name = f"Prometheus ({self.field})"
-        try:
-            timeout = outbound.admit(self.endpoint, self.breakers, self.timeout_s)
-        except outbound.NotAsked as e:
-            # Cooling down after a timeout is still the endpoint's fault.
-            raise MetricsError(f"{name} not asked: {e}",
-                              "timeout" if isinstance(e, outbound.CircuitOpen) else "") from e
-        try:
-            body = dial.get(self.url, path, params, field=self.field, what="Prometheus",
-                            timeout_s=timeout, max_bytes=self.max_bytes,
+        body = outbound.get(self.url, path, params, failed=MetricsError,
+                            breakers=self.breakers, default_s=self.timeout_s,
+                            field=self.field, what="Prometheus", max_bytes=self.max_bytes,
                             headers=self._headers(), tls=self.tls)
-        except dial.CallFailed as e:
-            if e.kind == "timeout":
-                outbound.timed_out(self.endpoint, self.breakers, timeout)
-            raise MetricsError(str(e), e.kind) from None
-        self.breakers.succeeded(self.endpoint)
         try:
             answer = json.loads(body)
             result = answer["data"]["result"] if answer.get("status") == "success" else None
         except (ValueError, KeyError, TypeError, AttributeError):
             result = None
         if not isinstance(result, list):
-            raise MetricsError(f"{name} answered something that is not a Prometheus API "
-                               f"response", "malformed")
+            raise MetricsError(f"Prometheus ({self.field}) answered something that is not a "
+                               f"Prometheus API response", "malformed")
         return result
 
 
