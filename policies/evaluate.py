@@ -73,13 +73,8 @@ def _buffering_step(evaluation: Evaluation, limited: Sequence[SkewFinding],
                       _record(evaluation.state, step, observation, now))
 
 
-def _scaling(
-    graph: JobGraph,
-    observation: Observation,
-    state: PolicyState,
-    params: ScalingParams,
-    now: float,
-) -> Evaluation:
+def _scaling(graph: JobGraph, observation: Observation, state: PolicyState,
+             params: ScalingParams, now: float) -> Evaluation:
     """The scaling step of `evaluate` (DS2, Justin or capacity, then the limits)."""
     current = graph.configuration()
     before = totals(current, params)
