@@ -16,7 +16,7 @@ from dataclasses import replace
 from typing import Any
 
 from controller import telemetry
-from controller.api import ConditionType, OperatorStatus, Realization
+from controller.api import ConditionType, Mode, OperatorStatus, Realization
 from controller.place import Placed
 from controller.ports import Collected
 from controller.realize import (
@@ -67,9 +67,9 @@ def decide(run: Run, graph: JobGraph, collected: Collected) -> Evaluation:
     # observed downtimes.
     deployment = run.deployment or {}
     state = state_bytes(run, collected)
-    params = replace(run.spec.scaling_params(), restart=RestartFacts(
+    params = replace(run.params, restart=RestartFacts(
         enactment_of(deployment, [], state), state, run.status.observed_steps(),
-        engine(deployment)))
+        engine(deployment)), sql_buffering_due=sql_buffering_due(run, deployment))
     evaluation = evaluate(graph, collected.observation, policy_state(run.status), params,
                           run.now)
     decision = evaluation.decision
@@ -118,7 +118,7 @@ def commit(run: Run, graph: JobGraph, collected: Collected, evaluation: Evaluati
 def desired(run: Run, deployment: Mapping[str, Any], graph: JobGraph,
             evaluation: Evaluation, placed: Placed) -> OwnedFields:
     """The owned fields that realize the evaluated configuration on the placement."""
-    task = run.spec.scaling_params().footprint
+    task = run.params.footprint
     adaptive = run.spec.task_manager.realization == Realization.ADAPTIVE
     cpu, memory_mib = placed.shape.cpu, round(placed.shape.memory)
     replicas: int | None = placed.replicas
@@ -137,14 +137,31 @@ def desired(run: Run, deployment: Mapping[str, Any], graph: JobGraph,
     return replace(fields, sql_settings=sql_settings(run, current, evaluation.decision))
 
 
-def sql_settings(run: Run, current: OwnedFields, decision: Decision) -> dict[str, str] | None:
-    """Mini-batch and two-phase aggregation for a skew-limited SQL aggregation, only with
-    spec.skew.applySqlSettings (Active mode: the only one that commits). Once written they
-    stay in every later step (server-side apply would drop fields we stop sending)."""
+def sql_buffering_due(run: Run, deployment: Mapping[str, Any]) -> bool:
+    """The SQL settings may be written (Active mode: the only one that commits) and the
+    deployment does not hold them: the core then makes a skew-limited SQL aggregation a
+    step of its own, not only a rider on the next scaling step."""
+    wanted = wanted_sql_settings(run)
+    return (wanted is not None and run.spec.mode == Mode.ACTIVE
+            and bool(buffering.missing(wanted, current_fields(deployment).sql_settings or {})))
+
+
+def wanted_sql_settings(run: Run) -> dict[str, str] | None:
+    """Mini-batch and two-phase aggregation as spec.skew sets them; None without
+    spec.skew.applySqlSettings."""
     skew_spec = run.spec.skew
     if not skew_spec.apply_sql_settings:
         return None
-    wanted = buffering.sql_settings(skew_spec.mini_batch_latency, skew_spec.mini_batch_size)
+    return buffering.sql_settings(skew_spec.mini_batch_latency, skew_spec.mini_batch_size)
+
+
+def sql_settings(run: Run, current: OwnedFields, decision: Decision) -> dict[str, str] | None:
+    """The SQL settings a step writes: for a skew-limited SQL aggregation, only with
+    spec.skew.applySqlSettings. Once written they stay in every later step (server-side
+    apply would drop fields we stop sending)."""
+    wanted = wanted_sql_settings(run)
+    if wanted is None:
+        return None
     limited = buffering.sql_vertices(f for f in decision.skew if skew.blocks_scale_out(f))
     held = not buffering.missing(wanted, current.sql_settings or {})
     if not limited and not held:

@@ -129,8 +129,7 @@ def identify(run: Run, deployment: Mapping[str, Any]) -> None:
 def job_unavailable(run: Run, error: FlinkRestError) -> Stop:
     run.count_error("flink-rest")
     run.condition(ConditionType.READY, False, Reason.JOB_ANSWER_TOO_LARGE
-                  if getattr(error, "kind", "") == "too-large" else Reason.JOB_UNAVAILABLE,
-                  str(error))
+                  if error.kind == "too-large" else Reason.JOB_UNAVAILABLE, str(error))
     return Stop("job-unavailable")
 
 

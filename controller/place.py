@@ -151,7 +151,7 @@ def pack(
 def place(run: Run, graph: JobGraph, evaluation: Evaluation) -> Placed:
     """The decided configuration on TaskManagers; Recommend mode advises and stops here."""
     spec = run.spec
-    params = spec.scaling_params()
+    params = run.params
     placed = pack(graph, evaluation.configuration, params.memory, params.footprint,
                   spec.task_manager, spec.placement.solver_time_limit,
                   Prices(spec.cost.cpu_core_price, spec.cost.memory_gib_price))

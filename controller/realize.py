@@ -70,8 +70,13 @@ FORST_WRITE_BUFFER_RATIO_KEY = "state.backend.forst.memory.write-buffer-ratio"
 
 def write_buffer_ratio_key(flink_configuration: Mapping[str, Any]) -> str:
     """The write-buffer ratio's key for the deployment's state backend."""
-    backend = engine_of(str(flink_configuration.get(STATE_BACKEND_KEY, "") or ""))
-    return FORST_WRITE_BUFFER_RATIO_KEY if backend == Engine.FORST else WRITE_BUFFER_RATIO_KEY
+    forst = configured_engine(flink_configuration) == Engine.FORST
+    return FORST_WRITE_BUFFER_RATIO_KEY if forst else WRITE_BUFFER_RATIO_KEY
+
+
+def configured_engine(flink_configuration: Mapping[str, Any]) -> Engine:
+    """RocksDB unless `state.backend.type` names ForSt."""
+    return engine_of(str(flink_configuration.get(STATE_BACKEND_KEY, "") or ""))
 
 
 @dataclass(frozen=True)
@@ -311,8 +316,8 @@ def enactment_of(deployment: Mapping[str, Any], changed: list[str],
 
 def engine(deployment: Mapping[str, Any]) -> Engine:
     """The deployment's state backend: RocksDB unless it names ForSt in `state.backend.type`."""
-    conf = (deployment.get("spec", {}) or {}).get("flinkConfiguration", {}) or {}
-    return engine_of(str(conf.get(STATE_BACKEND_KEY, "") or ""))
+    return configured_engine((deployment.get("spec", {}) or {}).get("flinkConfiguration", {})
+                             or {})
 
 
 def step_costs(deployment: Mapping[str, Any]) -> Mapping[Enactment, RestartCost]:
@@ -338,15 +343,15 @@ def with_enactment(status: Status, step: int, deployment: Mapping[str, Any],
     user set it, else learned from this deployment's steps."""
     kind = enactment_of(deployment, desired.differences(current_fields(deployment)),
                         state_bytes)
-    expected = learned_downtime_s(kind, state_bytes, status.observed_steps(),
-                                  step_costs(deployment))
+    costs = step_costs(deployment)
+    expected = learned_downtime_s(kind, state_bytes, status.observed_steps(), costs)
     if restart_downtime_s is not None and kind != Enactment.IN_PLACE:
         expected = restart_downtime_s
     entry = StepEnactment(
         step=step, kind=kind.value,
         state_bytes=None if state_bytes is None else round(state_bytes),
         expected_downtime_s=expected,
-        last_state_downtime_s=last_state_downtime_s(kind, state_bytes, step_costs(deployment)))
+        last_state_downtime_s=last_state_downtime_s(kind, state_bytes, costs))
     kept = tuple(e for e in status.enactments if e.step != step)
     return status.model_copy(update={"enactments": (*kept, entry)[-ENACTMENTS_LIMIT:]})
 

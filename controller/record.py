@@ -14,6 +14,7 @@ import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
+from functools import cached_property
 from types import MappingProxyType
 from typing import Any
 
@@ -34,7 +35,7 @@ from packer.bill import PodBill, describe_change
 from policies import buffering, explain, skew
 from policies.decision import Action, Decision, Totals, VertexDecision, epoch_seconds
 from policies.levels import format_level
-from policies.params import HISTORY_LIMIT, PolicyState
+from policies.params import HISTORY_LIMIT, PolicyState, ScalingParams
 from policies.spec import MemoryScaling, format_memory_mib
 
 
@@ -160,6 +161,12 @@ class Run:
         self.decide_started = time.perf_counter()
         self.outcome = "reconfigured"
         self.due: float | None = None  # set by gate when it waits for the window
+
+    @cached_property
+    def params(self) -> ScalingParams:
+        """The core's parameters from the spec, built once per pass (decide, place and
+        desired all read them; in fine-grained mode they hold the pod pricing)."""
+        return self.spec.scaling_params()
 
     def condition(self, type_: ConditionType, ok: bool, reason: Reason, message: str) -> None:
         """Set a condition; a Ready or MetricsAvailable turning False is also a Warning."""

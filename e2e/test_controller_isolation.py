@@ -14,6 +14,7 @@ import contextlib
 import itertools
 import select
 import socket
+import subprocess
 import threading
 import time
 import uuid
@@ -183,8 +184,17 @@ def second_namespace(cluster: Cluster) -> Iterator[str]:
     cluster.core.delete_namespace(name)
 
 
-def apply(cluster: Cluster, *docs: dict[str, Any]) -> None:
-    cluster.kubectl("apply", "-f", "-", stdin=yaml.safe_dump_all(docs))
+def apply(cluster: Cluster, *docs: dict[str, Any], check: bool = True
+          ) -> subprocess.CompletedProcess[str]:
+    return cluster.kubectl("apply", "-f", "-", stdin=yaml.safe_dump_all(docs), check=check)
+
+
+def reading(namespace: str, name: str, target: str, url: str, **metrics: Any
+            ) -> dict[str, Any]:
+    """A Recommend policy on `target` that reads its metrics from `url` (a tenant's
+    Prometheus), with the short windows."""
+    return policy(namespace, name, target, mode="Recommend",
+                  metrics={**METRICS, "prometheusUrl": url, **metrics})
 
 
 def status_of(cluster: Cluster, namespace: str, name: str, type_: str) -> dict[str, Any]:
@@ -199,8 +209,7 @@ def test_a_hung_prometheus_is_reported_within_a_resolution_and_then_left_alone(
     blackholes.append(hole)
     apply(cluster, flink_deployment(namespace, "q5", model="q5"))
     cluster.wait_flink(namespace, "q5")
-    apply(cluster, policy(namespace, "q5", "q5", mode="Recommend",
-                          metrics={**METRICS, "prometheusUrl": hole.url}))
+    apply(cluster, reading(namespace, "q5", "q5", hole.url))
     # Before issue 16 a pass against it blocked ~90 s (10 s × urllib3 retries × queries).
     wait_until(lambda: status_of(cluster, namespace, "q5", "MetricsAvailable")
                .get("status") == "False", WINDOW_S + 6 * RESOLUTION_S,
@@ -255,8 +264,7 @@ def test_blackhole_tenants_do_not_stall_healthy_ones(
     for i in range(3):
         cluster.wait_flink(healthy, f"ok{i}")
     cluster.wait_flink(hostile, "victim")
-    apply(cluster, *(policy(hostile, f"h{i:02d}", "victim", mode="Recommend",
-                            metrics={**METRICS, "prometheusUrl": hole.url})
+    apply(cluster, *(reading(hostile, f"h{i:02d}", "victim", hole.url)
                      for i, hole in enumerate(blackholes)))
     apply(cluster, *(policy(healthy, f"ok{i}", f"ok{i}", mode="Recommend", metrics=METRICS)
                      for i in range(3)))
@@ -347,8 +355,7 @@ def test_a_prometheus_url_outside_the_allow_list_is_refused_and_never_dialled(
     blackholes.append(outside)
     apply(cluster, flink_deployment(namespace, "read", model="read"))
     cluster.wait_flink(namespace, "read")
-    apply(cluster, policy(namespace, "read", "read", mode="Recommend",
-                          metrics={**METRICS, "prometheusUrl": outside.url}))
+    apply(cluster, reading(namespace, "read", "read", outside.url))
     wait_until(lambda: status_of(cluster, namespace, "read", "MetricsAvailable")
                .get("status") == "False", 120, "MetricsAvailable=False")
     message = status_of(cluster, namespace, "read", "MetricsAvailable")["message"]
@@ -367,10 +374,8 @@ def test_answer_bodies_never_reach_status_or_events(
         apply(cluster, flink_deployment(namespace, "q3", model="q3"))
         cluster.wait_flink(namespace, "q3")
         apply(cluster,
-              policy(namespace, "echo", "q3", mode="Recommend",
-                     metrics={**METRICS, "prometheusUrl": echo.url}),
-              policy(namespace, "apiserver", "q3", mode="Recommend",
-                     metrics={**METRICS, "prometheusUrl": e2e_stack.api_server}))
+              reading(namespace, "echo", "q3", echo.url),
+              reading(namespace, "apiserver", "q3", e2e_stack.api_server))
         for name in ("echo", "apiserver"):
             wait_until(partial(unavailable, cluster, namespace, name), 120,
                        f"{name}: MetricsAvailable=False")

@@ -8,7 +8,6 @@ tricks try to reach. Counts, not timings.
 from __future__ import annotations
 
 import base64
-import subprocess
 import time
 from collections.abc import Iterator
 from functools import partial
@@ -16,27 +15,20 @@ from typing import Any
 
 import pytest
 import requests
-import yaml
 from kubernetes import client
 
 from e2e.conftest import Cluster, wait_until
 from e2e.demo import ControllerProcess, flink_deployment, policy
 from e2e.stack import StackInfo
 from e2e.test_controller import condition, controller, events, generation, hsp
+from e2e.test_controller_isolation import METRICS, RESOLUTION_S, WINDOW_S, apply, reading
 from tests.controller.netfaults import Answering, Streaming
 from tests.controller.test_dial import EMPTY, MIB, tricks
 
 pytestmark = pytest.mark.e2e
 __all__ = ["controller"]  # the module-scoped controller fixture, shared
 
-WINDOW_S, RESOLUTION_S = 10, 5
-METRICS = {"window": f"{WINDOW_S}s", "resolution": f"{RESOLUTION_S}s", "stabilization": "0s"}
 OWNER = "hybridscaler.dev/owner"
-
-
-def apply(cluster: Cluster, *docs: dict[str, Any], check: bool = True
-          ) -> subprocess.CompletedProcess[str]:
-    return cluster.kubectl("apply", "-f", "-", stdin=yaml.safe_dump_all(docs), check=check)
 
 
 def metrics_reason(cluster: Cluster, namespace: str, name: str) -> str | None:
@@ -71,10 +63,8 @@ def test_trickling_and_200_mb_prometheus_are_the_endpoints_fault(
     apply(cluster, flink_deployment(namespace, "q5", model="q5"))
     cluster.wait_flink(namespace, "q5")
     apply(cluster,
-          policy(namespace, "trickle", "q5", mode="Recommend",
-                 metrics={**METRICS, "prometheusUrl": trickle.url}),
-          policy(namespace, "huge", "q5", mode="Recommend",
-                 metrics={**METRICS, "prometheusUrl": huge.url}))
+          reading(namespace, "trickle", "q5", trickle.url),
+          reading(namespace, "huge", "q5", huge.url))
     # Before: the trickling policy never wrote a status (its worker read forever), and
     # the 200 MB answer was read whole and blamed on Flink REST.
     wait_until(lambda: metrics_reason(cluster, namespace, "trickle") == "MetricsTimedOut",
@@ -92,8 +82,7 @@ def test_trickling_and_200_mb_prometheus_are_the_endpoints_fault(
         cluster.custom.delete_namespaced_custom_object(
             "hybridscaler.dev", "v1alpha1", namespace, "hybridscalingpolicies", "trickle")
         wait_until(lambda: "trickle" not in policies(cluster, namespace), 60, "the policy gone")
-        apply(cluster, policy(namespace, "trickle", "q5", mode="Recommend",
-                              metrics={**METRICS, "prometheusUrl": trickle.url}))
+        apply(cluster, reading(namespace, "trickle", "q5", trickle.url))
         wait_until(lambda: metrics_reason(cluster, namespace, "trickle") == "MetricsTimedOut",
                    WINDOW_S + 12 * RESOLUTION_S, "the recreated policy evaluated")
 
@@ -108,8 +97,7 @@ def test_no_url_trick_reaches_outside_the_allow_list(
     forms = tricks(allowed.url, victim.url)
     admitted: list[str] = []
     for i, url in enumerate(forms):
-        done = apply(cluster, policy(namespace, f"t{i:02d}", "q5", mode="Recommend",
-                                     metrics={**METRICS, "prometheusUrl": url}), check=False)
+        done = apply(cluster, reading(namespace, f"t{i:02d}", "q5", url), check=False)
         if done.returncode == 0:
             admitted.append(f"t{i:02d}")
         else:
@@ -121,9 +109,7 @@ def test_no_url_trick_reaches_outside_the_allow_list(
                    WINDOW_S + 12 * RESOLUTION_S, f"{name}: MetricsUrlRefused")
     assert victim.requests == 0
     # Credentials in a URL are refused by the API server and so written nowhere.
-    done = apply(cluster, policy(namespace, "creds", "q5", mode="Recommend",
-                                 metrics={**METRICS,
-                                          "prometheusUrl": "http://user:s3cret@127.0.0.1:1"}),
+    done = apply(cluster, reading(namespace, "creds", "q5", "http://user:s3cret@127.0.0.1:1"),
                  check=False)
     assert done.returncode != 0 and "credentials" in done.stderr
     assert all("s3cret" not in m for _, m in events(cluster, namespace, "creds"))
@@ -226,18 +212,14 @@ def test_prometheus_credentials_come_from_the_policys_own_secrets(
     cluster.wait_flink(namespace, "q5")
     auth = {"username": {"name": "prom-auth", "key": "user"},
             "password": {"name": "prom-auth", "key": "password"}}
-    apply(cluster, policy(namespace, "basic", "q5", mode="Recommend",
-                          metrics={**METRICS, "prometheusUrl": prometheus.url,
-                                   "basicAuth": auth}))
+    apply(cluster, reading(namespace, "basic", "q5", prometheus.url, basicAuth=auth))
     expected = "Basic " + base64.b64encode(f"reader:{password}".encode()).decode()
     wait_until(lambda: prometheus.authorization == expected,
                WINDOW_S + 12 * RESOLUTION_S, "the basic-auth header reached Prometheus")
     cluster.custom.delete_namespaced_custom_object(
         "hybridscaler.dev", "v1alpha1", namespace, "hybridscalingpolicies", "basic")
     wrong = {**auth, "password": {"name": "prom-auth", "key": "nope"}}
-    apply(cluster, policy(namespace, "wrong", "q5", mode="Recommend",
-                          metrics={**METRICS, "prometheusUrl": prometheus.url,
-                                   "basicAuth": wrong}))
+    apply(cluster, reading(namespace, "wrong", "q5", prometheus.url, basicAuth=wrong))
     wait_until(lambda: metrics_reason(cluster, namespace, "wrong")
                == "MetricsCredentialsUnavailable",
                WINDOW_S + 12 * RESOLUTION_S, "wrong: MetricsCredentialsUnavailable")
@@ -247,9 +229,8 @@ def test_prometheus_credentials_come_from_the_policys_own_secrets(
     # No namespace can be named: the schema has no such field.
     other = {**auth, "password": {"name": "prom-auth", "key": "password",
                                   "namespace": "kube-system"}}
-    done = apply(cluster, policy(namespace, "other", "q5", mode="Recommend",
-                                 metrics={**METRICS, "prometheusUrl": prometheus.url,
-                                          "basicAuth": other}), check=False)
+    done = apply(cluster, reading(namespace, "other", "q5", prometheus.url, basicAuth=other),
+                 check=False)
     assert done.returncode != 0 and "namespace" in done.stderr, done.stderr
     for name in ("basic", "wrong"):
         assert all(password not in m for _, m in events(cluster, namespace, name))

@@ -163,6 +163,7 @@ class Decision(RecordModel):
 
     time: EpochTime = Field(description="when the core evaluated (RFC 3339, microseconds)")
     step: int = Field(description="count of reconfigurations so far, this one included")
+    # Also a restart at the same configuration that writes the SQL settings (buffering).
     reconfigures: bool
     reason: str
     vertices: tuple[VertexDecision, ...]

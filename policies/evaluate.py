@@ -7,7 +7,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from types import MappingProxyType
 
-from policies import capacity, ds2, explain, justin, limits, skew, skew_stop
+from policies import buffering, capacity, ds2, explain, justin, limits, skew, skew_stop
 from policies.decision import (
     Action,
     Branch,
@@ -43,6 +43,39 @@ def evaluate(
 
     Never scales on partial data: a vertex without metrics means no decision.
     """
+    evaluation = _scaling(graph, observation, state, params, now)
+    if (not params.sql_buffering_due or evaluation.decision.reconfigures
+            or observation.missing(graph)):
+        return evaluation
+    limited = buffering.sql_vertices(
+        f for f in evaluation.decision.skew if skew.blocks_scale_out(f))
+    if not limited:
+        return evaluation
+    return _buffering_step(evaluation, limited, observation, params, now)
+
+
+def _buffering_step(evaluation: Evaluation, limited: Sequence[SkewFinding],
+                    observation: Observation, params: ScalingParams, now: float
+                    ) -> Evaluation:
+    """No scaling step, yet a skew-limited SQL aggregation whose remedy (mini-batch and
+    two-phase aggregation) the spec lets us write: a step of its own at the same
+    configuration, since the settings only take effect at a restart."""
+    decision = evaluation.decision
+    names = ", ".join(f.vertex_name or f.vertex_id for f in limited)
+    forecast = _forecast(decision.before, decision.after, params)
+    step = decision.model_copy(update={
+        "step": decision.step + 1, "reconfigures": True, "forecast": forecast,
+        "reason": (f"{decision.reason}; skew-limited {names}: a restart at the same "
+                   f"configuration writes mini-batch and two-phase aggregation "
+                   f"(spec.skew.applySqlSettings); "
+                   f"{explain.forecast(decision.before, decision.after, forecast)}")})
+    return Evaluation(step, evaluation.configuration,
+                      _record(evaluation.state, step, observation, now))
+
+
+def _scaling(graph: JobGraph, observation: Observation, state: PolicyState,
+             params: ScalingParams, now: float) -> Evaluation:
+    """The scaling step of `evaluate` (DS2, Justin or capacity, then the limits)."""
     current = graph.configuration()
     before = totals(current, params)
     # Skew is reported for every evaluation and every policy; it changes no DS2/Justin step.

@@ -48,6 +48,10 @@ class ScalingParams:
     # The pods' price (fine-grained placement): the capacity planner chooses by it.
     # None: the paper's per-task price (task CPU and memory at spec.cost's prices).
     pods: PodPricer | None = None
+    # The controller fills it in: spec.skew.applySqlSettings in Active mode, and the
+    # deployment does not hold the SQL settings yet. Writing them takes a restart, so a
+    # skew-limited SQL aggregation is then a step of its own (policies/buffering.py).
+    sql_buffering_due: bool = False
 
     @property
     def restart_downtime_s(self) -> float:

@@ -354,8 +354,9 @@ class SkewSpec(SpecModel):
     apply_sql_settings: bool = Field(
         False, description="Active mode: when a SQL aggregation is skew-limited, write "
                            "mini-batch and two-phase aggregation settings into the "
-                           "FlinkDeployment's flinkConfiguration with the next step (they "
-                           "take effect at its restart); unset or false: only recommend")
+                           "FlinkDeployment's flinkConfiguration with the next scaling step, "
+                           "or as a step of their own when none comes (they take effect "
+                           "at its restart); unset or false: only recommend")
     mini_batch_latency: Annotated[Duration, Within(0.001, 60.0)] = Field(
         2.0, description="table.exec.mini-batch.allow-latency: the most a record waits "
                          "in a batch")

@@ -229,6 +229,9 @@ class _DeadlineSocket:
 
 
 class _Connection(http.client.HTTPConnection):
+    """Connects within the call's deadline; the socket then keeps to it (TLS included:
+    in `_TlsConnection` this wraps the TLS socket HTTPSConnection.connect made)."""
+
     ends = 0.0
 
     def connect(self) -> None:
@@ -237,13 +240,8 @@ class _Connection(http.client.HTTPConnection):
         self.sock = _DeadlineSocket(self.sock, self.ends)
 
 
-class _TlsConnection(http.client.HTTPSConnection):
-    ends = 0.0
-
-    def connect(self) -> None:
-        self.timeout = _left(self.ends)
-        super().connect()
-        self.sock = _DeadlineSocket(self.sock, self.ends)
+class _TlsConnection(_Connection, http.client.HTTPSConnection):
+    pass
 
 
 def _left(ends: float) -> float:
@@ -277,15 +275,14 @@ def get(url: Url, path: str, params: Mapping[str, str] | None, *, field: str, wh
     target = quote(url.path + path, safe="/-._~!$&()*+,;=:")
     if params:
         target += "?" + urlencode(params)
-    conn: http.client.HTTPConnection
+    host, port = (proxy.host, proxy.port) if proxy else (url.host, url.port)
+    conn: _Connection
     if url.scheme == "https":
-        context = tls or ssl.create_default_context()
-        conn = _TlsConnection(proxy.host if proxy else url.host,
-                              proxy.port if proxy else url.port, context=context)
+        conn = _TlsConnection(host, port, context=tls or ssl.create_default_context())
         if proxy:
             conn.set_tunnel(url.host, url.port)
     else:
-        conn = _Connection(proxy.host if proxy else url.host, proxy.port if proxy else url.port)
+        conn = _Connection(host, port)
         if proxy:  # absolute-form request line, as HTTP proxies expect
             target = url.endpoint + target
     conn.ends = ends
@@ -314,29 +311,31 @@ def get(url: Url, path: str, params: Mapping[str, str] | None, *, field: str, wh
         # read() returns b"" at an early EOF too: a stop, or a peer that closed short of
         # the length it announced, is not an answer.
         if _STOPPED.is_set():
-            raise Stopping(f"{name}: call ended, the controller is stopping")
+            raise _stopping(name)
         if response.length:
-            raise CallFailed("unreachable", f"{name} is unreachable or did not speak "
-                             f"HTTP(S) as expected")
+            raise _unreachable(name)
         return bytes(body)
     except CallFailed:
         raise
-    except TimeoutError:
+    except (OSError, http.client.HTTPException, ssl.SSLError, ValueError) as error:
+        # TimeoutError is an OSError: a socket operation past the deadline.
         if _STOPPED.is_set():
-            raise Stopping(f"{name}: call ended, the controller is stopping") from None
-        raise CallFailed("timeout", f"{name} did not answer within "
-                         f"{timeout_s:.1f}s") from None
-    except (OSError, http.client.HTTPException, ssl.SSLError, ValueError):
-        if _STOPPED.is_set():
-            raise Stopping(f"{name}: call ended, the controller is stopping") from None
-        if time.monotonic() >= ends:
+            raise _stopping(name) from None
+        if isinstance(error, TimeoutError) or time.monotonic() >= ends:
             raise CallFailed("timeout", f"{name} did not answer within "
                              f"{timeout_s:.1f}s") from None
         # Which error (refused, reset, TLS, not HTTP) would tell the tenant what listens.
-        raise CallFailed("unreachable", f"{name} is unreachable or did not speak "
-                         f"HTTP(S) as expected") from None
+        raise _unreachable(name) from None
     finally:
         conn.close()
+
+
+def _stopping(name: str) -> Stopping:
+    return Stopping(f"{name}: call ended, the controller is stopping")
+
+
+def _unreachable(name: str) -> CallFailed:
+    return CallFailed("unreachable", f"{name} is unreachable or did not speak HTTP(S) as expected")
 
 
 def _too_large(name: str, max_bytes: int) -> CallFailed:

@@ -152,20 +152,13 @@ class FlinkRest:
 
     def _get(self, path: str) -> dict[str, Any]:
         name = f"Flink REST ({self.field})"
-        try:
-            timeout = outbound.admit(self.endpoint, self.breakers, self.timeout_s)
-        except outbound.NotAsked as e:
-            # Cooling down after a timeout is still the endpoint's fault.
-            raise FlinkRestError(f"{name} not asked: {e}",
-                              "timeout" if isinstance(e, outbound.CircuitOpen) else "") from e
-        try:
-            raw = dial.get(self.url, path, None, field=self.field, what="Flink REST",
-                           timeout_s=timeout, max_bytes=self.max_bytes, proxy=self.proxy)
-        except dial.CallFailed as e:
-            if e.kind == "timeout":
-                outbound.timed_out(self.endpoint, self.breakers, timeout)
-            raise FlinkRestError(f"{e} (GET {path})", e.kind) from None
-        self.breakers.succeeded(self.endpoint)
+
+        def failed(message: str, kind: str) -> FlinkRestError:
+            return FlinkRestError(f"{message} (GET {path})", kind)
+
+        raw = outbound.get(self.url, path, None, failed=failed, breakers=self.breakers,
+                           default_s=self.timeout_s, field=self.field, what="Flink REST",
+                           max_bytes=self.max_bytes, proxy=self.proxy)
         try:
             body = json.loads(raw)
         except ValueError:

@@ -14,13 +14,15 @@ from __future__ import annotations
 import contextlib
 import ipaddress
 import socket
+import ssl
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass
 
+from controller.adapters import dial
 from controller.adapters.dial import Url, UrlRefused, parse_url
 
 # A call given less than this (or than half the budget) that times out says more about
@@ -143,6 +145,30 @@ def timed_out(endpoint: str, breakers: Breakers, timeout_s: float) -> None:
     """Count a timeout against `endpoint`, unless the budget rather than it was short."""
     if trips(timeout_s):
         breakers.failed(endpoint)
+
+
+def get(url: Url, path: str, params: Mapping[str, str] | None, *,
+        failed: Callable[[str, str], Exception], breakers: Breakers, default_s: float,
+        field: str, what: str, max_bytes: int, headers: Mapping[str, str] | None = None,
+        tls: ssl.SSLContext | None = None, proxy: dial.Proxy | None = None) -> bytes:
+    """`dial.get` within the pass's budget and behind `url`'s breaker: a call that times
+    out trips it, one that answers resets it. Every failure is raised as
+    `failed(message, kind)` (kind as `dial.CallFailed`'s; "timeout" for an open breaker)."""
+    try:
+        timeout = admit(url.endpoint, breakers, default_s)
+    except NotAsked as e:
+        # Cooling down after a timeout is still the endpoint's fault.
+        raise failed(f"{what} ({field}) not asked: {e}",
+                     "timeout" if isinstance(e, CircuitOpen) else "") from e
+    try:
+        body = dial.get(url, path, params, field=field, what=what, timeout_s=timeout,
+                        max_bytes=max_bytes, headers=headers, tls=tls, proxy=proxy)
+    except dial.CallFailed as e:
+        if e.kind == "timeout":
+            timed_out(url.endpoint, breakers, timeout)
+        raise failed(str(e), e.kind) from None
+    breakers.succeeded(url.endpoint)
+    return body
 
 
 Network = ipaddress.IPv4Network | ipaddress.IPv6Network

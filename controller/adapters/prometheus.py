@@ -12,7 +12,7 @@ import json
 import logging
 import math
 import ssl
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -52,13 +52,13 @@ class Prometheus:
                  token_file: str | None = None, breakers: outbound.Breakers | None = None,
                  field: str = "spec.metrics.prometheusUrl",
                  max_bytes: int = MAX_ANSWER_BYTES,
-                 authorization: Callable[[], str | None] | None = None) -> None:
+                 authorization: str | None = None) -> None:
         self.url = url if isinstance(url, dial.Url) else dial.parse_url(url, field)
         self.timeout_s, self.field, self.max_bytes = timeout_s, field, max_bytes
         self.endpoint = self.url.endpoint
         self.breakers = breakers or outbound.BREAKERS
         self.token_file = token_file
-        self.authorization = authorization
+        self.authorization = authorization  # the Authorization header, when one is sent
         self.tls = ssl.create_default_context(cafile=ca_file) if ca_file else None
 
     def authorized(self, header: str | None) -> Prometheus:
@@ -67,7 +67,7 @@ class Prometheus:
         if header is None:
             return self
         other = copy.copy(self)
-        other.authorization = lambda: header
+        other.authorization = header
         return other
 
     def query_range(self, query: str, start: float, end: float, step: float) -> Sequence[Series]:
@@ -80,34 +80,21 @@ class Prometheus:
     def _headers(self) -> dict[str, str]:
         if self.token_file:  # re-read per request: a rotated token is picked up
             return {"Authorization": "Bearer " + Path(self.token_file).read_text().strip()}
-        value = self.authorization() if self.authorization else None
-        return {"Authorization": value} if value else {}
+        return {"Authorization": self.authorization} if self.authorization else {}
 
     def _call(self, path: str, params: dict[str, str]) -> Sequence[Series]:
-        name = f"Prometheus ({self.field})"
-        try:
-            timeout = outbound.admit(self.endpoint, self.breakers, self.timeout_s)
-        except outbound.NotAsked as e:
-            # Cooling down after a timeout is still the endpoint's fault.
-            raise MetricsError(f"{name} not asked: {e}",
-                              "timeout" if isinstance(e, outbound.CircuitOpen) else "") from e
-        try:
-            body = dial.get(self.url, path, params, field=self.field, what="Prometheus",
-                            timeout_s=timeout, max_bytes=self.max_bytes,
+        body = outbound.get(self.url, path, params, failed=MetricsError,
+                            breakers=self.breakers, default_s=self.timeout_s,
+                            field=self.field, what="Prometheus", max_bytes=self.max_bytes,
                             headers=self._headers(), tls=self.tls)
-        except dial.CallFailed as e:
-            if e.kind == "timeout":
-                outbound.timed_out(self.endpoint, self.breakers, timeout)
-            raise MetricsError(str(e), e.kind) from None
-        self.breakers.succeeded(self.endpoint)
         try:
             answer = json.loads(body)
             result = answer["data"]["result"] if answer.get("status") == "success" else None
         except (ValueError, KeyError, TypeError, AttributeError):
             result = None
         if not isinstance(result, list):
-            raise MetricsError(f"{name} answered something that is not a Prometheus API "
-                               f"response", "malformed")
+            raise MetricsError(f"Prometheus ({self.field}) answered something that is not a "
+                               f"Prometheus API response", "malformed")
         return result
 
 

@@ -83,8 +83,10 @@ def value(read: ReadSecret, namespace: str, ref: api.SecretKeyRef, field: str) -
 
 
 def authorization(read: ReadSecret, namespace: str, metrics: api.MetricsSpec) -> str | None:
-    """The Authorization header value `metrics` asks for, None when it asks for none."""
+    """The Authorization header value `metrics` asks for, None when it asks for none.
+    A Secret named twice (user name and password side by side) is read once."""
     base = "spec.metrics"
+    read = _once(read)
     if metrics.basic_auth is not None:
         auth = metrics.basic_auth
         user = value(read, namespace, auth.username, f"{base}.basicAuth.username")
@@ -98,3 +100,15 @@ def authorization(read: ReadSecret, namespace: str, metrics: api.MetricsSpec) ->
         return f"{a.type} " + value(read, namespace, a.credentials,
                                      f"{base}.authorization.credentials")
     return None
+
+
+def _once(read: ReadSecret) -> ReadSecret:
+    """`read`, asking the API server at most once per Secret."""
+    seen: dict[tuple[str, str], dict[str, str]] = {}
+
+    def cached(namespace: str, name: str) -> dict[str, str]:
+        if (namespace, name) not in seen:
+            seen[namespace, name] = read(namespace, name)
+        return seen[namespace, name]
+
+    return cached

@@ -73,13 +73,7 @@ class Answering:
                 pass
 
         self._server = ThreadingHTTPServer((host, 0), Handler)
-        scheme = "http"
-        if tls is not None:
-            context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-            context.load_cert_chain(*tls)
-            self._server.socket = context.wrap_socket(self._server.socket, server_side=True)
-            scheme = "https"
-        self.url = f"{scheme}://{host}:{self._server.server_address[1]}"
+        self.url = f"{_scheme(self._server, tls)}://{host}:{self._server.server_address[1]}"
         threading.Thread(target=self._server.serve_forever, daemon=True).start()
 
     def close(self) -> None:
@@ -95,7 +89,8 @@ class Streaming:
     `total` (a body cut short). Counts requests and bytes it got written."""
 
     def __init__(self, chunk: bytes, total: int, every_s: float = 0.0, length: bool = False,
-                 host: str = "127.0.0.1", announced: int | None = None) -> None:
+                 host: str = "127.0.0.1", announced: int | None = None,
+                 tls: tuple[Path, Path] | None = None) -> None:
         outer = self
         self.requests = 0
         self.sent = 0
@@ -133,9 +128,19 @@ class Streaming:
         self._server = ThreadingHTTPServer((host, 0), Handler)
         self._server.daemon_threads = True
         self.host, self.port = host, int(self._server.server_address[1])
-        self.url = f"http://{host}:{self.port}"
+        self.url = f"{_scheme(self._server, tls)}://{host}:{self.port}"
         threading.Thread(target=self._server.serve_forever, daemon=True).start()
 
     def close(self) -> None:
         self._server.shutdown()
         self._server.server_close()
+
+
+def _scheme(server: ThreadingHTTPServer, tls: tuple[Path, Path] | None) -> str:
+    """Serve HTTPS with `tls` (certificate, key) when given; the URL's scheme."""
+    if tls is None:
+        return "http"
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(*tls)
+    server.socket = context.wrap_socket(server.socket, server_side=True)
+    return "https"

@@ -152,3 +152,10 @@ def test_the_operators_own_prometheus_gets_no_tenant_credentials(
     read = Secrets(STORE)
     ask(prometheus, spec(prometheus.url, **BEARER), read)
     assert prometheus.authorization is None and read.reads == []
+
+
+def test_a_secret_holding_user_name_and_password_is_read_once(prometheus: Answering) -> None:
+    read = Secrets(STORE)
+    ask(prometheus, spec(prometheus.url, **BASIC), read)
+    assert read.reads == [("team-a", "prom-auth")]
+    assert prometheus.authorization is not None and prometheus.authorization.startswith("Basic ")

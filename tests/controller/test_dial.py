@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -17,6 +18,7 @@ from controller.adapters.prometheus import Prometheus
 from controller.operator import handlers
 from controller.operator.settings import RUNTIME
 from controller.ports import FlinkRestError, MetricsError
+from e2e.pki import make_pki
 
 from .netfaults import Answering, Streaming
 
@@ -115,6 +117,21 @@ def test_a_trickling_prometheus_is_cut_off_at_the_deadline() -> None:
         assert server.requests == 1 and server.finished == 0
         # At most ~1 s of trickle was read: the call ended at its deadline, not per read.
         assert server.sent < 100
+    finally:
+        server.close()
+
+
+def test_a_trickling_prometheus_over_tls_is_cut_off_at_the_deadline(tmp_path: Path) -> None:
+    # The TLS socket keeps the call's deadline too (it wraps the deadline-kept one).
+    make_pki(tmp_path)
+    server = Streaming(b" ", total=10**9, every_s=0.05,
+                       tls=(tmp_path / "apiserver.crt", tmp_path / "apiserver.key"))
+    try:
+        with deadline(2.0), pytest.raises(MetricsError, match="did not answer within") as e:
+            Prometheus(server.url, ca_file=str(tmp_path / "ca.crt"),
+                       breakers=Breakers()).query("up", 0)
+        assert e.value.kind == "timeout"
+        assert server.requests == 1 and server.finished == 0 and server.sent < 100
     finally:
         server.close()
 

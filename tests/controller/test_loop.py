@@ -18,6 +18,7 @@ import pytest
 from controller.api import (
     ConditionType,
     HybridScalingPolicy,
+    HybridScalingPolicySpec,
     PodRequest,
     Status,
     StepEnactment,
@@ -38,6 +39,7 @@ from policies.model import (
     VertexConfig,
     VertexMetrics,
 )
+from policies.params import ScalingParams
 from policies.restart_cost import Enactment, expected_downtime_s, learned_downtime_s
 from policies.spec import MemoryScaling, TaskFootprint, format_memory_mib
 
@@ -742,3 +744,19 @@ def test_an_event_says_each_vertex_change_once() -> None:
     # 'step 1: source p 2, level 0 (158 MiB)→⊥ (no managed memory): <why>; pods …'
     assert stripped.startswith("step 1: source p 2, level 0 (")
     assert stripped.count("p 2") == 1 and stripped.count("no managed memory") == 1
+
+
+def test_a_pass_builds_the_scaling_params_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """decide, place and desired share one ScalingParams (in fine-grained mode it holds
+    the pod pricing: the packer's bounds and prices), built once per pass."""
+    built: list[object] = []
+    original = HybridScalingPolicySpec.scaling_params
+
+    def counting(self: HybridScalingPolicySpec) -> ScalingParams:
+        built.append(self)
+        return original(self)
+
+    monkeypatch.setattr(HybridScalingPolicySpec, "scaling_params", counting)
+    world = World()
+    assert world.run().outcome == "reconfigured"
+    assert len(built) == 1

@@ -20,7 +20,7 @@ from .test_skewed import keyed_job
 SQL_NAME = "GroupAggregate(groupBy=[k], select=[k, COUNT(*)])"
 
 
-def run(apply: bool, name: str = SQL_NAME, windows: int = 3
+def run(apply: bool, name: str = SQL_NAME, windows: int = 3, max_parallelism: int | None = None
         ) -> tuple[dict[str, str], Status, MemoryEvents]:
     model = keyed_job({"kind": "zipf", "s": 1.4}, 50)
     model = model.model_copy(update={"operators": [
@@ -30,8 +30,11 @@ def run(apply: bool, name: str = SQL_NAME, windows: int = 3
     ports, _ = twin_ports(twin, twin_deployment(model, NAME, NAMESPACE),
                           job_started_s=-STABILIZATION_S)
     hsp = closed_loop_policy(model, "ds2")
-    hsp = hsp.model_copy(update={"spec": hsp.spec.model_copy(update={
-        "skew": SkewSpec(apply_sql_settings=apply)})})
+    spec = hsp.spec.model_copy(update={"skew": SkewSpec(apply_sql_settings=apply)})
+    if max_parallelism is not None:
+        spec = spec.model_copy(update={
+            "cpu": spec.cpu.model_copy(update={"max_parallelism": max_parallelism})})
+    hsp = hsp.model_copy(update={"spec": spec})
     status = Status()
     while twin.time + 1e-9 < windows * WINDOW_S:
         twin.advance(GRANULARITY_S)
@@ -58,6 +61,22 @@ def test_a_skew_limited_sql_aggregation_gets_the_settings_only_when_asked() -> N
     assert Reason.SQL_BUFFERING not in [e[2] for e in events.events]
     skewed = status.condition(ConditionType.SKEWED)
     assert skewed is not None and "applySqlSettings" in skewed.message
+
+
+def test_the_settings_are_a_step_of_their_own_when_no_scaling_step_comes() -> None:
+    """maxParallelism holds the aggregation at its 4 tasks: DS2's scale-out is clipped
+    away, so only the settings restart the job, once, at the same configuration."""
+    wanted = buffering.sql_settings(2.0, 5000)
+    conf, status, events = run(apply=True, max_parallelism=4, windows=5)
+    assert {k: conf.get(k) for k in wanted} == wanted
+    assert status.step == 1 and len(status.history) == 1
+    assert [o.parallelism for o in status.operators if o.name == SQL_NAME] == [4]
+    [applied] = [e for e in events.events if e[2] == Reason.SQL_BUFFERING]
+    assert "step 1" in applied[3]
+    assert Reason.SCALED_OUT not in [e[2] for e in events.events]
+
+    conf, status, events = run(apply=False, max_parallelism=4, windows=5)
+    assert status.step == 0 and not any(k in conf for k in wanted)
 
 
 def test_a_datastream_vertex_is_pointed_at_pre_aggregation_and_never_gets_sql_settings() -> None:
