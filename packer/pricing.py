@@ -420,8 +420,9 @@ class PodPricing:
                             self.cpu_cores, self.heap_mib, self.network_mib)
 
     def bound(self, graph: JobGraph, configuration: Configuration) -> float:
-        """The screen: the cheapest always-feasible packing over both groupings
-        (ceil-per-TaskManager on the best fitted shape; a menu's lower bound)."""
+        """The screen: the cheapest ceil-per-TaskManager packing over both groupings on
+        its best fitted shape (a menu's lower bound). Not a bound on the bill either way:
+        the exact packer may do better, and Flink's own first fit may need more."""
         vertices = self.vertices(graph, configuration)
         best = math.inf
         for groups in groupings(vertices):

@@ -86,8 +86,9 @@ def pack(
 ) -> Placement:
     """Place `slots` onto TaskManagers of one of `shapes`.
 
-    Lexicographic: lowest cost (count × shape price; the count alone for one
-    shape), then fewest tasks moved away from their TaskManager in `current`.
+    Lexicographic: lowest cost (the TaskManagers the deployment needs, the placement's
+    count or Flink's own first fit's if more, × shape price), then fewest tasks moved
+    away from their TaskManager in `current`.
     Always returns a placement that passes `check`; a slot that fits no shape
     gives status infeasible with the reason naming it.
     """
@@ -124,7 +125,10 @@ def pack(
         flink = _flink_counts(slots, groups, shape)
         heuristics.append(flink)
         solution = _solve(groups, shape, heuristics, bounds[shape.name], today, budget)
-        candidate = _Candidate(len(solution.counts) * shape.price,
+        # Shapes are compared by what the deployment is billed: Flink's own first fit may
+        # need more TaskManagers than the placement (the replicas written, controller.place).
+        billed = max(len(solution.counts), len(flink))
+        candidate = _Candidate(billed * shape.price,
                                _moves(groups, solution, current, shape.name),
                                shape, solution, len(ffd), len(flink))
         if best is None or (candidate.cost, candidate.moved) < (best.cost, best.moved):

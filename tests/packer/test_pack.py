@@ -207,3 +207,19 @@ def test_equal_shares_of_a_task_manager_fill_it_exactly(process_mib: int, per_tm
     placement = valid(pack(slots, [shape]), slots, [shape])
     assert placement.count == 2
     assert placement.status is Status.OPTIMAL
+
+
+def test_shapes_are_compared_by_the_taskmanagers_flink_needs_not_the_placements() -> None:
+    """On the 3-core shape the placement needs 2 TaskManagers but Flink's own first fit 3;
+    the replicas written are Flink's, so the 2-core shape (3 of them) is cheaper."""
+    slots = [TaskSlot("small", i, 1.0, managed_mib=100, heap_mib=100, network_mib=32)
+             for i in range(4)] + [
+        TaskSlot("large", i, 1.0, managed_mib=600, heap_mib=100, network_mib=32)
+        for i in range(2)]
+    wide = TaskManagerShape("3cpu", 3.0, 3072.0)
+    tall = TaskManagerShape("2cpu", 2.0, 4096.0)
+    alone = pack(slots, [wide], time_limit_s=2.0)
+    assert (alone.count, alone.flink_count) == (2, 3)  # the trap: fewer, but not for Flink
+    placement = pack(slots, [wide, tall], time_limit_s=2.0)
+    assert placement.shape == "2cpu"
+    assert max(placement.count, placement.flink_count or 0) * tall.price < 3 * wide.price
