@@ -336,8 +336,10 @@ def test_a_recreated_target_starts_a_fresh_history(
         lambda: [m for r, m in events(cluster, namespace, "q11") if r == "TargetReplaced"],
         60, "a TargetReplaced event")
     assert old_uid in told[0] and new_uid in told[0], told
-    fresh = hsp(cluster, namespace, "q11")["status"]
-    assert fresh["targetUid"] == new_uid
+    # The Event is sent during the pass, the status written at its end: wait for both.
+    fresh = wait_until(lambda: (hsp(cluster, namespace, "q11").get("status") or {}).get(
+        "targetUid") == new_uid and hsp(cluster, namespace, "q11")["status"], 30,
+        "the status of the new target")
     assert fresh["replacedTarget"]["uid"] == old_uid
     assert fresh["replacedTarget"]["step"] == missing["step"]
     # The new job's first step is step 1 again, decided from its own window.
