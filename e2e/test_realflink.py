@@ -3,7 +3,7 @@ job (`flink-job/`, StateJob) running as a Flink 1.20 application cluster of loca
 through the real FlinkDeployment CRD, real Prometheus and Flink's own REST API.
 
 The job starts with 32 MB of managed memory for its keyed counter, below its ~100 MB of
-state: it falls short of its 1,500 records/s. The controller (Active, fineGrained) must
+state: it falls short of its 3,000 records/s. The controller (Active, fineGrained) must
 give it memory before parallelism, and every step is a real stop-with-savepoint and
 restore; the job's own counter check (`countMismatches`, `lastSequence`) proves that no
 state was lost on the way.
