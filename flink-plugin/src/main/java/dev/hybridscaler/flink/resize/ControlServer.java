@@ -95,15 +95,7 @@ final class ControlServer {
         String host = config.get(ResizableRocksDBStateBackendFactory.BIND_ADDRESS);
         int port = config.get(ResizableRocksDBStateBackendFactory.PORT);
         try {
-            HttpServer server = HttpServer.create(new InetSocketAddress(host, port), 16);
-            ControlServer handler = new ControlServer(agent, token);
-            server.createContext("/v1/", handler::handle);
-            server.setExecutor(Executors.newSingleThreadExecutor(r -> {
-                Thread t = new Thread(r, "hybridscaler-resize-endpoint");
-                t.setDaemon(true);
-                return t;
-            }));
-            server.start();
+            HttpServer server = serve(agent, token, new InetSocketAddress(host, port));
             LOG.info("hybridscaler resize: endpoint on {}:{}", host, server.getAddress().getPort());
         } catch (IOException | RuntimeException e) {
             LOG.error("hybridscaler resize: cannot bind {}:{}: {}; endpoint not started", host, port,
@@ -111,8 +103,29 @@ final class ControlServer {
         }
     }
 
+    /** The endpoint for {@code agent} on {@code address}, started; one request at a time. */
+    static HttpServer serve(ResizeAgent agent, byte[] token, InetSocketAddress address)
+            throws IOException {
+        HttpServer server = HttpServer.create(address, 16);
+        ControlServer handler = new ControlServer(agent, token);
+        server.createContext("/v1/", handler::handle);
+        server.setExecutor(Executors.newSingleThreadExecutor(r -> {
+            Thread t = new Thread(r, "hybridscaler-resize-endpoint");
+            t.setDaemon(true);
+            return t;
+        }));
+        server.start();
+        return server;
+    }
+
     private void handle(HttpExchange ex) throws IOException {
         try (ex) {
+            route(ex); // answers every request, a bug with a 500, before the close
+        }
+    }
+
+    private void route(HttpExchange ex) throws IOException {
+        try {
             if (!authorized(ex.getRequestHeaders().getFirst("Authorization"))) {
                 reply(ex, 401, error("unauthorized"));
                 return;
@@ -132,7 +145,14 @@ final class ControlServer {
                     reply(ex, 404, error("no such route"));
             }
         } catch (RuntimeException e) {
+            // A bug here must not look like a network fault to the controller: it gets a 500
+            // (the details stay in this log), unless the reply had already begun.
             LOG.error("hybridscaler resize: request failed", e);
+            try {
+                reply(ex, 500, error("internal error; the TaskManager's log has the details"));
+            } catch (IOException | RuntimeException replyFailed) {
+                LOG.debug("hybridscaler resize: no 500 sent: {}", replyFailed.toString());
+            }
         }
     }
 

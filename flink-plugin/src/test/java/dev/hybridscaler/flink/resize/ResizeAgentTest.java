@@ -41,6 +41,7 @@ class ResizeAgentTest {
         final Map<Long, String> names = new HashMap<>();
         boolean writeBuffers = true;
         String bindResult;
+        RuntimeException onRead; // thrown by every capacity read, when set
         CountDownLatch inResize;
         CountDownLatch release;
 
@@ -61,6 +62,9 @@ class ResizeAgentTest {
 
         @Override
         public long cacheCapacity(long h) {
+            if (onRead != null) {
+                throw onRead;
+            }
             return bytes.getOrDefault(h, -1L);
         }
 
@@ -96,7 +100,7 @@ class ResizeAgentTest {
         }
     }
 
-    private static ResizableCache slot(ResizeAgent agent, Recording ops, String task, int subtask,
+    static ResizableCache slot(ResizeAgent agent, Recording ops, String task, int subtask,
                                        long cacheMb, long wbMb) {
         String old = Thread.currentThread().getName();
         Thread.currentThread().setName(task + " (" + (subtask + 1) + "/2)#0");
