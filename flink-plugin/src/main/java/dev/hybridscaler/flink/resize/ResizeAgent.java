@@ -448,9 +448,15 @@ public final class ResizeAgent {
                     try (WriteBufferManager wbm = new WriteBufferManager(MIB, scratch)) {
                         long wh = wbm.getNativeHandle();
                         long wb = NativeResize.writeBufferSize(wh);
+                        if (wb != MIB) {
+                            return "self-test: write buffers created with " + MIB + " B read "
+                                    + wb + " B";
+                        }
                         NativeResize.setWriteBufferSize(wh, 2 * MIB);
-                        if (wb != MIB || NativeResize.writeBufferSize(wh) != 2 * MIB) {
-                            return "self-test: write buffers read " + wb + " B for " + MIB + " B";
+                        wb = NativeResize.writeBufferSize(wh);
+                        if (wb != 2 * MIB) {
+                            return "self-test: write buffers set to " + 2 * MIB + " B read back "
+                                    + wb + " B";
                         }
                     }
                 }
