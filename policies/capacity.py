@@ -338,7 +338,7 @@ def _skew_stop(v: Vertex, surface: Surface, spread: _Skew, learning: VertexLearn
     """Whether more tasks (or memory) still relieve the busiest subtask (skew_stop.assess):
     every parallelism up to the bounds and the useful one, not only one step's reach."""
     current = VertexConfig(v.parallelism, v.memory_level)
-    high = min(v.max_parallelism, params.cpu.bounds_for(v.id, v.operator_uids)[1],
+    high = min(params.cpu.parallelism_range(v.id, v.operator_uids, v.max_parallelism)[1],
                spread.useful() or v.max_parallelism)
     ps = list(range(v.parallelism, max(v.parallelism, high) + 1))
     candidates = [VertexConfig(p, level) for level in _levels(v, surface, params) for p in ps]
@@ -422,9 +422,8 @@ def _parallelisms(v: Vertex, params: ScalingParams, cap: int | None = None) -> l
 
 def _bounded_parallelisms(v: Vertex, params: ScalingParams) -> list[int]:
     cpu = params.cpu
-    low, high = cpu.bounds_for(v.id, v.operator_uids)
-    upper = min(high, v.max_parallelism,
-                math.ceil(v.parallelism * (1 + cpu.max_scale_up_factor)))
+    low, upper = cpu.parallelism_range(v.id, v.operator_uids, v.max_parallelism)
+    upper = min(upper, math.ceil(v.parallelism * (1 + cpu.max_scale_up_factor)))
     lower = max(min(low, upper), math.ceil(v.parallelism * (1 - cpu.max_scale_down_factor)))
     lower = min(lower, v.parallelism, upper) if lower > upper else lower
     dense = list(range(lower, min(upper, lower + DENSE_CANDIDATES) + 1))

@@ -188,9 +188,7 @@ def size(
         notes.append(f"capped by max scale-up factor {cpu.max_scale_up_factor:g}")
     # Rounding first keeps float noise (2.0000000000000004) from adding a task.
     raw = math.ceil(round(p * factor, 9))
-    low, high = cpu.bounds_for(vertex.id, vertex.operator_uids)
-    upper = min(high, vertex.max_parallelism)
-    low = min(low, upper)
+    low, upper = cpu.parallelism_range(vertex.id, vertex.operator_uids, vertex.max_parallelism)
     new = min(max(raw, low), upper)
     if new != raw:
         notes.append(f"bounded to [{low}, {upper}]")

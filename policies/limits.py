@@ -128,9 +128,9 @@ def bounded(graph: JobGraph, params: ScalingParams) -> tuple[Configuration, dict
         if cpu.excludes(v.id, v.operator_uids):
             continue
         low, high = cpu.bounds_for(v.id, v.operator_uids)
-        upper = min(high, v.max_parallelism)
+        floor, upper = cpu.parallelism_range(v.id, v.operator_uids, v.max_parallelism)
         c = current[v.id]
-        p, level = min(max(c.parallelism, min(low, upper)), upper), c.memory_level
+        p, level = min(max(c.parallelism, floor), upper), c.memory_level
         said: list[str] = []
         overridden = (low, high) != (cpu.min_parallelism, cpu.max_parallelism)
         where = "spec.cpu.overrides" if overridden else "spec.cpu"

@@ -288,6 +288,14 @@ class CpuScaling(SpecModel):
                 high = o.max_parallelism if o.max_parallelism is not None else high
         return low, max(low, high)
 
+    def parallelism_range(self, vertex_id: str, operator_uids: tuple[str, ...],
+                          max_parallelism: int) -> tuple[int, int]:
+        """[low, upper] a vertex may run at: its bounds within the job's max parallelism,
+        which a higher minParallelism yields to (Flink cannot run more)."""
+        low, high = self.bounds_for(vertex_id, operator_uids)
+        upper = min(high, max_parallelism)
+        return min(low, upper), upper
+
     def excludes(self, vertex_id: str, operator_uids: tuple[str, ...]) -> bool:
         """True when an override excludes this vertex from scaling."""
         return any(
