@@ -53,7 +53,7 @@ def predict(measured: dict[str, Any], fit: dict[str, Any], run: dict[str, Any]) 
     p = run["parallelism"]
     # The source and the p tasks share the machine's cores: p > 1 is not p times faster.
     efficiency = fit["parallel_efficiency"] if p > 1 else 1.0
-    return p * efficiency * task_cost(op, p, run["managedMemoryMb"], rocksdb).capacity
+    return float(p * efficiency * task_cost(op, p, run["managedMemoryMb"], rocksdb).capacity)
 
 
 def log_errors(measured: dict[str, Any], fit: dict[str, Any]) -> list[float]:

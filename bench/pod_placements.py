@@ -19,7 +19,7 @@ from controller.api import Status
 from controller.loop import reconcile
 from controller.realize import parse_memory_mib
 from controller.simulate import closed_loop_policy
-from packer.pricing import Prices, upstream_pods
+from packer.pricing import PAPER_SHAPE, Prices, upstream_pods
 from simulator.model import load_model
 from simulator.results import GRANULARITY_S, STABILIZATION_S, PolicyName
 from simulator.twin import Twin
@@ -61,7 +61,8 @@ def main() -> None:
         up = peer.get(job, {}).get("flink-autoscaler")
         if up is not None:
             pods = upstream_pods([v["parallelism"] for v in up["configuration"].values()])
-            cells.append(_cell(pods.replicas, pods.cpu_per_pod, pods.memory_mib_per_pod))
+            cells.append(_cell(pods.task_managers, PAPER_SHAPE.cpu_cores,
+                               PAPER_SHAPE.process_mib))
         else:
             cells.append("-")
         print(f"| {job} | " + " | ".join(cells) + " |")

@@ -25,7 +25,6 @@ from packer import pack
 from packer.pricing import (
     PAPER_SHAPE,
     PodPricing,
-    Pods,
     Prices,
     ShapeBounds,
     VertexSlot,
@@ -100,9 +99,9 @@ def main() -> None:
             assert priced is not None
             proven += priced.proven
             search.append(planner_search(vertices))
-            paper = Pods(max(old.count, old.flink_count or 0), PAPER_SHAPE.cpu_cores,
-                         PAPER_SHAPE.process_mib)
-            ratios.append(priced.price / paper.price(Prices()))
+            paper = Prices().bill(PAPER_SHAPE.cpu_cores, PAPER_SHAPE.process_mib,
+                                  max(old.count, old.flink_count or 0))
+            ratios.append(priced.price / paper.price)
         added = statistics.median(now) - statistics.median(before)
         print(f"| {size} | {statistics.median(before):.3f} | {statistics.median(now):.3f}, "
               f"{max(now):.3f} | {added:+.3f} | {proven}/{len(now)} | "

@@ -17,7 +17,7 @@ PY=.venv/bin
 section "ruff"
 $PY/ruff check .
 section "mypy (strict on policies/ and packer/)"
-$PY/mypy policies packer controller simulator e2e
+$PY/mypy policies packer controller simulator e2e bench
 [ "$what" = lint ] && exit 0
 
 if [ -f flink-plugin/pom.xml ]; then
