@@ -81,7 +81,7 @@ class Branch(StrEnum):
     NO_MEMORY_PRESSURE = "no-memory-pressure"  # line 16 false on thresholds: scale out
     CLIPPED = "clipped"  # spec.limits lowered what the policy asked for
     NO_METRICS = "no-metrics"  # the observation lacks this vertex: nothing is decided
-    OUT_OF_BOUNDS = "out-of-bounds"  # the running configuration breaks a spec bound: moved in
+    OUT_OF_BOUNDS = "out-of-bounds"  # the running job breaks a spec bound or limit: moved in
     # The capacity policy (policies/capacity.py):
     DEFICIT = "deficit"  # busiest subtask above utilizationMax: cheapest sufficient config
     SURPLUS = "surplus"  # a cheaper configuration sufficed over the delay and pays back

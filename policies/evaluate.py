@@ -108,7 +108,7 @@ def _scaling(graph: JobGraph, observation: Observation, state: PolicyState,
                 notes.get(v.id, "within the spec's bounds"))
             for v in graph.vertices
         )
-        triggered_by = "outside the spec's bounds: " + "; ".join(
+        triggered_by = "outside the spec's bounds or limits: " + "; ".join(
             f"{graph.vertex(vid).name or vid} {note}" for vid, note in notes.items())
     elif params.policy == Policy.CAPACITY:
         planned = capacity.evaluate(graph, observation, state, params, now)

@@ -1,4 +1,5 @@
-"""spec.limits: bring a proposal within max CPU cores and max memory, or keep the job as is."""
+"""spec.limits and the parallelism bounds: bring a proposal within max CPU cores and max
+memory, or keep the job as is; move a running job that breaks them (a GitOps edit) within."""
 
 from __future__ import annotations
 
@@ -113,11 +114,11 @@ def clip(graph: JobGraph, proposed: Configuration, params: ScalingParams) -> Cli
 
 
 def bounded(graph: JobGraph, params: ScalingParams) -> tuple[Configuration, dict[str, str]] | None:
-    """The running configuration moved within the policy's bounds, with a note per moved
-    vertex naming the bound; None when it is within them already.
+    """The running configuration moved within the policy's bounds and spec.limits, with a
+    note per moved vertex naming the bound or limit; None when it is within them already.
 
-    A bound lowered or raised in the spec (GitOps) must take effect even when the
-    policy has no reason to scale: a job kept at parallelism 9 under maxParallelism 2
+    A bound or limit lowered or raised in the spec (GitOps) must take effect even when
+    the policy has no reason to scale: a job kept at parallelism 9 under maxParallelism 2
     would otherwise stay Steady forever.
     """
     current = graph.configuration()
@@ -147,4 +148,66 @@ def bounded(graph: JobGraph, params: ScalingParams) -> tuple[Configuration, dict
         if said:
             config[v.id] = VertexConfig(p, level)
             notes[v.id] = "; ".join(said)
+    _within_quota(graph, config, notes, params)
     return (MappingProxyType(config), notes) if notes else None
+
+
+def _within_quota(graph: JobGraph, config: dict[str, VertexConfig], notes: dict[str, str],
+                  params: ScalingParams) -> None:
+    """Move `config` within spec.limits, as `clip` does to a proposal but below what runs:
+    memory levels down (the vertex whose tasks would free the most managed memory first,
+    never below level 0) while memory is over, then tasks off the vertex with the most
+    above its minimum while anything is over. A note per moved vertex names the limit.
+    When even that cannot meet them, `config` is left as it was (`clip` then says so)."""
+    limits = params.limits
+    asked = totals(config, params)
+    if within_limits(asked, limits):
+        return
+    cpu, managed = params.cpu, params.memory.managed_mib
+    movable = [v for v in graph.vertices if not cpu.excludes(v.id, v.operator_uids)]
+    trial = dict(config)
+
+    def memory_over() -> bool:
+        return limits.max_memory is not None and \
+            totals(trial, params).memory_mib > limits.max_memory * (1 + 1e-9)
+
+    def freed(vid: str) -> float:
+        c = trial[vid]
+        level = c.memory_level
+        return c.parallelism * (managed(level) - managed(level - 1)) if level else 0.0
+
+    while memory_over():
+        vid = max((v.id for v in movable), key=freed, default=None)
+        if vid is None or freed(vid) <= 0:
+            break
+        c = trial[vid]
+        trial[vid] = VertexConfig(c.parallelism, (c.memory_level or 0) - 1)
+    floors = {v.id: cpu.parallelism_range(v.id, v.operator_uids, v.max_parallelism)[0]
+              for v in movable}
+    while not within_limits(totals(trial, params), limits):
+        spare = [vid for vid in floors if trial[vid].parallelism > floors[vid]]
+        if not spare:
+            return  # not even the minimum parallelisms at level 0 fit
+        vid = max(spare, key=lambda i: trial[i].parallelism - floors[i])
+        c = trial[vid]
+        trial[vid] = VertexConfig(c.parallelism - 1, c.memory_level)
+    broken = []
+    if limits.max_cpu_cores is not None and asked.cpu_cores > limits.max_cpu_cores * (1 + 1e-9):
+        broken.append(f"spec.limits maxCpuCores is {limits.max_cpu_cores:g} "
+                      f"(it runs {asked.cpu_cores:g})")
+    if limits.max_memory is not None and asked.memory_mib > limits.max_memory * (1 + 1e-9):
+        broken.append(f"spec.limits maxMemory is {limits.max_memory:.0f} MiB "
+                      f"(it runs {asked.memory_mib:.0f})")
+    which = "; ".join(broken)
+    for vid, c in trial.items():
+        before = config[vid]
+        if c == before:
+            continue
+        moved = []
+        if c.parallelism != before.parallelism:
+            moved.append(f"parallelism {before.parallelism}→{c.parallelism}")
+        if c.memory_level != before.memory_level:
+            moved.append(f"memory level {before.memory_level}→{c.memory_level}")
+        said = f"{', '.join(moved)}: {which}"
+        notes[vid] = f"{notes[vid]}; {said}" if vid in notes else said
+        config[vid] = c

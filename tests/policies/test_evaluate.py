@@ -6,9 +6,10 @@ from dataclasses import replace
 
 import pytest
 
-from policies import Evaluation, PolicyState, ScalingParams, evaluate
+from policies import Evaluation, PolicyState, ScalingParams, evaluate, limits
 from policies.decision import Action, Branch
-from policies.model import JobGraph, Observation, VertexMetrics
+from policies.model import JobGraph, Observation, VertexConfig, VertexMetrics
+from policies.params import totals
 from policies.spec import CpuScaling, Limits, MemoryScaling, Policy
 from tests.policies.builders import NOW, chain, metrics, observe, source, vertex
 
@@ -146,6 +147,38 @@ def test_clipping_is_reported_on_the_decision_and_the_vertex() -> None:
     assert c.parallelism_after == 3 and e.configuration["counter"].parallelism == 3
     assert "scale-out 2→4 trimmed to 2→3" in c.reason and "was memory-disabled" in c.reason
     assert e.decision.after.cpu_cores == 7
+
+
+@pytest.mark.parametrize("policy", [Policy.JUSTIN, Policy.CAPACITY])
+def test_a_lowered_quota_takes_effect_with_a_reason_naming_it(policy: Policy) -> None:
+    """A GitOps edit lowers spec.limits below what runs, in a window where the policy would
+    keep everything: memory levels come down first while memory is over, then tasks."""
+    graph = chain(vertex("src", 2), vertex("counter", 6, 2), vertex("sink", 2))
+    quiet = observe(src=source(500, 1000), counter=counter(0.9, busy=500),
+                    sink=metrics(500, 1000, 0))
+    base = replace(PARAMS, policy=policy)
+    running = totals(graph.configuration(), base)
+    cores = replace(base, limits=Limits(max_cpu_cores=running.cpu_cores - 3))
+    e = evaluate(graph, quiet, PolicyState(), cores, NOW)
+    assert e.decision.reconfigures
+    assert e.configuration["counter"] == VertexConfig(3, 2)  # the most tasks to spare
+    assert e.decision.vertex("counter").branch is Branch.OUT_OF_BOUNDS
+    assert f"spec.limits maxCpuCores is {running.cpu_cores - 3:g}" in e.decision.reason
+    memory = replace(base, limits=Limits(max_memory=f"{running.memory_mib - 1000:.0f}Mi"))
+    e = evaluate(graph, quiet, PolicyState(), memory, NOW)
+    assert e.configuration["counter"] == VertexConfig(6, 1)  # a level, not tasks
+    assert "spec.limits maxMemory is" in e.decision.reason
+    assert totals(e.configuration, memory).memory_mib <= running.memory_mib - 1000
+    # Within them again, the next window decides as the policy would.
+    again = evaluate(graph.with_configuration(e.configuration), quiet, e.state, memory,
+                     NOW + 300)
+    assert all(d.branch is not Branch.OUT_OF_BOUNDS for d in again.decision.vertices)
+
+
+def test_a_quota_not_even_the_minimum_meets_moves_nothing() -> None:
+    graph = chain(vertex("src", 2), vertex("counter", 6, 2), vertex("sink", 2))
+    params = replace(PARAMS, limits=Limits(max_cpu_cores=2))  # 3 vertices need 3 tasks
+    assert limits.bounded(graph, params) is None
 
 
 def test_evaluate_is_deterministic() -> None:
