@@ -26,7 +26,7 @@ from controller.api import ConditionType, Mode, PlacementStatus, Realization, Ta
 from controller.api import TaskManagerShape as SpecShape
 from controller.realize import MANAGED_FRACTION_KEY, NETWORK_FRACTION_KEY, pods_now
 from controller.record import Reason, Run, Stop, pod_request, policy_state, with_policy_state
-from packer.pricing import Priced, Prices, cheapest, vertex_slots
+from packer.pricing import PodPricing, Priced, Prices
 from policies import Evaluation, explain
 from policies.model import Configuration, JobGraph
 from policies.spec import CostSpec, MemoryScaling, TaskFootprint
@@ -110,19 +110,19 @@ def slots(
 def pack(
     graph: JobGraph, configuration: Configuration, memory: MemoryScaling,
     task: TaskFootprint, task_managers: TaskManagerSpec, time_limit_s: float,
-    prices: Prices | None = None,
+    prices: Prices | None = None, pods: PodPricing | None = None,
 ) -> Placed | Unplaceable:
-    """Fine-grained: the cheapest pods (grouping, shape, packing; packer.pricing).
+    """Fine-grained: the cheapest pods (grouping, shape, packing; packer.pricing), by the
+    planner's own `pods` pricing when given (`ScalingParams.pods`), at `time_limit_s`.
     Adaptive: every slot alike on one of the spec's shapes (the paper's by default)."""
     if task_managers.realization == Realization.FINE_GRAINED:
         problem = task_managers.bounds_problem()
         if problem is not None:
             return Unplaceable(problem)
-        vertices = vertex_slots(graph, configuration, memory.managed_mib, task.cpu_cores,
-                                task.heap_mib, task.network_mib)
-        priced = cheapest(vertices,
-                          task_managers.shape_bounds(), prices or Prices(),
-                          time_limit_s=time_limit_s)
+        pricing = pods or PodPricing(task.cpu_cores, task.heap_mib, task.network_mib,
+                                     memory.base_managed_memory,
+                                     task_managers.shape_bounds(), prices or Prices())
+        priced = replace(pricing, time_limit_s=time_limit_s).exact(graph, configuration)
         if priced is None:
             return Unplaceable("no TaskManager within spec.taskManager's bounds (minCpu..maxCpu, "
                                "minMemory..maxMemory, maxSlots) holds the largest slot")
@@ -154,7 +154,8 @@ def place(run: Run, graph: JobGraph, evaluation: Evaluation) -> Placed:
     params = run.params
     placed = pack(graph, evaluation.configuration, params.memory, params.footprint,
                   spec.task_manager, spec.placement.solver_time_limit,
-                  Prices(spec.cost.cpu_core_price, spec.cost.memory_gib_price))
+                  Prices(spec.cost.cpu_core_price, spec.cost.memory_gib_price),
+                  params.pods if isinstance(params.pods, PodPricing) else None)
     telemetry.DECIDE_SECONDS.observe(time.perf_counter() - run.decide_started)
     if isinstance(placed, Placed):
         telemetry.SOLVER_SECONDS.observe(placed.placement.solve_seconds)
