@@ -24,6 +24,7 @@ feasible, × price); only the best `EXACT_SHAPES` go to CP-SAT. Pure and determi
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -298,14 +299,22 @@ def candidate_shapes(groups: Sequence[SlotGroup], bounds: ShapeBounds,
     """Every shape fitted to n TaskManagers holding ceil(slots/n) of each group, for
     each n where that mix changes, with the price of that (feasible) packing; or the
     menu priced by its lower bound. Cheapest first."""
+    return list(_candidate_shapes(tuple(groups), bounds, prices))
+
+
+# The planner's screen and its exact pricing of the finalists ask for the same groups'
+# shapes; remembered, the finalists' are not fitted again (all arguments are frozen).
+@functools.lru_cache(maxsize=256)
+def _candidate_shapes(groups: tuple[SlotGroup, ...], bounds: ShapeBounds,
+                      prices: Prices) -> tuple[tuple[float, TaskManagerShape], ...]:
     slots = [s for g in groups for s in g.task_slots()]
     if bounds.menu:
         menu = [s if s.cost is not None else replace(s, cost=prices.of(s.cpu_cores,
                                                                          s.process_mib))
                 for s in bounds.menu]
         fits = [s for s in menu if unfit_slot(slots, s) is None]
-        return sorted(((lower_bound(slots, s) * s.price, s) for s in fits),
-                      key=lambda x: (x[0], x[1].name))
+        return tuple(sorted(((lower_bound(slots, s) * s.price, s) for s in fits),
+                            key=lambda x: (x[0], x[1].name)))
     total = max((g.slots for g in groups), default=0)
     seen: dict[str, tuple[float, TaskManagerShape]] = {}
     last: list[int] | None = None
@@ -337,7 +346,12 @@ def candidate_shapes(groups: Sequence[SlotGroup], bounds: ShapeBounds,
         price = -(-slots_total // k) * shape.price
         if shape.name not in seen or price < seen[shape.name][0]:
             seen[shape.name] = (price, shape)
-    return sorted(seen.values(), key=lambda x: (x[0], x[1].name))
+    return tuple(sorted(seen.values(), key=lambda x: (x[0], x[1].name)))
+
+
+def forget_shapes() -> None:
+    """Forget the remembered candidate shapes (a benchmark times a cold decision)."""
+    _candidate_shapes.cache_clear()
 
 
 # --- the price --------------------------------------------------------------------------
