@@ -459,6 +459,12 @@ class PodPricing:
         """The configuration of least pod price with each vertex at one of its `options`
         (a vertex without options keeps `start`'s), and its price. Ties keep `start`'s
         choices, so a planner's own order decides among equal bills."""
+        config, priced = self.choose(graph, options, start)
+        return config, math.inf if priced is None else priced.price
+
+    def choose(self, graph: JobGraph, options: Mapping[str, Sequence[VertexConfig]],
+               start: Configuration) -> tuple[Configuration, Priced | None]:
+        """`cheapest`, with its pods (None: nothing holds a slot)."""
         choices = {vid: list(dict.fromkeys([start[vid], *options.get(vid, ())]))
                    for vid in start}
         bounds: dict[tuple[tuple[str, VertexConfig], ...], float] = {}
@@ -486,15 +492,16 @@ class PodPricing:
         start_key = tuple(sorted(start.items()))
         ranked = sorted(bounds.items(), key=lambda kv: (
             kv[1], _moves(kv[0], start_key)))[:EXACT_SHAPES]
-        best: tuple[float, int, Configuration] | None = None
+        best: tuple[float, int, Configuration, Priced] | None = None
         for key, _ in ranked:
             mix: Configuration = MappingProxyType(dict(key))
-            candidate = (self.price(graph, mix), _moves(key, start_key), mix)
-            if best is None or candidate[:2] < best[:2]:
-                best = candidate
-        if best is None or not math.isfinite(best[0]):
-            return start, self.price(graph, start)
-        return best[2], best[0]
+            priced = self.exact(graph, mix)
+            if priced is not None and (best is None or (priced.price, _moves(key, start_key))
+                                       < best[:2]):
+                best = (priced.price, _moves(key, start_key), mix, priced)
+        if best is None:
+            return start, self.exact(graph, start)
+        return best[2], best[3]
 
 
 def _moves(key: Sequence[tuple[str, VertexConfig]],

@@ -111,10 +111,12 @@ def pod_oracle(model: JobModel, target_rate: float | None = None, *,
         options[vid] = tuple(found) or (paper.configuration[vid],)
     # The planner's own search (packer.pricing.PodPricing.cheapest) over the same options.
     start = MappingProxyType({vid: o[0] for vid, o in options.items()})
-    config, _ = pricing(bounds=bounds, prices=prices).cheapest(model.job_graph(), options,
-                                                                start)
+    config, priced = pricing(bounds=bounds, prices=prices).choose(model.job_graph(), options,
+                                                                   start)
+    if priced is None:
+        raise ValueError(f"{model.name}: no TaskManager within the bounds holds a slot")
     screened = math.prod(len(o) for o in options.values())
-    return PodOracle(config, ours(model, config, prices=prices, bounds=bounds), screened)
+    return PodOracle(config, Realized(priced.bill, priced.shape.name, priced.proven), screened)
 
 
 def ratio(ours_value: float, theirs: float) -> float:
