@@ -33,8 +33,8 @@ from pydantic import (
 from pydantic.alias_generators import to_camel
 
 from controller.adapters import dial
-from packer.bill import Prices
 from packer.pricing import PodPricing, ShapeBounds
+from policies.bill import Prices
 from policies.decision import (
     Decision,
     EpochTime,

@@ -34,8 +34,8 @@ from controller.api import (
 )
 from controller.ports import JobSummary, PatchRefused
 from controller.record import Realized, Reason, Run, with_pods
-from packer.bill import PodBill, pod_bill
 from policies import buffering
+from policies.bill import PodBill, pod_bill
 from policies.decision import epoch_seconds
 from policies.levels import level_of, managed_mib, own_managed_mib
 from policies.model import Configuration, JobGraph

@@ -31,8 +31,8 @@ from controller.api import (
     timestamp,
 )
 from controller.ports import Ports
-from packer.bill import PodBill, describe_change
 from policies import buffering, explain, skew
+from policies.bill import PodBill, describe_change
 from policies.decision import Action, Decision, Totals, VertexDecision, epoch_seconds
 from policies.levels import format_level
 from policies.params import HISTORY_LIMIT, PolicyState, ScalingParams

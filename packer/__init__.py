@@ -7,7 +7,6 @@
 
 from typing import TYPE_CHECKING, Any
 
-from packer.bill import PodBill, describe_change, pod_bill
 from packer.check import check
 from packer.flink_memory import FlinkMemoryOptions, TaskManagerMemory, task_manager_memory
 from packer.greedy import first_fit_decreasing, flink_first_fit, lower_bound
@@ -20,6 +19,7 @@ from packer.types import (
     TaskManagerShape,
     TaskSlot,
 )
+from policies.bill import PodBill, describe_change, pod_bill
 
 __all__ = [
     "CurrentPlacement",

@@ -31,8 +31,6 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 
-from packer.bill import PodBill
-from packer.bill import Prices as Prices  # re-exported: the prices pricing is done at
 from packer.flink_memory import (
     DEFAULT_OPTIONS,
     MIB,
@@ -42,6 +40,8 @@ from packer.flink_memory import (
 )
 from packer.greedy import lower_bound, unfit_slot
 from packer.types import CurrentPlacement, Placement, TaskManagerShape, TaskSlot
+from policies.bill import PodBill
+from policies.bill import Prices as Prices  # re-exported: the prices pricing is done at
 from policies.levels import managed_mib
 from policies.model import Configuration, JobGraph, VertexConfig
 

@@ -15,9 +15,9 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from types import MappingProxyType
 
-from packer.bill import Prices
 from packer.flink_memory import DEFAULT_OPTIONS, FlinkMemoryOptions, TaskManagerMemory
 from packer.flink_memory import task_manager_memory as _split
+from policies.bill import Prices
 
 SlotKey = tuple[str, int]
 """(vertex id, subtask index): a task's identity across placements."""
@@ -91,7 +91,7 @@ class TaskManagerShape:
     `max_slots` caps tasks per TaskManager; None means only resources limit it,
     which is how Flink's fine-grained slot manager treats dynamic slots.
     `cost` ranks shapes when several are allowed; by default the shape's price at
-    spec.cost's default prices (`packer.bill.Prices`, the one price rule).
+    spec.cost's default prices (`policies.bill.Prices`, the one price rule).
     """
 
     name: str

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Protocol
 
-from packer.bill import Prices
+from policies.bill import Prices
 from policies.decision import Decision, HistoryRecord, Totals
 from policies.learning import VertexLearning
 from policies.model import Configuration, JobGraph, VertexConfig

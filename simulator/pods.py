@@ -18,8 +18,8 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
 
-from packer.bill import PodBill
 from packer.pricing import PAPER_SHAPE, PodPricing, Prices, ShapeBounds, upstream_pods
+from policies.bill import PodBill
 from policies.model import Configuration, VertexConfig
 from policies.spec import MemoryScaling
 from simulator.model import JobModel
@@ -36,7 +36,7 @@ TASK_NETWORK_MIB = PAPER_SHAPE.memory.network_mib / SLOTS
 
 @dataclass(frozen=True)
 class Realized:
-    """A configuration's pod bill (`packer.bill.PodBill`, the controller's), with how it was
+    """A configuration's pod bill (`policies.bill.PodBill`, the controller's), with how it was
     found: the TaskManager shape's name and whether the packing's count is proven minimal."""
 
     pods: PodBill

@@ -99,6 +99,17 @@ def test_the_core_and_the_twin_never_import_the_controller() -> None:
     assert wrong == []
 
 
+def test_the_policies_never_import_the_packer() -> None:
+    """The packer prices what the policies decide (packer -> policies); the policies reach
+    it only through `ScalingParams.pods`, a protocol, so the two packages never import
+    each other."""
+    graph = import_graph()
+    wrong = sorted(f"{module} imports {target}" for module, targets in graph.items()
+                   if module.split(".")[0] == "policies"
+                   for target in targets if target.split(".")[0] == "packer")
+    assert wrong == []
+
+
 @pytest.mark.parametrize("args", [["--help"], ["validate", "examples/minimal.yaml"], ["crd"]])
 def test_cluster_free_commands_load_neither_kopf_nor_or_tools(args: list[str]) -> None:
     probe = ("import sys\nfrom controller.cli import app\n"

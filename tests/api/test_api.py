@@ -24,8 +24,8 @@ from controller.record import (
     with_pods,
     with_policy_state,
 )
-from packer.bill import pod_bill
 from policies import evaluate
+from policies.bill import pod_bill
 from policies.decision import Action, HistoryRecord, epoch_seconds, rfc3339
 from policies.params import HISTORY_LIMIT
 

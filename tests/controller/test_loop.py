@@ -29,7 +29,7 @@ from controller.place import slots
 from controller.ports import Collected, JobSummary, MetricsUnavailable, PatchRefused, Ports
 from controller.realize import OVERRIDES_KEY, RESOURCES_KEY, SHAPE_KEYS, memory_levels
 from controller.record import Pass, Reason, bill_of
-from packer.bill import describe_change
+from policies.bill import describe_change
 from policies.model import (
     Edge,
     JobGraph,

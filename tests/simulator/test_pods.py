@@ -1,13 +1,13 @@
 """A twin's configuration in pods (simulator/pods.py): the controller's bill
-(packer.bill.PodBill) with the shape and proof, in the JSON bench/results/*.json hold."""
+(policies.bill.PodBill) with the shape and proof, in the JSON bench/results/*.json hold."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
-from packer.bill import PodBill
 from packer.pricing import PAPER_SHAPE, Prices
+from policies.bill import PodBill
 from policies.model import VertexConfig
 from simulator import pods
 from simulator.model import load_model

@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from packer.bill import PodBill, describe_change, pod_bill
+from policies.bill import PodBill, describe_change, pod_bill
 
 PRICES = {"cpu_core_price": 1.0, "memory_gib_price": 0.134}
 
