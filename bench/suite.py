@@ -36,7 +36,10 @@ Definitions (the targets, `evaluate`):
   target out of its reach (the most one can sustain at 0.5 busyness over every
   parallelism and memory level is below its load): from the first time the target rate
   crosses that (onset), a decision's `skew` findings (`RunResult.skew_named`) must name
-  it within two windows (2 × WINDOW_S). n/a when decisions carry no `skew`.
+  it within two windows (2 × WINDOW_S). n/a when decisions carry no `skew`. Beside it,
+  issue 22's measure: within two windows of the first evaluation that could show it
+  (the vertex at two tasks or more: at one task no spread is measured), so a vertex at
+  one task at the onset is not charged the first scale-out's restart and stabilization.
 * **peer**: cores and memory ≤ the upstream autoscaler's, final configuration, on
   every peer job.
 """
@@ -174,6 +177,13 @@ def skew_onsets(model: JobModel, seed: int, duration_s: float,
     return out
 
 
+def shown(result: RunResult, vertex_id: str, onset_s: float) -> float | None:
+    """The first evaluation at or after the onset that could show the vertex's key skew:
+    one of it running at two tasks or more (at one task, no spread is measured)."""
+    return next((t for t, parallelism in result.evaluations
+                 if t >= onset_s and parallelism.get(vertex_id, 0) >= 2), None)
+
+
 def last_phase_target(model: JobModel, duration_s: float) -> float:
     """The highest target of the run's last load phase: what the final configuration needs."""
     start = max(t for t in model.boundaries(duration_s) if t < duration_s)
@@ -185,6 +195,7 @@ def measure(result: RunResult, seed: int, onsets: dict[str, float]) -> dict[str,
     """One run's numbers for the targets (JSON-able)."""
     model = result.model
     uid = {o.vertex_id: o.uid for o in model.operators}
+    vid_of = {u: v for v, u in uid.items()}
     named = {uid[v]: t for v, t in result.skew_named.items() if v in uid}
     return {
         "policy": result.policy,
@@ -201,7 +212,8 @@ def measure(result: RunResult, seed: int, onsets: dict[str, float]) -> dict[str,
         "peak_lag": round(max((s.lag for s in result.samples), default=0.0)),
         "steady_restarts_at_s": steady_restarts(result, seed),
         "write_memory": write_memory(result),
-        "skew": {u: {"onset_s": t, "named_s": named.get(u)} for u, t in onsets.items()},
+        "skew": {u: {"onset_s": t, "shown_s": shown(result, vid_of[u], t),
+                     "named_s": named.get(u)} for u, t in onsets.items()},
         "skew_named": named,
         "final": _describe(model, result.final),
         "phases": [p.as_json() for p in result.phases],
@@ -388,6 +400,24 @@ def evaluate(runs: list[dict[str, Any]], oracles: dict[tuple[int, int], dict[str
             targets["skew named within 2 windows"] = {
                 "value": f"{len(due) - len(late)}/{len(due)} vertices", "pass": not late,
                 "misses": late}
+            # Issue 22's measure: from the first evaluation that could show the skew (the
+            # vertex at two tasks or more), not from the onset a one-task vertex cannot see.
+            unseen = []
+            for r, uid, s in due:
+                since = s.get("shown_s")
+                if since is None:  # never evaluated at two tasks or more after the onset
+                    continue
+                delay = None if s["named_s"] is None else max(0.0, s["named_s"] - since)
+                if delay is None or delay > limit:
+                    unseen.append(f"{_name(r)} {uid}: " + (
+                        "never named" if delay is None else
+                        f"named {delay:.0f} s after the first evaluation that shows it"))
+            shows = sum(1 for _, _, s in due if s.get("shown_s") is not None)
+            targets["skew named within 2 windows of the first evaluation showing it"] = {
+                "value": f"{shows - len(unseen)}/{shows} vertices" + (
+                    f" ({len(due) - shows} never at two tasks after the onset)"
+                    if shows < len(due) else ""),
+                "pass": not unseen, "misses": unseen}
         # 6. in pods: the price against upstream (its run, else DS2's parallelism run the
         # upstream way) and against the pod oracle
         priced: list[str | None] = []

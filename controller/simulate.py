@@ -12,6 +12,8 @@ when the experiment starts, so the first decision ends the first 2-minute window
 
 from __future__ import annotations
 
+from types import MappingProxyType
+
 from controller.adapters.twin import flink_deployment, twin_ports
 from controller.api import (
     ConditionType,
@@ -86,7 +88,11 @@ def run(model: JobModel, policy: PolicyName, duration_s: float = 1200.0, seed: i
         twin.advance(min(GRANULARITY_S, duration_s - twin.time))
         result.samples.append(sample(twin))
         restarts = len(deployments.downtimes)
+        evaluated = {vid: c.parallelism for vid, c in twin.configuration.items()}
+        decided = status.last_decision
         status = reconcile(hsp, 1, status, ports).status
+        if status.last_decision is not None and status.last_decision != decided:
+            result.evaluations.append((twin.time, MappingProxyType(evaluated)))
         skewed = status.condition(ConditionType.SKEWED)
         if result.skewed_at_s is None and skewed is not None and skewed.status == "True":
             result.skewed_at_s = twin.time

@@ -11,6 +11,7 @@ The paper's setup (§5) is the controller's default: a 2-minute metrics window, 
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Literal
@@ -176,6 +177,9 @@ class RunResult:
     # Vertex id → when a decision first named it skewed (Decision.skew, where the policy
     # reports skew findings).
     skew_named: dict[str, float] = field(default_factory=dict)
+    # Each evaluation (a decision, waiting or not): its virtual time and the parallelism
+    # it evaluated (key skew shows only at two tasks or more). Not in the JSON.
+    evaluations: list[tuple[float, Mapping[str, int]]] = field(default_factory=list)
 
     def steady_restarts_per_hour(self) -> float | None:
         """Restarts per hour over the phases whose target did not move (None: none)."""

@@ -4,7 +4,7 @@ missed is reported, with the amount."""
 from __future__ import annotations
 
 import json
-from types import MappingProxyType
+from types import MappingProxyType, SimpleNamespace
 
 import pytest
 
@@ -144,6 +144,29 @@ def test_skew_is_named_late_never_or_not_reported():
     unreported = suite.evaluate(runs, ORACLES, skew_reported=False)["capacity"][
         "skew named within 2 windows"]
     assert unreported["pass"] is None and "n/a" in unreported["value"]
+
+
+def test_skew_is_also_measured_from_the_first_evaluation_that_shows_it():
+    """A vertex at one task at the onset shows no spread: issue 22 counts from the first
+    evaluation at two tasks or more; one never evaluated so is left out, and said."""
+    runs = rows_for(0, capacity={"skew": {
+        "a": {"onset_s": 0.0, "shown_s": 345.0, "named_s": 465.0},  # late from the onset
+        "b": {"onset_s": 0.0, "shown_s": 120.0, "named_s": 600.0},  # late either way
+        "c": {"onset_s": 0.0, "shown_s": None, "named_s": None}}})
+    report = suite.evaluate(runs, ORACLES, skew_reported=True)["capacity"]
+    strict = report["skew named within 2 windows"]
+    assert strict["value"] == "0/3 vertices"
+    shown = report["skew named within 2 windows of the first evaluation showing it"]
+    assert shown["value"] == "1/2 vertices (1 never at two tasks after the onset)"
+    assert shown["misses"] == ["gen-000 b: named 480 s after the first evaluation that shows it"]
+
+
+def test_the_first_evaluation_that_shows_skew_is_one_at_two_tasks_after_the_onset():
+    result = SimpleNamespace(evaluations=[(120.0, {"v": 1}), (240.0, {"v": 1}),
+                                          (465.0, {"v": 11}), (470.0, {"v": 11})])
+    assert suite.shown(result, "v", 0.0) == 465.0
+    assert suite.shown(result, "v", 466.0) == 470.0
+    assert suite.shown(result, "v", 500.0) is None
 
 
 PEER_TARGET = "peer: cores, memory (per task) and pod price ≤ upstream"
