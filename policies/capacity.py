@@ -172,7 +172,7 @@ def evaluate(graph: JobGraph, observation: Observation, state: PolicyState,
                     parallelism=after.parallelism, memory_level=after.memory_level,
                     capacity=predicted, need=p.need,
                     hottest_capacity=predicted / p.skew.ratio(after.parallelism),
-                    need_hottest=p.need_hottest),
+                    need_hottest=p.need_hottest, from_capacity=_predict(p, p.current)),
                 "surplus_since": None, "surplus_peak_need": None})
         elif triggered:
             learning = learning.model_copy(update={"surplus_since": None,
@@ -223,8 +223,26 @@ def _learn(old: VertexLearning | None, v: Vertex, observation: Observation,
             shorts = (*shorts, ShortConfiguration(parallelism=point.parallelism,
                                                   memory_level=point.memory_level,
                                                   need=predicted.need))[-8:]
-        learning = learning.model_copy(update={"predicted": None, "fell_short": shorts})
+        learning = learning.model_copy(update={
+            "predicted": None, "fell_short": shorts,
+            "realized": _realized(predicted, measured, short_by, learning.realized)})
     return learning
+
+
+def _realized(predicted: Prediction, measured: float, short_by: float,
+              before: float | None) -> float | None:
+    """The share of the surface's predicted gains that measurements confirm, after the
+    step `predicted` was made with the share `before` (None: all): unchanged when the step
+    measured within the noise of its prediction or gained too little to judge; else
+    scaled by how much of the predicted gain it measured (never above 1: all)."""
+    start = predicted.from_capacity
+    if start is None or not start > 0 or predicted.capacity < start * (1 + 2 * short_by):
+        return before
+    if abs(measured - predicted.capacity) <= predicted.capacity * short_by:
+        return before
+    share = (before or 1.0) * (measured - start) / (predicted.capacity - start)
+    share = min(1.0, max(0.05, share))
+    return None if share >= 1.0 else share
 
 
 def point_of(v: Vertex, m: VertexMetrics, time: float) -> CapacityPoint | None:
@@ -274,7 +292,9 @@ def _plan_vertex(graph: JobGraph, v: Vertex, m: VertexMetrics, learning: VertexL
                                 "is freed")
         return replace(keep, note="capacity unknown (too idle to measure): keeps its "
                                   "configuration")
-    surface = fit(learning.points, anchor, params.memory.base_managed_memory)
+    # Where the last step fell short of its predicted gain, the next ones count on as much.
+    surface = fit(learning.points, anchor, params.memory.base_managed_memory).damped(
+        anchor, learning.realized)
     hashed = any(e.ship_strategy == ShipStrategy.HASH for e in graph.inputs(v.id))
     measured = {pt.parallelism: pt.hottest_ratio for pt in learning.points}
     spread = _Skew(anchor.hottest_ratio, v.parallelism, v.max_parallelism if hashed else 0,

@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from pydantic import Field
 
@@ -122,6 +122,8 @@ class Prediction(RecordModel):
         None, description="predicted records/s (mean-based) at which its busiest subtask "
                           "saturates")
     need_hottest: float | None = Field(None, description="what that had to reach")
+    from_capacity: float | None = Field(
+        None, description="true processing rate measured where the step started, records/s")
 
 
 class VertexLearning(RecordModel):
@@ -130,6 +132,10 @@ class VertexLearning(RecordModel):
     fell_short: tuple[ShortConfiguration, ...] = Field(
         (), max_length=SHORT_CONFIGURATIONS_PER_VERTEX)
     predicted: Prediction | None = None
+    # The share of the last judged step's predicted gain that its measurement confirmed
+    # (None: none judged, or a gain too small to judge): the surface's gains are shrunk
+    # by it until a step confirms its prediction.
+    realized: float | None = Field(None, ge=0, le=1)
     # The scale-down wait: since when a cheaper configuration suffices, and the
     # highest need seen since (a scale-down sizes for it).
     surplus_since: EpochTime | None = None
@@ -221,6 +227,10 @@ class Surface:
     curve: MissCurve | None  # None: stateless
     base_mib: float
     correction: float = 1.0  # measured / fitted at the current configuration
+    # Gains over `anchor_capacity` (the current configuration's) count at `realized`, the
+    # share the last step's measurement confirmed of what it predicted (1: all).
+    anchor_capacity: float = 0.0
+    realized: float = 1.0
 
     def service_us(self, parallelism: int, level: int | None) -> float:
         miss = 0.0
@@ -233,7 +243,20 @@ class Surface:
         """True processing rate of the vertex (records/s over all tasks, mean-based);
         0 where the fit is degenerate (no positive, finite service time)."""
         service = self.service_us(parallelism, level)
-        return parallelism * 1e6 / service if 0 < service < math.inf else 0.0
+        if not 0 < service < math.inf:
+            return 0.0
+        capacity = parallelism * 1e6 / service
+        if capacity > self.anchor_capacity > 0:
+            return self.anchor_capacity + (capacity - self.anchor_capacity) * self.realized
+        return capacity
+
+    def damped(self, anchor: CapacityPoint, realized: float | None) -> Surface:
+        """This surface with its gains over `anchor` shrunk to `realized` (None: as is)."""
+        if realized is None or realized >= 1.0:
+            return self
+        return replace(self, anchor_capacity=self.capacity(anchor.parallelism,
+                                                           anchor.memory_level),
+                       realized=max(0.0, realized))
 
 
 def fit(points: Sequence[CapacityPoint], anchor: CapacityPoint, base_mib: float) -> Surface:

@@ -374,7 +374,7 @@ class SkewSpec(SpecModel):
 
 
 class Limits(SpecModel):
-    """Caps on the whole job's task resources; a decision above them is clipped."""
+    """Caps on the whole job's task resources: proposals are clipped, a running job moved within."""
 
     max_cpu_cores: float | None = Field(None, gt=0, description="total CPU cores of all tasks")
     max_memory: Annotated[MemoryMiB, Within(1, memory=True)] | None = Field(

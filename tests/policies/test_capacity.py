@@ -18,10 +18,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from policies import PolicyState, ScalingParams, evaluate, skew
+from policies import PolicyState, ScalingParams, capacity, evaluate, skew
 from policies.decision import Branch
 from policies.learning import (
     CapacityPoint,
+    Prediction,
     ShortConfiguration,
     VertexLearning,
     block_cache_bytes,
@@ -315,6 +316,41 @@ def test_the_fit_is_exact_where_it_measured() -> None:
            for p, m in ((1, 0), (6, 1))]
     surface = fit(pts, pts[-1], BASE)
     assert math.isclose(surface.service_us(6, 1), world.service_us(6, 1), rel_tol=1e-9)
+
+
+def test_gains_shrink_to_the_share_the_last_step_confirmed() -> None:
+    """A step that measured a third of its predicted gain: the surface's gains over the
+    current configuration count a third from then on; losses and the anchor stay."""
+    world = World()
+    pts = [point(p, m, world.service_us(p, m), world.miss(p, m)) for p, m in ((1, 0), (6, 1))]
+    surface = fit(pts, pts[-1], BASE)
+    damped = surface.damped(pts[-1], 1 / 3)
+    now = surface.capacity(6, 1)
+    assert damped.capacity(6, 1) == pytest.approx(now)
+    assert damped.capacity(12, 1) == pytest.approx(now + (surface.capacity(12, 1) - now) / 3)
+    assert damped.capacity(3, 1) == pytest.approx(surface.capacity(3, 1))
+    assert surface.damped(pts[-1], None) is surface
+
+
+@pytest.mark.parametrize(("measured", "before", "after"), [
+    (150.0, None, 0.5),  # half the gain predicted from 100 to 200
+    (150.0, 0.5, 0.25),  # a damped step that again fell to half: a quarter of the raw gain
+    (195.0, 0.5, 0.5),  # within the noise of the (damped) prediction: unchanged
+    (300.0, 0.5, None),  # more than predicted: back to all of it (never above)
+    (90.0, None, 0.05),  # a loss: the floor, not a negative share
+])
+def test_a_steps_measurement_sets_the_share_of_gains_counted(
+        measured: float, before: float | None, after: float | None) -> None:
+    predicted = Prediction(parallelism=4, memory_level=1, capacity=200.0, need=180.0,
+                           from_capacity=100.0)
+    assert capacity._realized(predicted, measured, 0.1, before) == (
+        None if after is None else pytest.approx(after))
+
+
+def test_a_gain_too_small_to_judge_leaves_the_share_as_it_was() -> None:
+    small = Prediction(parallelism=4, memory_level=1, capacity=110.0, need=100.0,
+                       from_capacity=100.0)
+    assert capacity._realized(small, 100.0, 0.1, 0.5) == 0.5
 
 
 def test_contention_is_learned_from_two_parallelisms() -> None:
