@@ -580,6 +580,12 @@ def _vertex_decision(p: _Plan, after: VertexConfig, target: float,
                    f"would suffice: waiting")
         else:
             branch, why = Branch.STEADY, "the current configuration is the one to keep"
+    elif p.deficit and _predict(p, after) < target:
+        most = _bounded_parallelisms(p.vertex, params)[-1]
+        branch, why = Branch.DEFICIT, (
+            f"no configuration within the bounds (at most {most} tasks: spec.cpu "
+            f"maxScaleUpFactor and maxParallelism) is predicted to sustain the target: the "
+            f"cheapest near the most they reach, sized again once it runs")
     elif p.deficit:
         branch, why = Branch.DEFICIT, "cheapest configuration predicted to sustain the target"
     elif p.surplus:

@@ -143,6 +143,21 @@ def test_one_jump_reaches_the_target_near_the_cheapest_configuration() -> None:
     assert world.counter(c.parallelism, c.memory_level, 60_000).busyness <= 0.8
 
 
+def test_a_step_the_bounds_cut_short_says_so_rather_than_that_it_sustains_the_target() -> None:
+    """At most two tasks (maxScaleUpFactor 1) cannot carry 30x what one task does: the step
+    is taken, and its reason says no configuration within the bounds sustains the target."""
+    world = World()
+    params = replace(PARAMS, cpu=PARAMS.cpu.model_copy(update={"max_scale_up_factor": 1.0}))
+    one = world.counter(1, 0, 1e9).records_in_per_s
+    g = graph()
+    e = evaluate(g, world.observe(g, 30 * one, 120.0), PolicyState(), params, 120.0)
+    assert e.decision.reconfigures and e.configuration["counter"].parallelism <= 2
+    why = e.decision.vertex("counter").reason
+    assert why.startswith("no configuration within the bounds (at most 2 tasks"), why
+    assert "predicted to fall short" in why
+    assert "predicted to sustain the target;" not in why
+
+
 def test_memory_and_parallelism_change_in_the_same_step() -> None:
     _, steps, _ = run(World(), 60_000, windows=3)
     p, level = steps[0]
