@@ -607,6 +607,8 @@ class ObservedJob(StatusModel):
     unexplained_restarts: int = Field(
         0, ge=0, description="restarts without a step of this policy, in a row")
     last_unexplained_restart_time: EpochTime | None = None
+    restarts: int | None = Field(
+        None, ge=0, description="its numRestarts (failovers in place included), if answered")
 
 
 class ScaleDownWait(StatusModel):

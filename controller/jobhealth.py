@@ -3,8 +3,9 @@
 A failover, or a restart loop (a new job id every few seconds), makes every metrics
 window a mix of outage and catch-up: busyness, rates and backlog say nothing about
 the configuration, and a decision from them would be noise that costs a restart. So
-each full pass compares the job it sees (id, start, state) with the one
-the last full pass saw (`status.job`). A change that no step of ours explains
+each full pass compares the job it sees (id, start, state, and Flink's numRestarts,
+which alone shows a failover in place between two passes) with the one the last full
+pass saw (`status.job`). A change that no step of ours explains
 (no reconfiguration since that job was first seen so) counts as an unexplained restart: a Warning
 Event when the streak starts, `Scaling=False/JobRestarted` saying how many, and no
 decision until a full window (after the stabilization) lies after the last restart.
@@ -28,14 +29,18 @@ def check_job(run: Run, job: JobSummary) -> None:
     count, last, absorbed = 0, None, False
     if seen is not None:
         count, last = seen.unexplained_restarts, seen.last_unexplained_restart_time
-        # A new id or start, or a running job caught restarting (a failover in place:
-        # a job that was still starting changes state once, when it runs: no restart).
+        # A new id or start, a running job caught restarting (a job that was still starting
+        # changes state once, when it runs: no restart), or a failover in place between
+        # two passes, which only the job's numRestarts shows.
+        failed_over = (seen.id == job.jid and job.restarts is not None
+                       and seen.restarts is not None and job.restarts > seen.restarts)
         changed = (seen.id != job.jid or restarted > seen.restarted_time + 1e-3
-                   or (seen.state == RUNNING and job.state != RUNNING))
+                   or (seen.state == RUNNING and job.state != RUNNING) or failed_over)
         ours = (run.status.last_reconfiguration_time is not None
                 and run.status.last_reconfiguration_time >= seen.seen_time - 1e-3)
         if changed and not ours:
-            count, last = count + 1, max(restarted, seen.seen_time)
+            # A failover in place keeps the job's start: it happened by now at the latest.
+            count, last = count + 1, run.now if failed_over else max(restarted, seen.seen_time)
             scaling = run.status.condition(ConditionType.SCALING)
             if scaling is None or scaling.reason != Reason.JOB_RESTARTED:
                 run.event("Warning", Reason.JOB_RESTARTED, _said(run, seen, job))
@@ -48,7 +53,7 @@ def check_job(run: Run, job: JobSummary) -> None:
     if count and job.state != RUNNING:  # still restarting: nothing to measure now
         last = run.now
     observed = ObservedJob(id=job.jid, state=job.state[:32], restarted_time=restarted,
-                           seen_time=run.now,
+                           seen_time=run.now, restarts=job.restarts,
                            unexplained_restarts=count, last_unexplained_restart_time=last)
     if (seen is not None and not absorbed
             and observed.model_copy(update={"seen_time": seen.seen_time}) == seen):

@@ -104,6 +104,8 @@ class JobSummary:
     state: str
     start_time_ms: int
     last_modification_ms: int
+    # Flink's numRestarts of this job (failovers in place included); None: not answered.
+    restarts: int | None = None
 
 
 class JobReader(Protocol):

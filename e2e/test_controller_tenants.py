@@ -173,6 +173,35 @@ def test_a_restart_loop_is_named_and_not_decided_from(
     assert (status.get("lastDecision") or {}).get("time") == decided
 
 
+def test_a_failover_in_place_is_named_from_num_restarts(
+    controller: ControllerProcess, cluster: Cluster, namespace: str, e2e_stack: StackInfo,
+) -> None:
+    """A restart in place keeps the job's id and start; Flink's numRestarts (REST) shows it,
+    and the policy names it as it names a restart loop."""
+    apply(cluster, flink_deployment(namespace, "q5", model="q5"))
+    cluster.wait_flink(namespace, "q5")
+    apply(cluster, policy(namespace, "q5", "q5", mode="Recommend", metrics=METRICS))
+    wait_until(lambda: ((hsp(cluster, namespace, "q5").get("status") or {}).get("job")
+                        or {}).get("restarts") == 0,
+               WINDOW_S + 6 * RESOLUTION_S, "a pass saw the job and its numRestarts")
+    jid = hsp(cluster, namespace, "q5")["status"]["job"]["id"]
+    failover = f"{e2e_stack.twin_url}/control/jobs/{namespace}/q5/failover"
+    for _ in range(3):
+        assert requests.post(failover, timeout=10).status_code == 200
+        time.sleep(RESOLUTION_S * 2)
+
+    def named() -> dict[str, Any] | None:
+        policy_now = hsp(cluster, namespace, "q5")
+        job = (policy_now.get("status") or {}).get("job") or {}
+        return job if (job.get("restarts") == 3 and condition(policy_now, "Scaling")
+                       .get("reason") == "JobRestarted") else None
+
+    job = wait_until(named, 6 * RESOLUTION_S, "numRestarts 3 seen and the job named")
+    assert job["id"] == jid and job["unexplainedRestarts"] >= 1, job
+    warned = [r for r, _ in events(cluster, namespace, "q5") if r == "JobRestarted"]
+    assert len(warned) == 1, warned
+
+
 def test_a_lowered_max_parallelism_takes_effect(
     controller: ControllerProcess, cluster: Cluster, namespace: str,
 ) -> None:

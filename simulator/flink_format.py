@@ -67,6 +67,9 @@ class DeployedJob:
     # move, RESTARTING stays 0).
     running_ms: int = 0
     created_ms: int = 0
+    # Restarts of this job in place (a failover: the same id and start), Flink's job gauge
+    # numRestarts, which a new submission starts again at 0.
+    failovers: int = 0
 
 
 class Family:
@@ -142,7 +145,7 @@ def add_job_metrics(scrape: Scrape, job: DeployedJob, twin: Twin, now_ms: int) -
     running = twin.running
     uptime = float(max(0, now_ms - job.start_ms)) if running else 0.0
     scrape.gauge("jobmanager_job", "uptime", jm, uptime)
-    scrape.gauge("jobmanager_job", "numRestarts", jm, 0.0)
+    scrape.gauge("jobmanager_job", "numRestarts", jm, float(job.failovers))
     tick = twin.last_tick()
     if not running or tick is None or not tick.running:
         return
@@ -307,6 +310,16 @@ def plan(job: DeployedJob, twin: Twin) -> dict[str, Any]:
                     "optimizer_properties": {}}
         nodes.append(node)
     return {"jid": job.job_id, "name": job.job_name, "type": "STREAMING", "nodes": nodes}
+
+
+def job_metrics(job: DeployedJob, names: list[str] | None) -> list[dict[str, str]]:
+    """GET /jobs/:jid/metrics: the job's gauges asked for by name (?get=), as Flink answers
+    them (values as strings; a name it does not know is left out); without ?get=, the
+    list of their names."""
+    known = {"numRestarts": str(job.failovers)}
+    if names is None:
+        return [{"id": n} for n in known]
+    return [{"id": n, "value": known[n]} for n in names if n in known]
 
 
 def running_since(job: DeployedJob, now_ms: int) -> int:

@@ -12,6 +12,7 @@ HTTP, the server's own port:
   PUT  /control/jobs/{ns}/{name}             add the job, or reconfigure it (a restart); body
                                              {"flinkConfiguration": {...}, "taskManager": {...}}
   POST /control/jobs/{ns}/{name}/fail        the job crashes and comes back with a new id
+  POST /control/jobs/{ns}/{name}/failover    the job restarts in place (numRestarts + 1)
   DELETE /control/jobs/{ns}/{name}
   GET|PUT http://{name}-rest.{ns}.svc:8081/… as an HTTP proxy: the deployment's REST API
                                              under its in-cluster Service name
@@ -391,6 +392,18 @@ class TwinServer:
             hosted.lower_bounds = {}
         return self.status(namespace, name)
 
+    def failover(self, namespace: str, name: str) -> dict[str, Any]:
+        """The job fails and restarts in place (Flink's restart strategy): the same id and
+        start, a restart's downtime, numRestarts one higher, and no change to the
+        FlinkDeployment (tests of job health, e2e)."""
+        with self._lock:
+            hosted = self._get(namespace, name)
+            self.advance_all()
+            downtime = hosted.twin.apply(dict(hosted.twin.configuration), restart=True)
+            hosted.job = replace(hosted.job, failovers=hosted.job.failovers + 1,
+                                 running_ms=self.now_ms() + int(1000 * downtime))
+        return self.status(namespace, name)
+
     def remove_job(self, namespace: str, name: str) -> None:
         with self._lock:
             hosted = self._get(namespace, name)
@@ -505,6 +518,8 @@ class TwinServer:
                 return ff.job_details(job, twin, now)
             if rest == ["status"]:
                 return {"status": ff.job_state(twin)}
+            if rest == ["metrics"]:
+                return ff.job_metrics(job, names)
             if rest == ["plan"]:
                 return {"plan": ff.plan(job, twin)}
             if rest == ["config"]:
@@ -708,9 +723,11 @@ def _handler_for(server: TwinServer) -> type[BaseHTTPRequestHandler]:
         def do_POST(self) -> None:
             parts = self._parts()
             try:
-                if len(parts) != 5 or parts[:2] != ["control", "jobs"] or parts[4] != "fail":
+                if (len(parts) != 5 or parts[:2] != ["control", "jobs"]
+                        or parts[4] not in ("fail", "failover")):
                     raise KeyError("Not found: " + self.path)
-                self._json(200, server.fail(parts[2], parts[3]))
+                act = server.fail if parts[4] == "fail" else server.failover
+                self._json(200, act(parts[2], parts[3]))
             except KeyError as exc:
                 self._json(HTTPStatus.NOT_FOUND, {"errors": [str(exc.args[0])]})
 

@@ -16,7 +16,9 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 from collections.abc import Iterable, Mapping
+from dataclasses import replace
 from typing import Any
 from urllib.parse import quote
 
@@ -151,12 +153,19 @@ class FlinkRest:
         self.proxy = environ_proxy(self.url) if proxy is True else (proxy or None)
 
     def _get(self, path: str) -> dict[str, Any]:
+        body = self._get_json(path)
+        if not isinstance(body, dict):
+            raise FlinkRestError(f"Flink REST ({self.field}) answered {type(body).__name__}, "
+                                 f"not an object (GET {path})", "malformed")
+        return body
+
+    def _get_json(self, path: str, params: Mapping[str, str] | None = None) -> Any:
         name = f"Flink REST ({self.field})"
 
         def failed(message: str, kind: str) -> FlinkRestError:
             return FlinkRestError(f"{message} (GET {path})", kind)
 
-        raw = outbound.get(self.url, path, None, failed=failed, breakers=self.breakers,
+        raw = outbound.get(self.url, path, params, failed=failed, breakers=self.breakers,
                            default_s=self.timeout_s, field=self.field, what="Flink REST",
                            max_bytes=self.max_bytes, proxy=self.proxy)
         try:
@@ -164,13 +173,28 @@ class FlinkRest:
         except ValueError:
             raise FlinkRestError(f"{name} did not answer JSON (GET {path})", "malformed"
                                  ) from None
-        if not isinstance(body, dict):
-            raise FlinkRestError(f"{name} answered {type(body).__name__}, not an object "
-                                 f"(GET {path})", "malformed")
         return body
 
     def job(self) -> JobSummary | None:
-        return pick_job(self._get("/jobs/overview"))
+        job = pick_job(self._get("/jobs/overview"))
+        return None if job is None else replace(job, restarts=self._restarts(job.jid))
+
+    def _restarts(self, jid: str) -> int | None:
+        """The job's numRestarts gauge (GET /jobs/:jid/metrics?get=numRestarts): a failover
+        in place keeps the job's id and start, and shows only here. None when unanswered."""
+        try:
+            answer = self._get_json(f"/jobs/{quote(jid, safe='')}/metrics",
+                                    {"get": "numRestarts"})
+        except FlinkRestError:
+            return None
+        for metric in answer if isinstance(answer, list) else ():
+            if isinstance(metric, dict) and metric.get("id") == "numRestarts":
+                try:
+                    value = float(metric.get("value", ""))
+                except (TypeError, ValueError):
+                    return None
+                return int(value) if math.isfinite(value) and value >= 0 else None
+        return None
 
     def job_graph(
         self,

@@ -89,6 +89,9 @@ class GoldenJobManager:
             "/jobs/overview": sample("jobs-overview.json"),
             f"/jobs/{JID}": sample("job.json"),
             f"/jobs/{JID}/plan": sample("plan.json"),
+            # The job's metrics answer as the JobManager's do (jobmanager-metrics.json,
+            # recorded from Flink 1.20): a list of ids and string values.
+            f"/jobs/{JID}/metrics?get=numRestarts": [{"id": "numRestarts", "value": "2"}],
             f"/jobs/{JID}/config": {
                 **sample("job-config.json"),
                 "execution-config": {"user-config": {
@@ -123,9 +126,19 @@ def test_client_reads_the_graph_over_http(jobmanager: GoldenJobManager) -> None:
     client = FlinkRest(jobmanager.url + "/")
     job = client.job()
     assert job is not None and job.jid == JID
+    assert job.restarts == 2  # numRestarts: a failover in place shows only there
     graph = client.job_graph(job.jid)
     assert graph.vertex(SOURCE).operator_uids == ("random-key-source",)
     assert graph.vertex(COUNTER).operator_uids == ("stateful-counter",)
+
+
+@pytest.mark.parametrize("answer", [
+    {"errors": ["Not found"]}, [], [{"id": "numRestarts", "value": "NaN"}],
+    [{"id": "numRestarts", "value": "-1"}], [{"id": "numRestarts"}], ["numRestarts"]])
+def test_an_unusable_num_restarts_is_unknown_not_an_error(answer: object) -> None:
+    client = FlinkRest("http://127.0.0.1:9")
+    client._get_json = lambda path, params=None: answer  # type: ignore[method-assign]
+    assert client._restarts(JID) is None
 
 
 def test_client_errors_name_the_url(jobmanager: GoldenJobManager) -> None:

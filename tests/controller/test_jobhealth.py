@@ -5,7 +5,7 @@ policy on an owned deployment patches nothing and takes over once the owner is g
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import pytest
 
@@ -87,6 +87,33 @@ def test_a_failover_after_an_in_place_step_of_ours_is_not_taken_for_it() -> None
     with pytest.raises(Stop):
         check_job(run, restarted)
     assert run.status.job is not None and run.status.job.unexplained_restarts == 1
+
+
+@pytest.mark.parametrize("answered", [True, False])
+def test_a_failover_in_place_shows_only_in_num_restarts(answered: bool) -> None:
+    """The same id and start, the job RUNNING at both passes: numRestarts one higher is an
+    unexplained restart; unanswered (None), nothing is concluded."""
+    flink = RestartingFlink(graph())
+    world = World(flink=flink)
+    p = policy("Recommend", metrics={"window": "20s", "stabilization": "0s",
+                                     "resolution": "5s"})
+    run = Run(p, 1, world.store.last, world.ports())
+    job = flink.job()
+    assert job is not None
+    check_job(run, replace(job, restarts=0 if answered else None))  # first sight
+    run.now = T0 + 10
+    check_job(run, replace(job, restarts=0 if answered else None))  # nothing new
+    run.now = T0 + 20
+    later = replace(job, restarts=1 if answered else None)
+    if not answered:
+        check_job(run, later)
+        assert run.status.job is not None and run.status.job.unexplained_restarts == 0
+        return
+    with pytest.raises(Stop):
+        check_job(run, later)
+    assert run.status.job is not None and run.status.job.unexplained_restarts == 1
+    assert run.status.job.restarts == 1
+    assert run.status.job.last_unexplained_restart_time == T0 + 20
 
 
 @dataclass

@@ -243,6 +243,25 @@ def test_a_failed_job_comes_back_under_a_new_id(server):
                          timeout=5).status_code == 404
 
 
+def test_a_failover_keeps_the_job_and_counts_in_num_restarts(server):
+    """A restart in place: the same id and start, and only Flink's numRestarts gauge (REST
+    and the scrape) says it happened."""
+    url = f"{server.url}/control/jobs/team-a/flaky"
+    requests.put(url, json={"flinkConfiguration": Q11, "taskManager": TM}, timeout=5)
+    rest = requests.get(url, timeout=5).json()["restUrl"]
+    first = requests.get(f"{rest}/jobs/overview", timeout=5).json()["jobs"][0]
+    metrics = f"{rest}/jobs/{first['jid']}/metrics"
+    assert requests.get(metrics, params={"get": "numRestarts"}, timeout=5).json() == [
+        {"id": "numRestarts", "value": "0"}]
+    for _ in range(2):
+        assert requests.post(f"{url}/failover", timeout=5).status_code == 200
+    again = requests.get(f"{rest}/jobs/overview", timeout=5).json()["jobs"][0]
+    assert (again["jid"], again["start-time"]) == (first["jid"], first["start-time"])
+    assert requests.get(metrics, params={"get": "numRestarts,nope"}, timeout=5).json() == [
+        {"id": "numRestarts", "value": "2"}]
+    assert requests.get(metrics, timeout=5).json() == [{"id": "numRestarts"}]
+
+
 def test_flink_configuration_parsing_rejects_what_flink_rejects():
     model = load_model("q11")
     with pytest.raises(ConfigError):
