@@ -62,7 +62,8 @@ def test_a_restart_loop_is_named_warned_once_and_not_decided_from() -> None:
     assert world.store.last.job is not None and world.store.last.job.unexplained_restarts == 0
 
 
-def test_a_failover_after_an_in_place_step_of_ours_is_not_taken_for_it() -> None:
+def first_sight() -> tuple[Run, RestartingFlink, JobSummary]:
+    """A pass of a Recommend policy that has just seen its job for the first time."""
     flink = RestartingFlink(graph())
     world = World(flink=flink)
     p = policy("Recommend", metrics={"window": "20s", "stabilization": "0s",
@@ -70,6 +71,11 @@ def test_a_failover_after_an_in_place_step_of_ours_is_not_taken_for_it() -> None
     run = Run(p, 1, world.store.last, world.ports())
     job = flink.job()
     assert job is not None
+    return run, flink, job
+
+
+def test_a_failover_after_an_in_place_step_of_ours_is_not_taken_for_it() -> None:
+    run, flink, job = first_sight()
     check_job(run, job)  # first sight
     # Our step rescaled in place at T0 + 10 (the same job id and start), seen done.
     run.status = run.status.model_copy(update={
@@ -93,13 +99,7 @@ def test_a_failover_after_an_in_place_step_of_ours_is_not_taken_for_it() -> None
 def test_a_failover_in_place_shows_only_in_num_restarts(answered: bool) -> None:
     """The same id and start, the job RUNNING at both passes: numRestarts one higher is an
     unexplained restart; unanswered (None), nothing is concluded."""
-    flink = RestartingFlink(graph())
-    world = World(flink=flink)
-    p = policy("Recommend", metrics={"window": "20s", "stabilization": "0s",
-                                     "resolution": "5s"})
-    run = Run(p, 1, world.store.last, world.ports())
-    job = flink.job()
-    assert job is not None
+    run, _, job = first_sight()
     check_job(run, replace(job, restarts=0 if answered else None))  # first sight
     run.now = T0 + 10
     check_job(run, replace(job, restarts=0 if answered else None))  # nothing new
