@@ -496,9 +496,9 @@ class PodPricing:
         for key, _ in ranked:
             mix: Configuration = MappingProxyType(dict(key))
             priced = self.exact(graph, mix)
-            if priced is not None and (best is None or (priced.price, _moves(key, start_key))
-                                       < best[:2]):
-                best = (priced.price, _moves(key, start_key), mix, priced)
+            moves = _moves(key, start_key)
+            if priced is not None and (best is None or (priced.price, moves) < best[:2]):
+                best = (priced.price, moves, mix, priced)
         if best is None:
             return start, self.exact(graph, start)
         return best[2], best[3]

@@ -568,6 +568,7 @@ def _predict(p: _Plan, config: VertexConfig) -> float:
 def _vertex_decision(p: _Plan, after: VertexConfig, target: float,
                      params: ScalingParams) -> VertexDecision:
     memory = params.memory
+    predicted = _predict(p, after)
     if p.surface is None:
         warming = p.learning.warming and not params.cpu.excludes(
             p.vertex.id, p.vertex.operator_uids)
@@ -580,7 +581,7 @@ def _vertex_decision(p: _Plan, after: VertexConfig, target: float,
                    f"would suffice: waiting")
         else:
             branch, why = Branch.STEADY, "the current configuration is the one to keep"
-    elif p.deficit and _predict(p, after) < target:
+    elif p.deficit and predicted < target:
         most = _bounded_parallelisms(p.vertex, params)[-1]
         branch, why = Branch.DEFICIT, (
             f"no configuration within the bounds (at most {most} tasks: spec.cpu "
@@ -594,7 +595,6 @@ def _vertex_decision(p: _Plan, after: VertexConfig, target: float,
         branch, why = Branch.RIDE_ALONG, "rides along with the restart"
     if p.skew_limited:
         branch, why = Branch.SKEW_LIMITED, p.note
-    predicted = _predict(p, after)
     # The change itself (p, level) is in the record's fields and said by the Event; the
     # reason says why, and what the numbers predict at the target rate (the capacity the
     # planner sized for also covers catch-up and the utilization target, so the bare

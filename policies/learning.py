@@ -133,8 +133,8 @@ class VertexLearning(RecordModel):
         (), max_length=SHORT_CONFIGURATIONS_PER_VERTEX)
     predicted: Prediction | None = None
     # The share of the last judged step's predicted gain that its measurement confirmed
-    # (None: none judged, or a gain too small to judge): the surface's gains are shrunk
-    # by it until a step confirms its prediction.
+    # (None: all, or none judged): the surface's gains over the current configuration are
+    # shrunk by it until a step measures more than it was promised (capacity._realized).
     realized: float | None = Field(None, ge=0, le=1)
     # The scale-down wait: since when a cheaper configuration suffices, and the
     # highest need seen since (a scale-down sizes for it).

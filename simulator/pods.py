@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
 
-from packer.pricing import PAPER_SHAPE, PodPricing, Prices, ShapeBounds, upstream_pods
+from packer.pricing import PAPER_SHAPE, PodPricing, Priced, Prices, ShapeBounds, upstream_pods
 from policies.bill import PodBill
 from policies.model import Configuration, VertexConfig
 from policies.spec import MemoryScaling
@@ -43,6 +43,13 @@ class Realized:
     shape: str
     proven: bool | None = None  # the packing's TaskManager count proven minimal
 
+    @classmethod
+    def of(cls, model: JobModel, priced: Priced | None) -> Realized:
+        """What the packer priced, or a clear error when no TaskManager holds a slot."""
+        if priced is None:
+            raise ValueError(f"{model.name}: no TaskManager within the bounds holds a slot")
+        return cls(priced.bill, priced.shape.name, priced.proven)
+
     def as_json(self) -> dict[str, Any]:
         return {"pod_cpu": self.pods.cpu_cores, "pod_memory_mb": round(self.pods.memory_mib),
                 "price": round(self.pods.price, 3), "replicas": self.pods.task_managers,
@@ -61,11 +68,8 @@ def ours(model: JobModel, configuration: Configuration, base: float = BASE_MANAG
          bounds: ShapeBounds | None = None, prices: Prices | None = None,
          time_limit_s: float = 2.0) -> Realized:
     """The pods the controller writes for `configuration` (fineGrained, default bounds)."""
-    priced = pricing(base, bounds, prices, time_limit_s).exact(model.job_graph(),
-                                                                configuration)
-    if priced is None:
-        raise ValueError(f"{model.name}: no TaskManager within the bounds holds a slot")
-    return Realized(priced.bill, priced.shape.name, priced.proven)
+    return Realized.of(model, pricing(base, bounds, prices, time_limit_s).exact(
+        model.job_graph(), configuration))
 
 
 def upstream(configuration: Configuration, prices: Prices | None = None) -> Realized:
@@ -113,10 +117,8 @@ def pod_oracle(model: JobModel, target_rate: float | None = None, *,
     start = MappingProxyType({vid: o[0] for vid, o in options.items()})
     config, priced = pricing(bounds=bounds, prices=prices).choose(model.job_graph(), options,
                                                                    start)
-    if priced is None:
-        raise ValueError(f"{model.name}: no TaskManager within the bounds holds a slot")
     screened = math.prod(len(o) for o in options.values())
-    return PodOracle(config, Realized(priced.bill, priced.shape.name, priced.proven), screened)
+    return PodOracle(config, Realized.of(model, priced), screened)
 
 
 def ratio(ours_value: float, theirs: float) -> float:
