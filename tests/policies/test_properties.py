@@ -181,10 +181,13 @@ def test_every_vertex_decision_matches_the_configuration_and_explains_itself(s: 
 def test_a_higher_source_rate_never_lowers_any_parallelism(s: Scenario, extra: float) -> None:
     """More lag growth at the sources raises every target rate; no parallelism may drop.
 
-    DS2's trigger is a band, so this holds when the lower rate already triggers a
-    rescale: an untriggered load leaves every vertex alone that a triggering load
-    would resize in either direction. Limits are off: trimming the largest increase
-    first is not monotone by design.
+    DS2's trigger is a band, so this holds when both rates trigger a rescale: an
+    untriggered load leaves every vertex alone that a triggering load would resize in
+    either direction. A lower rate can trigger where the higher does not: a scale-down
+    alone triggers it, and the lag growth added here blocks scale-downs
+    (cpu.backlogLagThreshold, upstream's rule; hypothesis found it: v1 below the band,
+    v0 riding along to 2 tasks at the lower rate, nothing triggered at the higher).
+    Limits are off: trimming the largest increase first is not monotone by design.
     """
     # The capacity policy may trade tasks for memory as the need grows: DS2 and Justin only.
     s = replace(s, params=replace(s.params, policy=Policy.JUSTIN))
@@ -196,6 +199,9 @@ def test_a_higher_source_rate_never_lowers_any_parallelism(s: Scenario, extra: f
         if s.graph.is_source(vid) else m
         for vid, m in s.observation.vertices.items()
     })
+    assume(ds2.propose(s.graph, busier, s.params.cpu,
+                       scale_down_wanted_since=s.state.scale_down_wanted_since,
+                       now=NOW).triggered)
     low, _ = run(s)
     high, _ = run(replace(s, observation=busier))
     for vid in low:
