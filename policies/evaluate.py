@@ -151,7 +151,9 @@ def _scaling(graph: JobGraph, observation: Observation, state: PolicyState,
     )
     if clip.clipped:
         reason += "; " + clip.reason
-    forecast = _forecast(before, totals(config, params), params) if reconfigures else None
+    forecast = (_forecast(before, totals(config, params), params,
+                          memory_only=memory_only(current, config))
+                if reconfigures else None)
     if forecast is not None:
         reason += "; " + explain.forecast(before, totals(config, params), forecast)
     step = state.step + 1 if reconfigures else state.step
@@ -195,14 +197,23 @@ def _ds2_or_justin(graph: JobGraph, observation: Observation, proposal: ds2.Prop
     return config, decisions
 
 
-def _forecast(before: Totals, after: Totals, params: ScalingParams) -> Forecast:
-    """What the step costs and saves at spec.cost's prices, and the downtime it costs."""
+def memory_only(before: Configuration, after: Configuration) -> bool:
+    """Whether a step changes managed memory and nothing else: the kind of step
+    flink-plugin's agent can enact without a restart (policies/restart_cost.py)."""
+    return (any(after[vid].memory_level != c.memory_level for vid, c in before.items())
+            and all(after[vid].parallelism == c.parallelism for vid, c in before.items()))
+
+
+def _forecast(before: Totals, after: Totals, params: ScalingParams,
+              memory_only: bool = False) -> Forecast:
+    """What the step costs and saves at spec.cost's prices, and the downtime it costs (none
+    for a memory-only step the deployment resizes in place)."""
     cost_after = price_per_hour(after, params)
     return Forecast(
         cost_before_per_hour=round(price_per_hour(before, params), 4),
         cost_after_per_hour=round(cost_after, 4),
-        expected_downtime_s=params.restart_downtime_s,
-        restart_cost=round(restart_cost(cost_after, params), 4),
+        expected_downtime_s=params.step_downtime_s(memory_only),
+        restart_cost=round(restart_cost(cost_after, params, memory_only), 4),
     )
 
 

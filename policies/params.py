@@ -63,6 +63,14 @@ class ScalingParams:
             return self.restart.downtime_s
         return self.expected_downtime_s
 
+    def step_downtime_s(self, memory_only: bool) -> float:
+        """What a step is expected to cost in downtime: a resize in place's when it changes
+        managed memory only and the deployment can resize (no restart, whatever
+        spec.cost.restartDowntime says of restarts); else a restart's."""
+        if memory_only and self.restart is not None and self.restart.resizable:
+            return self.restart.step_downtime_s(True)
+        return self.restart_downtime_s
+
 
 @dataclass(frozen=True)
 class PolicyState:
@@ -106,11 +114,13 @@ def price_per_hour(t: Totals, params: ScalingParams) -> float:
     return Prices(cost.cpu_core_price, cost.memory_gib_price).of(t.cpu_cores, t.memory_mib)
 
 
-def restart_cost(cost_per_hour: float, params: ScalingParams) -> float:
-    """A restart costs its downtime and the catch-up after it, at the new configuration's
-    price: the backlog of D seconds drains in D·u/(1−u) more at utilization u."""
+def restart_cost(cost_per_hour: float, params: ScalingParams, memory_only: bool = False
+                 ) -> float:
+    """A step costs its downtime and the catch-up after it, at the new configuration's
+    price: the backlog of D seconds drains in D·u/(1−u) more at utilization u. A step of
+    managed memory only that the deployment resizes in place costs no downtime."""
     u = params.cpu.utilization_target
-    seconds = params.restart_downtime_s * (1.0 + u / max(1e-9, 1.0 - u))
+    seconds = params.step_downtime_s(memory_only) * (1.0 + u / max(1e-9, 1.0 - u))
     return cost_per_hour * seconds / 3600.0
 
 

@@ -29,13 +29,27 @@ STEPS = RESULTS / "realflink-steps.json"
 FORST_STEPS = [RESULTS / f"realflink-steps-forst-async-2.2-{n}.json" for n in ("100k", "400k")]
 
 
+RESIZES = sorted(RESULTS.glob("realflink-resize*.json"))
+
+
 def test_the_model_reproduces_every_measured_step() -> None:
     """The constants are the ones the bench measured: re-measure, and this says to refit."""
     measured = json.loads(STEPS.read_text())["steps"]
-    assert {s["kind"] for s in measured} == {k.value for k in Enactment}
+    assert {s["kind"] for s in measured} | {"resize"} == {k.value for k in Enactment}
     for step in measured:
         expected = expected_downtime_s(Enactment(step["kind"]), step["stateBytes"])
         assert expected == pytest.approx(step["downtimeS"], abs=3.5), step
+
+
+def test_a_resize_costs_what_the_agent_measured() -> None:
+    """bench.realflink_resize's in-place steps (its 'in-place' is the agent's resize): the job
+    never stopped, whatever its state."""
+    resized = [step for path in RESIZES for step in json.loads(path.read_text())["steps"]
+               if step["kind"] == "in-place"]
+    assert len(resized) >= 2
+    for step in resized:
+        assert step["sameJob"] and step["restarts"] == 0
+        assert expected_downtime_s(Enactment.RESIZE, 10e9) == step["downtimeS"] == 0.0
 
 
 def test_downtime_grows_with_state_except_in_place() -> None:
@@ -62,6 +76,25 @@ def test_the_cheapest_enactment_the_deployment_allows(
         kind: Enactment) -> None:
     assert enactment(parallelism_only=parallelism_only, adaptive_scheduler=adaptive,
                      upgrade_mode=mode, has_checkpoint=checkpoint) == kind
+
+
+@pytest.mark.parametrize(("memory_only", "resizable", "kind"), [
+    (True, True, Enactment.RESIZE),
+    (True, False, Enactment.SAVEPOINT),  # no agent: the restart the upgrade mode says
+    (False, True, Enactment.SAVEPOINT),  # more than memory changes
+])
+def test_only_a_memory_only_step_of_a_resizable_deployment_is_resized(
+        memory_only: bool, resizable: bool, kind: Enactment) -> None:
+    assert enactment(parallelism_only=False, adaptive_scheduler=False, upgrade_mode="savepoint",
+                     has_checkpoint=True, memory_only=memory_only, resizable=resizable) == kind
+
+
+def test_the_policy_prices_a_resizable_memory_step_without_downtime() -> None:
+    facts = RestartFacts(Enactment.SAVEPOINT, 1e9, resizable=True)
+    assert facts.step_downtime_s(memory_only=True) == 0.0
+    assert facts.step_downtime_s(memory_only=False) == facts.downtime_s > 40
+    fixed = RestartFacts(Enactment.SAVEPOINT, 1e9)
+    assert fixed.step_downtime_s(memory_only=True) == fixed.downtime_s
 
 
 def test_a_savepoint_step_with_a_checkpoint_says_what_last_state_would_cost() -> None:
