@@ -304,6 +304,24 @@ class PlacementSpec(SpecModel):
     )
 
 
+RESIZE_PORT = 9260  # flink-plugin's default hybridscaler.resize.port
+
+
+class ResizeSpec(SpecModel):
+    """Memory steps without a restart: flink-plugin's TaskManager agent resizes the live
+    RocksDB block caches (docs/flink-plugin.md, "Resizing in place"). The deployment must
+    run the resizable backend (state.backend.type
+    dev.hybridscaler.flink.resize.ResizableRocksDBStateBackendFactory); otherwise, and for
+    every step that changes more than managed memory, steps restart the job."""
+
+    token: SecretKeyRef = Field(
+        description="the Secret key holding the agent's token (the file the TaskManagers "
+                    "read as hybridscaler.resize.token-file), in the policy's namespace")
+    port: int = Field(RESIZE_PORT, ge=1, le=65535,
+                      description="the agent's port on each TaskManager pod "
+                                  "(hybridscaler.resize.port)")
+
+
 class HybridScalingPolicySpec(SpecModel):
     """What to scale and how. Every section but targetRef has defaults (the paper's)."""
 
@@ -325,6 +343,9 @@ class HybridScalingPolicySpec(SpecModel):
     task_manager: TaskManagerSpec = TaskManagerSpec()
     placement: PlacementSpec = PlacementSpec()
     skew: SkewSpec = SkewSpec()
+    resize: ResizeSpec | None = Field(
+        None, description="resize managed memory in place through flink-plugin's agent; "
+                          "unset (default): every step restarts the job")
 
     def scaling_params(self) -> ScalingParams:
         """The core's parameters; a task's CPU, heap and network are its share of a slot
@@ -543,8 +564,8 @@ class StepEnactment(StatusModel):
     """How a committed step is enacted and what it costs (policies/restart_cost.py)."""
 
     step: int = Field(ge=0, description="the step of status.history")
-    kind: str = Field(description="in-place, last-state or savepoint: the cheapest way "
-                                  "Flink and its operator can enact the step")
+    kind: str = Field(description="resize, in-place, last-state or savepoint: the cheapest "
+                                  "way Flink, its operator and flink-plugin can enact the step")
     state_bytes: int | None = Field(
         None, ge=0, description="the last completed checkpoint's full size; None: unknown")
     expected_downtime_s: float = Field(
@@ -557,10 +578,23 @@ class StepEnactment(StatusModel):
         None, ge=0, description="a savepoint step with a completed checkpoint: the expected "
         "downtime had spec.job.upgradeMode been last-state, when that is shorter (the controller "
         "never changes upgradeMode: docs/flink-plugin.md, 'Choosing the upgrade mode')")
+    expected_cache_bytes: dict[str, int] | None = Field(
+        None, max_length=256,
+        description="a resize: per resized vertex (its name), the block cache per task "
+                    "requested of the TaskManagers' agents")
+    observed_cache_bytes: dict[str, int] | None = Field(
+        None, max_length=256,
+        description="a resize: per resized vertex, the block cache per task RocksDB's "
+                    "block-cache-capacity metric showed")
+    fallback: str | None = Field(
+        None, max_length=1024,
+        description="a resize that could not be done or verified: why; the step was then "
+                    "enacted by restart")
 
     def describe(self) -> str:
         """'by savepoint, expected 45.3 s (last-state would take ~43.7 s)', for messages."""
-        how = "in place" if self.kind == "in-place" else f"by {self.kind}"
+        how = {"in-place": "in place", "resize": "resized in place (no restart)"}.get(
+            self.kind, f"by {self.kind}")
         text = f"{how}, expected {self.expected_downtime_s:g} s"
         if self.last_state_downtime_s is not None:
             text += (f" (last-state would take ~{self.last_state_downtime_s:g} s: "

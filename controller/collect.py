@@ -13,7 +13,13 @@ from dataclasses import replace
 from controller.api import ConditionType
 from controller.gate import Seen, job_unavailable, watching
 from controller.ports import Collected, FlinkRestError, Metrics, MetricsError, MetricsUnavailable
-from controller.realize import current_fields, memory_levels
+from controller.realize import (
+    current_fields,
+    effective_resources,
+    memory_levels,
+    resize_in_effect,
+    verify_resize,
+)
 from controller.record import METRICS_REASONS, Reason, Run, Stop
 from policies.model import JobGraph, VertexConfig
 
@@ -35,6 +41,12 @@ def collect(run: Run, seen: Seen) -> tuple[JobGraph, Collected]:
         raise metrics_unavailable(run, collected)
     run.condition(ConditionType.METRICS_AVAILABLE, True, Reason.METRICS_FRESH,
                   f"all {len(graph.vertices)} vertices reported over the last {window:g}s")
+    resized = resize_in_effect(run.status) is not None
+    verify_resize(run, graph, collected.cache_capacity_bytes)
+    if resized and resize_in_effect(run.status) is None:
+        # The resize fell back: this window ran at other levels than the graph says, and
+        # realize restarts the job with the step.
+        raise Stop("resize-unverified")
     # Since when the tasks run, their block caches refilled from empty (policies.warmup):
     # the job's start, or the last step's commit (an in-place rescale keeps the start).
     restarted = seen.job.start_time_ms / 1000.0
@@ -63,7 +75,9 @@ def job_graph(run: Run, seen: Seen, metrics: Metrics) -> JobGraph:
             raise
         chains = {}
     graph = seen.reader.job_graph(seen.job.jid, candidates, chains)
-    levels = memory_levels(deployment, graph, run.spec.memory.base_managed_memory)
+    levels = memory_levels(deployment, graph, run.spec.memory.base_managed_memory,
+                           effective_resources(run.status, deployment))
     return graph.with_configuration(
         {v.id: VertexConfig(v.parallelism, levels[v.id]) for v in graph.vertices}
     )
+

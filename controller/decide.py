@@ -24,12 +24,17 @@ from controller.realize import (
     as_target,
     current_fields,
     desired_fields,
+    effective_resources,
     enactment_of,
     engine,
+    fits_running_pods,
     keeps_task_managers,
     pods_now,
     priced_state_bytes,
     refusal,
+    requested_pods,
+    resizable,
+    resized_caches,
     unhonoured_memory,
     with_enactment,
 )
@@ -47,7 +52,9 @@ from controller.record import (
 )
 from policies import Evaluation, buffering, evaluate, skew
 from policies.decision import Decision
+from policies.evaluate import memory_only
 from policies.model import JobGraph
+from policies.params import restart_cost
 from policies.restart_cost import RestartFacts
 
 
@@ -69,7 +76,8 @@ def decide(run: Run, graph: JobGraph, collected: Collected) -> Evaluation:
     state = state_bytes(run, collected)
     params = replace(run.params, restart=RestartFacts(
         enactment_of(deployment, [], state), state, run.status.observed_steps(),
-        engine(deployment)), sql_buffering_due=sql_buffering_due(run, deployment))
+        engine(deployment), resizable(deployment, run.spec.resize)),
+        sql_buffering_due=sql_buffering_due(run, deployment))
     evaluation = evaluate(graph, collected.observation, policy_state(run.status), params,
                           run.now)
     decision = evaluation.decision
@@ -103,9 +111,11 @@ def commit(run: Run, graph: JobGraph, collected: Collected, evaluation: Evaluati
     if why is not None:
         raise run.refuse(Reason.MEMORY_NOT_HONOURED, why)
     fields = desired(run, deployment, graph, evaluation, placed)
+    caches = (resized_caches(deployment, fields, graph)
+              if resizable(deployment, run.spec.resize) else None)
     run.status = with_enactment(
         with_policy_state(run.status, evaluation.state), decision.step, deployment, fields,
-        state_bytes(run, collected), run.spec.cost.restart_downtime,
+        state_bytes(run, collected), run.spec.cost.restart_downtime, caches,
     ).model_copy(update={"placement": placed.status(run.spec.cost, pods_now(run)),
                          "target": as_target(decision.step, fields)})
     run.condition(ConditionType.SCALING, True, Reason.RECONFIGURING,
@@ -134,7 +144,40 @@ def desired(run: Run, deployment: Mapping[str, Any], graph: JobGraph,
         tm_cpu=cpu, tm_memory_mib=memory_mib, replicas=replicas, per_operator=not adaptive,
         groups=None if adaptive else placed.groups, flink_options=placed.flink_options,
     )
-    return replace(fields, sql_settings=sql_settings(run, current, evaluation.decision))
+    fields = replace(fields, sql_settings=sql_settings(run, current, evaluation.decision))
+    if (resizable(deployment, run.spec.resize) and not adaptive
+            and memory_only(graph.configuration(), evaluation.configuration)
+            and not restart_pays(fields, current, run)):
+        # A memory-only step whose slots fit the running TaskManagers keeps them (and the
+        # slot sharing groups), so the agents can resize it in place; the next restart
+        # step takes the placement's pods. Not when the placement's pods cost so much
+        # less that the saving pays for a restart (spec.cost.paybackPeriod).
+        groups = {v.id: entry.slot_sharing_group for v in graph.vertices
+                  for entry in [next((current.operator_resources or {}).get(u)
+                                     for u in v.operator_uids)]
+                  if entry is not None and entry.slot_sharing_group is not None}
+        kept = replace(desired_fields(
+            graph, evaluation.configuration, cpu_per_task=task.cpu_cores,
+            heap_per_task_mib=task.heap_mib,
+            base_managed_mib=run.spec.memory.base_managed_memory, tm_cpu=current.tm_cpu or cpu,
+            tm_memory_mib=current.tm_memory_mib or memory_mib, replicas=current.replicas,
+            per_operator=True, groups=groups, flink_options=current.flink_options or None,
+        ), sql_settings=fields.sql_settings)
+        if fits_running_pods(deployment, kept, graph):
+            return kept
+    return fields
+
+
+def restart_pays(fields: OwnedFields, current: OwnedFields, run: Run) -> bool:
+    """Whether the TaskManager pods of `fields` save enough over the running ones to pay
+    for a restart within spec.cost.paybackPeriod (the rule a cheaper configuration
+    meets, policies/capacity.py), the restart priced as `params.restart_cost` does."""
+    cost = run.spec.cost
+    new, now = requested_pods(fields, cost), requested_pods(current, cost)
+    if new is None or now is None:
+        return False
+    return (now.price - new.price) * cost.payback_period / 3600.0 > restart_cost(
+        new.price, run.params)
 
 
 def sql_buffering_due(run: Run, deployment: Mapping[str, Any]) -> bool:
@@ -195,7 +238,8 @@ def memory_not_honoured(run: Run, deployment: Mapping[str, Any], graph: JobGraph
         v.memory_level_after != v.memory_level_before for v in decision.vertices
     ):
         return None
-    found = unhonoured_memory(deployment, graph, collected.cache_capacity_bytes)
+    found = unhonoured_memory(deployment, graph, collected.cache_capacity_bytes,
+                              resources=effective_resources(run.status, deployment))
     if not found:
         return None
     return (f"Flink does not run the managed memory written for {'; '.join(found)}. "

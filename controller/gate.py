@@ -63,6 +63,7 @@ def gate(run: Run) -> Seen:
             raise FlinkRestError("the JobManager lists no job")
     except FlinkRestError as e:
         raise job_unavailable(run, e) from None
+    run.job = job
     observe_enactment(run, job)
     check_job(run, job)  # a restart we did not cause: no decision (controller/jobhealth.py)
     wait = waiting(run, job)

@@ -158,6 +158,51 @@ class Metrics(Protocol):
         ...
 
 
+# --- flink-plugin's agents: resizing block caches in place ---------------------------------
+
+
+@dataclass(frozen=True)
+class CacheTarget:
+    """One JobVertex's block cache per task, as flink-plugin's agent keys slots: the vertex
+    name as Flink's REST shows it (its task threads' name)."""
+
+    task: str
+    cache_bytes: int
+
+
+class ResizeFailed(RuntimeError):
+    """A resize was not done. `kind`: "unreachable" (no agent answered, or no TaskManager
+    pod runs), "unauthorized" (401), "refused" (409: over budget, no such slot, resizing
+    disabled on a TaskManager), "malformed" (an answer we cannot read), "credentials" (the
+    token's Secret). The message names the field and the TaskManager pod, never the
+    agent's text."""
+
+    def __init__(self, message: str, kind: str) -> None:
+        super().__init__(message)
+        self.kind = kind
+
+
+@dataclass(frozen=True)
+class Resized:
+    """What the agents did: per task, the smallest block cache its subtasks read back, and
+    the tasks whose slots this call resized (the rest already held their target)."""
+
+    read_back: Mapping[str, int]
+    changed: tuple[str, ...] = ()
+
+
+class Resizer(Protocol):
+    """The agents on one FlinkDeployment's TaskManagers (docs/flink-plugin.md)."""
+
+    def resize(self, job_id: str, targets: Iterable[CacheTarget], budget_bytes: int
+               ) -> Resized:
+        """Give every subtask of each target's task its cache, on every TaskManager that
+        runs one; grant each TaskManager `budget_bytes` of block cache first. Slots that
+        already hold their target are left alone (so calling it every pass re-applies a
+        resize a failover undid). Raises `ResizeFailed`."""
+        ...
+
+
 # --- all of them, for one pass ------------------------------------------------------------
 
 
@@ -174,3 +219,6 @@ class Ports:
     clock: Clock = time.time
     default_prometheus_url: str = "http://prometheus:9090"
     owners: Owners | None = None  # None: ownership is not checked (the twin, unit fakes)
+    # (namespace, deployment name, spec.resize) -> its TaskManagers' agents; None: the
+    # controller cannot resize (every step restarts).
+    resizers: Callable[[str, str, Any], Resizer] | None = None

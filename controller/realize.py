@@ -21,7 +21,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from controller.api import (
@@ -32,8 +32,9 @@ from controller.api import (
     StepEnactment,
     Target,
 )
-from controller.ports import JobSummary, PatchRefused
+from controller.ports import CacheTarget, JobSummary, PatchRefused, ResizeFailed
 from controller.record import Realized, Reason, Run, with_pods
+from packer.flink_memory import FlinkMemoryOptions, task_manager_memory
 from policies import buffering
 from policies.bill import PodBill, pod_bill
 from policies.decision import epoch_seconds
@@ -66,12 +67,35 @@ STATE_BACKEND_KEY = "state.backend.type"
 # ForSt (Flink 2.x) sizes its block cache from managed memory by the same rule as RocksDB,
 # under its own key (measured: tests/golden/flink-2.2/README.md).
 FORST_WRITE_BUFFER_RATIO_KEY = "state.backend.forst.memory.write-buffer-ratio"
+# flink-plugin's backend whose TaskManager agent resizes block caches in place.
+RESIZABLE_BACKEND = "dev.hybridscaler.flink.resize.ResizableRocksDBStateBackendFactory"
+# Flink's default state.backend.rocksdb.memory.write-buffer-ratio.
+DEFAULT_WRITE_BUFFER_RATIO = 0.5
+# A vertex name longer than this is not resized (it would be kept in status): it restarts.
+MAX_RESIZED_NAME = 512
 
 
 def write_buffer_ratio_key(flink_configuration: Mapping[str, Any]) -> str:
     """The write-buffer ratio's key for the deployment's state backend."""
     forst = configured_engine(flink_configuration) == Engine.FORST
     return FORST_WRITE_BUFFER_RATIO_KEY if forst else WRITE_BUFFER_RATIO_KEY
+
+
+def write_buffer_ratio(flink_configuration: Mapping[str, Any]) -> float:
+    """The deployment's write-buffer ratio (Flink's default when unset or unreadable)."""
+    try:
+        ratio = float(flink_configuration.get(write_buffer_ratio_key(flink_configuration),
+                                              DEFAULT_WRITE_BUFFER_RATIO))
+    except (TypeError, ValueError):
+        return DEFAULT_WRITE_BUFFER_RATIO  # Flink would refuse to start: nothing to compare
+    return ratio if 0 < ratio < 1 else DEFAULT_WRITE_BUFFER_RATIO
+
+
+def cache_bytes(managed_bytes: float, ratio: float) -> int:
+    """The block cache Flink gives RocksDB from a slot's managed memory (Flink's
+    RocksDBMemoryControllerUtils.calculateActualCacheCapacity): (3 − r)/3 of it, r the
+    write-buffer ratio (the write buffers are charged to the cache)."""
+    return int((3 - ratio) * managed_bytes / 3)
 
 
 def configured_engine(flink_configuration: Mapping[str, Any]) -> Engine:
@@ -196,10 +220,13 @@ def current_fields(deployment: Mapping[str, Any]) -> OwnedFields:
 
 
 def memory_levels(
-    deployment: Mapping[str, Any], graph: JobGraph, base_mib: float
+    deployment: Mapping[str, Any], graph: JobGraph, base_mib: float,
+    resources: Mapping[str, OperatorResources] | None = None,
 ) -> dict[str, int | None]:
-    """Each vertex's memory level as the deployment has it (level 0 when we never set it)."""
-    resources = current_fields(deployment).operator_resources or {}
+    """Each vertex's memory level as the deployment has it (level 0 when we never set it),
+    or as `resources` say (a resize in place: `effective_resources`)."""
+    if resources is None:
+        resources = current_fields(deployment).operator_resources or {}
     levels: dict[str, int | None] = {}
     for v in graph.vertices:
         entry = next((resources[u] for u in v.operator_uids if u in resources), None)
@@ -302,16 +329,112 @@ def in_place(deployment: Mapping[str, Any], changed: list[str]) -> bool:
 
 
 def enactment_of(deployment: Mapping[str, Any], changed: list[str],
-                 state_bytes: float | None) -> Enactment:
-    """How the `changed` fields will be enacted: in place, else as spec.job.upgradeMode
-    restarts (last-state needs a completed checkpoint, known from its size)."""
+                 state_bytes: float | None, *, memory_only: bool = False,
+                 resizable: bool = False) -> Enactment:
+    """How the `changed` fields will be enacted: resized by flink-plugin's agent (a step of
+    managed memory only, `memory_only`, on a deployment that can, `resizable`), in place,
+    else as spec.job.upgradeMode restarts (last-state needs a completed checkpoint, known
+    from its size)."""
     spec = deployment.get("spec", {}) or {}
     conf = spec.get("flinkConfiguration", {}) or {}
     return enactment(
         parallelism_only=changed == [OVERRIDES_KEY],
         adaptive_scheduler=str(conf.get(SCHEDULER_KEY, "")).strip().lower() == "adaptive",
         upgrade_mode=str((spec.get("job", {}) or {}).get("upgradeMode", "")),
-        has_checkpoint=state_bytes is not None)
+        has_checkpoint=state_bytes is not None,
+        memory_only=memory_only and changed == [RESOURCES_KEY], resizable=resizable)
+
+
+def resizable(deployment: Mapping[str, Any], resize_spec: Any) -> bool:
+    """Whether memory steps of this deployment can be resized in place: the policy names the
+    agents' token (spec.resize) and the deployment runs flink-plugin's resizable backend."""
+    conf = (deployment.get("spec", {}) or {}).get("flinkConfiguration", {}) or {}
+    return (resize_spec is not None
+            and str(conf.get(STATE_BACKEND_KEY, "") or "").strip() == RESIZABLE_BACKEND)
+
+
+def resized_caches(deployment: Mapping[str, Any], desired: OwnedFields, graph: JobGraph
+                   ) -> dict[str, int] | None:
+    """Per vertex name, the block cache per task a resize would give it, when `desired`
+    differs from the deployment in managed memory only, of vertices with a slot sharing
+    group of their own and managed memory before and after (a slot without managed memory
+    has no cache to resize); None otherwise (a restart enacts it)."""
+    current = current_fields(deployment)
+    want, have = desired.operator_resources or {}, current.operator_resources or {}
+    if desired.differences(current) != [RESOURCES_KEY] or set(want) != set(have):
+        return None
+    changed: set[str] = set()
+    for uid, entry in want.items():
+        old = have[uid]
+        if replace(entry, managed_memory_mb=old.managed_memory_mb) != old:
+            return None  # CPU, heap or group changed: the slots must be made anew
+        if entry.managed_memory_mb != old.managed_memory_mb:
+            if (entry.slot_sharing_group is not None or entry.managed_memory_mb <= 0
+                    or old.managed_memory_mb <= 0):
+                return None
+            changed.add(uid)
+    conf = (deployment.get("spec", {}) or {}).get("flinkConfiguration", {}) or {}
+    ratio = write_buffer_ratio(conf)
+    caches: dict[str, int] = {}
+    for v in graph.vertices:
+        uids = [u for u in v.operator_uids if u in changed]
+        if not uids:
+            continue
+        if len(v.name) > MAX_RESIZED_NAME or not v.name:
+            return None
+        caches[v.name] = cache_bytes(want[uids[0]].managed_memory_mb * MIB, ratio)
+    return caches or None
+
+
+def task_manager_managed_bytes(deployment: Mapping[str, Any]) -> int | None:
+    """One TaskManager's managed memory as Flink splits the deployment's process memory
+    (packer.flink_memory); None when its memory is unknown or Flink would refuse it."""
+    spec = deployment.get("spec", {}) or {}
+    conf = spec.get("flinkConfiguration", {}) or {}
+    memory = parse_memory_mib(((spec.get("taskManager", {}) or {}).get("resource", {})
+                               or {}).get("memory"))
+    if memory is None:
+        return None
+    try:
+        fraction = float(conf.get(MANAGED_FRACTION_KEY, FlinkMemoryOptions.managed_fraction))
+        return task_manager_memory(memory, FlinkMemoryOptions(managed_fraction=fraction)).managed
+    except (TypeError, ValueError):
+        return None
+
+
+def cache_budget_bytes(deployment: Mapping[str, Any]) -> int | None:
+    """What one TaskManager's agent may give all its slots' caches: its whole managed memory
+    in cache bytes, i.e. the slots' reservations and what the placement left unreserved
+    (docs/flink-plugin.md, "Budget"). None when the TaskManager's memory is unknown."""
+    managed = task_manager_managed_bytes(deployment)
+    conf = (deployment.get("spec", {}) or {}).get("flinkConfiguration", {}) or {}
+    return None if managed is None else cache_bytes(managed, write_buffer_ratio(conf))
+
+
+def fits_running_pods(deployment: Mapping[str, Any], desired: OwnedFields,
+                      graph: JobGraph) -> bool:
+    """Whether the slots of `desired` (one per task, each with its entry's managed memory)
+    fit the managed memory of the TaskManagers the deployment runs, first fit decreasing:
+    a memory-only step can then keep the pods and be resized in place. Flink places slots
+    itself, so each agent checks its own TaskManager again (its budget)."""
+    current = current_fields(deployment)
+    managed = task_manager_managed_bytes(deployment)
+    if managed is None or not isinstance(current.replicas, int) or current.replicas < 1:
+        return False
+    resources = desired.operator_resources or {}
+    slots: list[int] = []
+    for v in graph.vertices:
+        entry = next((resources[u] for u in v.operator_uids if u in resources), None)
+        if entry is None or entry.slot_sharing_group is not None:
+            return False
+        slots += [entry.managed_memory_mb * MIB] * desired.overrides.get(v.id, v.parallelism)
+    free = [managed] * current.replicas
+    for size in sorted(slots, reverse=True):
+        bin_ = next((i for i, left in enumerate(free) if left >= size), None)
+        if bin_ is None:
+            return False
+        free[bin_] -= size
+    return True
 
 
 def engine(deployment: Mapping[str, Any]) -> Engine:
@@ -337,21 +460,25 @@ def priced_state_bytes(deployment: Mapping[str, Any], checkpoint_bytes: float | 
 
 def with_enactment(status: Status, step: int, deployment: Mapping[str, Any],
                    desired: OwnedFields, state_bytes: float | None,
-                   restart_downtime_s: float | None = None) -> Status:
+                   restart_downtime_s: float | None = None,
+                   caches: Mapping[str, int] | None = None) -> Status:
     """Record how committed step `step` will be enacted and its expected downtime: the
     planner's (spec.cost.restartDowntime, `restart_downtime_s`) for a restart when the
-    user set it, else learned from this deployment's steps."""
+    user set it, else learned from this deployment's steps. `caches`: the block caches a
+    resize in place would set (`resized_caches`, on a `resizable` deployment), else None."""
     kind = enactment_of(deployment, desired.differences(current_fields(deployment)),
-                        state_bytes)
+                        state_bytes, memory_only=caches is not None,
+                        resizable=caches is not None)
     costs = step_costs(deployment)
     expected = learned_downtime_s(kind, state_bytes, status.observed_steps(), costs)
-    if restart_downtime_s is not None and kind != Enactment.IN_PLACE:
+    if restart_downtime_s is not None and kind not in (Enactment.IN_PLACE, Enactment.RESIZE):
         expected = restart_downtime_s
     entry = StepEnactment(
         step=step, kind=kind.value,
         state_bytes=None if state_bytes is None else round(state_bytes),
         expected_downtime_s=expected,
-        last_state_downtime_s=last_state_downtime_s(kind, state_bytes, costs))
+        last_state_downtime_s=last_state_downtime_s(kind, state_bytes, costs),
+        expected_cache_bytes=dict(caches) if kind == Enactment.RESIZE and caches else None)
     kept = tuple(e for e in status.enactments if e.step != step)
     return status.model_copy(update={"enactments": (*kept, entry)[-ENACTMENTS_LIMIT:]})
 
@@ -369,7 +496,8 @@ def observe_enactment(run: Run, job: JobSummary) -> None:
     if not run.status.enactments:
         return
     last = run.status.enactments[-1]
-    if last.applied_time is None or last.observed_downtime_s is not None:
+    if (last.applied_time is None or last.observed_downtime_s is not None
+            or last.kind == Enactment.RESIZE):  # the job never stops: verify_resize observes
         return
     applied = last.applied_time
     restarted = max(job.start_time_ms, job.last_modification_ms) / 1000.0
@@ -380,16 +508,16 @@ def observe_enactment(run: Run, job: JobSummary) -> None:
 
 def unhonoured_memory(deployment: Mapping[str, Any], graph: JobGraph,
                       cache_capacity_bytes: Mapping[str, float],
-                      tolerance: float = 0.1) -> list[str]:
+                      tolerance: float = 0.1,
+                      resources: Mapping[str, OperatorResources] | None = None) -> list[str]:
     """Stateful vertices whose RocksDB (or ForSt) block cache is not what the managed memory
-    written for them gives (managed · (3 − r)/3, r the write-buffer ratio): Flink ignores the
-    per-operator resources, e.g. because the job does not call HybridResources.apply."""
+    written for them (or `resources`, a resize in place's) gives (`cache_bytes`): Flink
+    ignores the per-operator resources, e.g. because the job does not call
+    HybridResources.apply."""
     conf = (deployment.get("spec", {}) or {}).get("flinkConfiguration", {}) or {}
-    try:
-        ratio = float(conf.get(write_buffer_ratio_key(conf), 0.5))
-    except (TypeError, ValueError):
-        ratio = 0.5  # Flink would refuse to start: nothing to compare with
-    resources = current_fields(deployment).operator_resources or {}
+    ratio = write_buffer_ratio(conf)
+    if resources is None:
+        resources = current_fields(deployment).operator_resources or {}
     found = []
     for v in graph.vertices:
         written = next((resources[u] for u in v.operator_uids if u in resources), None)
@@ -398,7 +526,7 @@ def unhonoured_memory(deployment: Mapping[str, Any], graph: JobGraph,
             written.managed_memory_mb, written.slot_sharing_group, v.id)
         if written is None or own <= 0 or observed is None:
             continue
-        expected = own * 2**20 * (3 - ratio) / 3
+        expected = cache_bytes(own * MIB, ratio)
         if abs(observed - expected) > tolerance * expected:
             found.append(f"{v.name}: block cache {observed / 2**20:.0f} MiB per task, "
                          f"{expected / 2**20:.0f} MiB expected from managedMemoryMb "
@@ -498,6 +626,101 @@ def realize(run: Run) -> Realized | None:
     return realized
 
 
+def resize_in_effect(status: Status) -> StepEnactment | None:
+    """The target's step, when it is enacted by resizing in place and has not fallen back
+    to a restart: the deployment then keeps the old managed memory on purpose (the next
+    restart step carries the resized levels)."""
+    target = status.target
+    entry = None if target is None else next(
+        (e for e in status.enactments if e.step == target.step), None)
+    if entry is None or entry.kind != Enactment.RESIZE or entry.fallback is not None:
+        return None
+    return entry
+
+
+def effective_resources(status: Status, deployment: Mapping[str, Any]
+                        ) -> Mapping[str, OperatorResources] | None:
+    """The per-operator resources the job runs with: the deployment's, or the target's
+    while a resize in place is in effect."""
+    if resize_in_effect(status) is not None and status.target is not None:
+        return dict(target_fields(status.target).operator_resources or {})
+    return current_fields(deployment).operator_resources
+
+
+def fall_back(run: Run, step: int, why: str) -> None:
+    """A resize that could not be done or verified: the step is enacted by restart instead
+    (the next realize patches the deployment), with a Warning naming why."""
+    kept = []
+    for e in run.status.enactments:
+        if e.step == step and e.kind == Enactment.RESIZE and e.fallback is None:
+            restart = enactment_of(run.deployment or {}, [RESOURCES_KEY], e.state_bytes)
+            costs = step_costs(run.deployment or {})
+            e = e.model_copy(update={
+                "fallback": why[:1024], "kind": restart.value, "applied_time": None,
+                "expected_downtime_s": learned_downtime_s(
+                    restart, e.state_bytes, run.status.observed_steps(), costs)})
+        kept.append(e)
+    run.status = run.status.model_copy(update={"enactments": tuple(kept)})
+    run.count_error("resize")
+    run.event("Warning", Reason.RESIZE_FAILED,
+              f"step {step}: not resized in place ({why}); enacting it by restart")
+
+
+def _resize(run: Run, entry: StepEnactment) -> list[str] | None:
+    """Ask the agents for the resize of `entry` (again, where a failover undid it); the
+    caches it changed, or None when it fell back to a restart. Without the job's id (a pass
+    that did not read the job) nothing is asked."""
+    spec, deployment = run.spec.resize, run.deployment or {}
+    if run.job is None:
+        return []
+    caches = entry.expected_cache_bytes or {}
+    budget = cache_budget_bytes(deployment)
+    if run.ports.resizers is None or spec is None or budget is None or not caches:
+        fall_back(run, entry.step, "the controller has no way to reach the TaskManagers' "
+                  "agents" if run.ports.resizers is None or spec is None
+                  else "the TaskManagers' memory is unknown")
+        return None
+    try:  # reaching the agents (their pods, the token) may fail as the resize does
+        resized = run.ports.resizers(run.namespace, run.target, spec).resize(
+            run.job.jid, [CacheTarget(name, size) for name, size in sorted(caches.items())],
+            budget)
+    except ResizeFailed as failed:
+        fall_back(run, entry.step, str(failed))
+        return None
+    # Exact from the agents; the twin reads a level back, which may round by a byte.
+    wrong = sorted(name for name, size in caches.items()
+                   if abs(resized.read_back.get(name, -1) - size) > max(1.0, 1e-6 * size))
+    if wrong:
+        fall_back(run, entry.step, "the agents read back another capacity for "
+                  + ", ".join(wrong[:5]))
+        return None
+    return [f"block cache of {name} (in place)" for name in resized.changed]
+
+
+def verify_resize(run: Run, graph: JobGraph, cache_capacity_bytes: Mapping[str, float],
+                  tolerance: float = 0.01) -> None:
+    """Check a resize in place against RocksDB's block-cache-capacity metric (one window
+    collected after the step): as requested, the step is observed with no downtime;
+    otherwise it falls back to a restart."""
+    entry = resize_in_effect(run.status)
+    if entry is None or entry.applied_time is None or entry.observed_cache_bytes is not None:
+        return
+    by_name = {v.name: v.id for v in graph.vertices}
+    observed = {name: cache_capacity_bytes.get(by_name.get(name, ""))
+                for name in entry.expected_cache_bytes or {}}
+    wrong = sorted(name for name, size in (entry.expected_cache_bytes or {}).items()
+                   if observed[name] is None
+                   or abs((observed[name] or 0.0) - size) > tolerance * size)
+    if wrong:
+        fall_back(run, entry.step, "RocksDB's block-cache-capacity metric does not show the "
+                  "resize of " + ", ".join(wrong[:5]))
+        return
+    seen = {name: round(value or 0.0) for name, value in observed.items()}
+    run.status = run.status.model_copy(update={"enactments": tuple(
+        e.model_copy(update={"observed_cache_bytes": seen, "observed_downtime_s": 0.0})
+        if e.step == entry.step else e for e in run.status.enactments)})
+
+
 def _apply_target(run: Run) -> Realized | None:
     if run.spec.mode != Mode.ACTIVE:
         if run.status.target is not None:
@@ -508,6 +731,13 @@ def _apply_target(run: Run) -> Realized | None:
         return None
     desired = target_fields(target)
     differences = desired.differences(current_fields(deployment))
+    resize = resize_in_effect(run.status)
+    if resize is not None and differences == [RESOURCES_KEY]:
+        resized = _resize(run, resize)
+        if resized is not None:
+            _mark_applied(run, target.step)
+            return Realized(resized, True)
+        differences = desired.differences(current_fields(deployment))
     if differences:
         # Only a target from the current status may be applied: one held by a replica
         # that lost a race would roll the job back (docs/controller.md, one writer).
@@ -520,10 +750,14 @@ def _apply_target(run: Run) -> Realized | None:
             return None
         if note:
             run.event("Normal", Reason.FIELDS_TAKEN_OVER, note)
-    enactments = run.status.enactments
-    if enactments and enactments[-1].step == target.step and enactments[-1].applied_time is None:
-        run.status = _with_last(run.status, applied_time=epoch_seconds(run.now))
+    _mark_applied(run, target.step)
     return Realized(differences, in_place(deployment, differences))
+
+
+def _mark_applied(run: Run, step: int) -> None:
+    enactments = run.status.enactments
+    if enactments and enactments[-1].step == step and enactments[-1].applied_time is None:
+        run.status = _with_last(run.status, applied_time=epoch_seconds(run.now))
 
 
 def patch_refused(run: Run, step: int, code: int) -> None:

@@ -30,7 +30,7 @@ from controller.api import (
     Status,
     timestamp,
 )
-from controller.ports import Ports
+from controller.ports import JobSummary, Ports
 from policies import buffering, explain, skew
 from policies.bill import PodBill, describe_change
 from policies.decision import Action, Decision, Totals, VertexDecision, epoch_seconds
@@ -94,6 +94,7 @@ class Reason(StrEnum):
     SKEWED = "Skewed"  # Warning: Skewed turned True, or its set of vertices changed
     SQL_BUFFERING = "SqlBufferingApplied"  # spec.skew.applySqlSettings: settings in a step
     TARGET_REPLACED = "TargetReplaced"  # a new FlinkDeployment uid: fresh history (also Scaling)
+    RESIZE_FAILED = "ResizeFailed"  # Warning: a resize in place fell back to a restart
 
 
 # MetricsError.kind (controller.adapters.dial) -> the MetricsAvailable=False reason.
@@ -157,6 +158,7 @@ class Run:
         self.saved = status
         self.status = status.model_copy(update={"observed_generation": generation})
         self.deployment: Mapping[str, Any] | None = None  # read by gate
+        self.job: JobSummary | None = None  # read by gate, unless the pass stopped earlier
         self.decision: Decision | None = None  # a step committed by this pass
         self.decide_started = time.perf_counter()
         self.outcome = "reconfigured"

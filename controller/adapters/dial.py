@@ -268,6 +268,15 @@ def get(url: Url, path: str, params: Mapping[str, str] | None, *, field: str, wh
     `timeout_s`; a body past `max_bytes` is dropped. `what` and `field` name the
     endpoint in errors ("Prometheus (spec.metrics.prometheusUrl)").
     """
+    return request("GET", url, path, params, field=field, what=what, timeout_s=timeout_s,
+                   max_bytes=max_bytes, headers=headers, tls=tls, proxy=proxy)
+
+
+def request(method: str, url: Url, path: str, params: Mapping[str, str] | None, *,
+            field: str, what: str, timeout_s: float, max_bytes: int,
+            headers: Mapping[str, str] | None = None, body: bytes | None = None,
+            tls: ssl.SSLContext | None = None, proxy: Proxy | None = None) -> bytes:
+    """`get` with another method and a JSON `body`: the same deadline, limit and errors."""
     name = f"{what} ({field})"
     if _STOPPED.is_set():
         raise Stopping(f"{name} not asked: the controller is stopping")
@@ -287,12 +296,15 @@ def get(url: Url, path: str, params: Mapping[str, str] | None, *, field: str, wh
             target = url.endpoint + target
     conn.ends = ends
     try:
-        conn.putrequest("GET", target, skip_accept_encoding=True)
+        conn.putrequest(method, target, skip_accept_encoding=True)
         conn.putheader("Accept", "application/json")
         conn.putheader("Accept-Encoding", "identity")
+        if body is not None:
+            conn.putheader("Content-Type", "application/json")
+            conn.putheader("Content-Length", str(len(body)))
         for key, value in (headers or {}).items():
             conn.putheader(key, value)
-        conn.endheaders()
+        conn.endheaders(body)
         response = conn.getresponse()
         if response.status != 200:
             # For the operator's debug log only, cut short; never into a message.
@@ -303,10 +315,10 @@ def get(url: Url, path: str, params: Mapping[str, str] | None, *, field: str, wh
         length = response.getheader("Content-Length")
         if length is not None and length.isdigit() and int(length) > max_bytes:
             raise _too_large(name, max_bytes)
-        body = bytearray()
+        answer = bytearray()
         while chunk := response.read(CHUNK_BYTES):
-            body += chunk
-            if len(body) > max_bytes:
+            answer += chunk
+            if len(answer) > max_bytes:
                 raise _too_large(name, max_bytes)
         # read() returns b"" at an early EOF too: a stop, or a peer that closed short of
         # the length it announced, is not an answer.
@@ -314,7 +326,7 @@ def get(url: Url, path: str, params: Mapping[str, str] | None, *, field: str, wh
             raise _stopping(name)
         if response.length:
             raise _unreachable(name)
-        return bytes(body)
+        return bytes(answer)
     except CallFailed:
         raise
     except (OSError, http.client.HTTPException, ssl.SSLError, ValueError) as error:

@@ -23,6 +23,7 @@ from pydantic import ValidationError
 
 from controller import api, telemetry
 from controller.adapters import dial, secrets
+from controller.adapters.agents import AgentResizer, TaskManagerPods, kube_task_managers
 from controller.adapters.flink_rest import FlinkRest
 from controller.adapters.kube import KubeDeployments, KubeEvents, KubeOwners, KubeStatusStore
 from controller.adapters.outbound import AllowList
@@ -38,7 +39,7 @@ from controller.operator.settings import (
     configure,
     reporting_instance,
 )
-from controller.ports import Ports
+from controller.ports import Ports, ResizeFailed
 from controller.record import Reason, with_condition
 
 log = logging.getLogger(__name__)
@@ -107,6 +108,20 @@ def _metrics(raw: str, namespace: str = "", spec: api.MetricsSpec | None = None,
     return PrometheusMetrics(prometheus.authorized(header))
 
 
+def _resizer(namespace: str, deployment: str, spec: api.ResizeSpec,
+             read: secrets.ReadSecret | None = None,
+             pods: TaskManagerPods | None = None) -> AgentResizer:
+    """The agents of the deployment's TaskManager pods, with the policy's token (read from
+    its own namespace each pass, so a rotated Secret is picked up)."""
+    try:
+        token = secrets.value(read or secrets.kube_reader(_core()), namespace, spec.token,
+                              "spec.resize.token")
+    except secrets.CredentialsError as e:
+        raise ResizeFailed(str(e), "credentials") from None
+    return AgentResizer((pods or kube_task_managers(_core()))(namespace, deployment),
+                        spec.port, token, RUNTIME.resize_agent_url, namespace, deployment)
+
+
 def _flink(namespace: str, name: str) -> FlinkRest:
     return FlinkRest(RUNTIME.flink_rest_url.format(namespace=namespace, name=name))
 
@@ -123,6 +138,7 @@ def ports_for(body: Mapping[str, Any], store: KubeStatusStore,
         metrics=lambda raw: _metrics(raw, namespace, spec),
         default_prometheus_url=RUNTIME.prometheus_url,
         owners=KubeOwners(_objects()),
+        resizers=_resizer,
     )
 
 

@@ -13,7 +13,12 @@ from typing import Annotated
 
 import typer
 
-from controller.operator.settings import DEFAULT_FLINK_REST, DEFAULT_PROMETHEUS, HOLD_APPLY_ENV
+from controller.operator.settings import (
+    DEFAULT_AGENT_URL,
+    DEFAULT_FLINK_REST,
+    DEFAULT_PROMETHEUS,
+    HOLD_APPLY_ENV,
+)
 
 
 def run(
@@ -25,6 +30,10 @@ def run(
     flink_rest_url: Annotated[str, typer.Option(
         help="JobManager REST URL template; {name} and {namespace} are the FlinkDeployment's")]
         = DEFAULT_FLINK_REST,
+    resize_agent_url: Annotated[str, typer.Option(
+        help="URL template of flink-plugin's resize agent on a TaskManager pod (spec.resize); "
+        "{pod_ip}, {pod}, {port}, {namespace} and {name} are filled in")]
+        = DEFAULT_AGENT_URL,
     metrics_port: Annotated[int, typer.Option(help="port of the controller's own /metrics")]
         = 9464,
     liveness_port: Annotated[int, typer.Option(help="port of the /healthz liveness probe")]
@@ -74,6 +83,7 @@ def run(
     except config.ConfigException:
         config.load_kube_config()  # type: ignore[no-untyped-call,unused-ignore]
     RUNTIME.prometheus_url, RUNTIME.flink_rest_url = prometheus_url, flink_rest_url
+    RUNTIME.resize_agent_url = resize_agent_url
     RUNTIME.namespaces = list(namespace or [])
     RUNTIME.metrics_port, RUNTIME.liveness_port = metrics_port, liveness_port
     RUNTIME.peering, RUNTIME.standalone, RUNTIME.workers = peering, standalone, workers

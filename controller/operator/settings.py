@@ -21,6 +21,7 @@ if TYPE_CHECKING:
 
 PREFIX = "hybridscaler.dev"  # of kopf's annotations; its finalizer: controller/operator/shard.py
 DEFAULT_FLINK_REST = "http://{name}-rest.{namespace}.svc:8081"
+DEFAULT_AGENT_URL = "http://{pod_ip}:{port}"  # controller.adapters.agents says the same
 # Prometheus clients kept (one per distinct URL); the least recently used is dropped.
 PROMETHEUS_CLIENTS = 64
 DEFAULT_PROMETHEUS = "http://prometheus-operated.monitoring.svc:9090"
@@ -34,6 +35,9 @@ HOLD_APPLY_ENV = "HYBRID_SCALER_TEST_HOLD_APPLY"
 class Runtime:
     prometheus_url: str = DEFAULT_PROMETHEUS
     flink_rest_url: str = DEFAULT_FLINK_REST  # {name} and {namespace} are filled in
+    # flink-plugin's agent on a TaskManager pod: {pod_ip}, {pod}, {port} (spec.resize),
+    # {namespace}, {name} are filled in.
+    resize_agent_url: str = DEFAULT_AGENT_URL
     namespaces: list[str] = field(default_factory=list)  # empty: every namespace
     metrics_port: int = 9464
     liveness_port: int = 8080
