@@ -32,7 +32,7 @@ PEER = Path(__file__).resolve().parent / "results" / "peer.json"
 def pods_after(job: str, policy: PolicyName) -> str:
     model = load_model(job)
     twin = Twin(model, seed=0)
-    ports, deployments = twin_ports(twin, flink_deployment(model, "job", "simulate"),
+    ports, deployments, _ = twin_ports(twin, flink_deployment(model, "job", "simulate"),
                                     job_started_s=-STABILIZATION_S)
     hsp = closed_loop_policy(model, policy)
     status = Status()

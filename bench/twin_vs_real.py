@@ -82,7 +82,7 @@ def run_twin(model: JobModel, seconds: float, seed: int = 0) -> dict[str, Any]:
     deployment["metadata"]["generation"] = 1
     deployment["status"] = {"lifecycleState": "STABLE", "jobStatus": {"state": "RUNNING"}}
     twin = Twin(model, seed=seed, base_managed_mib=BASE_MIB)
-    ports, deployments = twin_ports(twin, deployment, base_managed_mib=BASE_MIB)
+    ports, deployments, _ = twin_ports(twin, deployment, base_managed_mib=BASE_MIB)
     policy = parse_policy(realflink.state_job_policy("twin", NAME, NAME))
     status, t0 = Status(), twin.time
     while twin.time - t0 < seconds:

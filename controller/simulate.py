@@ -22,8 +22,11 @@ from controller.api import (
     MetricsSpec,
     Mode,
     ObjectMeta,
+    ResizeSpec,
+    SecretKeyRef,
     Status,
     TargetRef,
+    TaskManagerSpec,
 )
 from controller.loop import reconcile
 from policies.decision import Decision
@@ -46,8 +49,11 @@ NAMESPACE, NAME = "simulate", "job"
 
 
 def closed_loop_policy(model: JobModel, policy: PolicyName, window_s: float = WINDOW_S,
-                       stabilization_s: float = STABILIZATION_S) -> HybridScalingPolicy:
-    """The paper's setup as a policy: spec defaults, Active, sinks pinned."""
+                       stabilization_s: float = STABILIZATION_S, resize: bool = True,
+                       task_manager: TaskManagerSpec | None = None) -> HybridScalingPolicy:
+    """The paper's setup as a policy: spec defaults, Active, sinks pinned; `resize`: memory
+    steps resized in place through flink-plugin's agents (spec.resize); `task_manager`:
+    other TaskManager bounds or a menu of shapes than the defaults."""
     pinned = tuple(
         ParallelismOverride(operator_uid=o.uid, min_parallelism=o.initial_parallelism,
                             max_parallelism=o.initial_parallelism)
@@ -63,6 +69,9 @@ def closed_loop_policy(model: JobModel, policy: PolicyName, window_s: float = WI
         # on lag, so DS2 sizes for the target rate (seen through lag growth) only.
         cpu=CpuScaling(overrides=pinned, catch_up_duration=0),
         memory=MemoryScaling(base_managed_memory=f"{BASE_MANAGED_MIB:g}Mi"),
+        resize=ResizeSpec(token=SecretKeyRef(name="resize-token", key="token"))
+        if resize else None,
+        task_manager=task_manager or TaskManagerSpec(),
     )
     return HybridScalingPolicy(metadata=ObjectMeta(name=NAME, namespace=NAMESPACE), spec=spec)
 
@@ -74,20 +83,24 @@ def note_skew(result: RunResult, decision: Decision | None, time: float) -> None
 
 
 def run(model: JobModel, policy: PolicyName, duration_s: float = 1200.0, seed: int = 0,
-        window_s: float = WINDOW_S, stabilization_s: float = STABILIZATION_S) -> RunResult:
-    """Run `policy` against a fresh twin of `model` for `duration_s` of virtual time."""
+        window_s: float = WINDOW_S, stabilization_s: float = STABILIZATION_S,
+        resize: bool = True, task_manager: TaskManagerSpec | None = None) -> RunResult:
+    """Run `policy` against a fresh twin of `model` for `duration_s` of virtual time;
+    `resize`: the deployment runs flink-plugin's resizable backend, so a memory-only step
+    is resized in place (no restart) rather than restarted."""
     twin = Twin(model, seed=seed)
     # The job has run past its stabilization when the experiment starts, so the first
     # decision ends the first window, as in the paper's setup.
-    ports, deployments = twin_ports(twin, flink_deployment(model, NAME, NAMESPACE),
-                                    job_started_s=-stabilization_s)
-    hsp = closed_loop_policy(model, policy, window_s, stabilization_s)
+    ports, deployments, resizer = twin_ports(
+        twin, flink_deployment(model, NAME, NAMESPACE, resizable=resize),
+        job_started_s=-stabilization_s)
+    hsp = closed_loop_policy(model, policy, window_s, stabilization_s, resize, task_manager)
     status = Status()
     result = RunResult(policy, model)
     while twin.time + 1e-9 < duration_s:
         twin.advance(min(GRANULARITY_S, duration_s - twin.time))
         result.samples.append(sample(twin))
-        restarts = len(deployments.downtimes)
+        restarts, resizes = len(deployments.downtimes), len(resizer.resizes)
         evaluated = {vid: c.parallelism for vid, c in twin.configuration.items()}
         decided = status.last_decision
         status = reconcile(hsp, 1, status, ports).status
@@ -97,13 +110,15 @@ def run(model: JobModel, policy: PolicyName, duration_s: float = 1200.0, seed: i
         if result.skewed_at_s is None and skewed is not None and skewed.status == "True":
             result.skewed_at_s = twin.time
         note_skew(result, status.last_decision, twin.time)
-        if len(deployments.downtimes) > restarts:
+        restarted = len(deployments.downtimes) > restarts
+        if restarted or len(resizer.resizes) > resizes:
             # A pass takes no virtual time: the window before the step is still the last one.
             rate_before = twin.achieved_rate(window_s)
             cores, memory = paper_resources(model, twin.configuration)
             decision = status.last_decision
             result.steps.append(Step(
-                twin.time, deployments.downtimes[-1], twin.configuration, cores, memory,
+                twin.time, deployments.downtimes[-1] if restarted else 0.0,
+                twin.configuration, cores, memory,
                 rate_before, capacity(model, twin.configuration, seed=twin.seed),
                 decision.reason if decision is not None else ""))
     finish(result, twin, window_s)

@@ -151,7 +151,8 @@ def phase_reports(model: JobModel, samples: list[Sample], steps: list[Step]
                         and s.lag <= s.target_rate * GRANULARITY_S), None)
         reports.append(PhaseReport(
             start, stop, max(targets), max(targets) - min(targets) <= 1e-6 * max(targets),
-            reached, sum(start <= st.time < stop for st in steps),
+            # A resize in place (no downtime) is a step, not a restart.
+            reached, sum(start <= st.time < stop and st.downtime_s > 0 for st in steps),
             max(s.lag for s in inside)))
     return reports
 

@@ -280,6 +280,16 @@ class Twin:
         self._costs = {}
         return downtime
 
+    def resize(self, configuration: Configuration) -> None:
+        """Set memory levels without a restart, as flink-plugin's agent resizes live block
+        caches (docs/flink-plugin.md): no downtime, the same tasks and counters; a cache
+        keeps what it holds (a grown one fills on from there, a shrunk one evicts)."""
+        if any(configuration[vid].parallelism != self._config[vid].parallelism
+               for vid in configuration):
+            raise ValueError("a resize changes memory levels only")
+        self._set(configuration)
+        self.last_step = (Enactment.RESIZE, 0.0)
+
     def _set(self, configuration: Configuration) -> None:
         """Validate the whole configuration first: a rejected one changes nothing."""
         for vid, vc in configuration.items():

@@ -16,9 +16,23 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from controller.api import Status
-from controller.ports import Collected, JobSummary, MetricsUnavailable, Ports
-from controller.realize import WRITE_BUFFER_RATIO_KEY
-from policies.model import JobGraph
+from controller.ports import (
+    CacheTarget,
+    Collected,
+    JobSummary,
+    MetricsUnavailable,
+    Ports,
+    Resized,
+    ResizeFailed,
+)
+from controller.realize import (
+    RESIZABLE_BACKEND,
+    STATE_BACKEND_KEY,
+    WRITE_BUFFER_RATIO_KEY,
+    write_buffer_ratio,
+)
+from policies.levels import level_of
+from policies.model import JobGraph, VertexConfig
 from simulator.model import JobModel
 from simulator.serve import (
     JOB_MODEL_KEY,
@@ -31,9 +45,11 @@ from simulator.twin import BASE_MANAGED_MIB, Twin
 JOB_ID = "0" * 32
 
 
-def flink_deployment(model: JobModel, name: str, namespace: str) -> dict[str, Any]:
-    """A FlinkDeployment of the model as the paper's runs start: one 4-slot TaskManager."""
-    return {
+def flink_deployment(model: JobModel, name: str, namespace: str,
+                     resizable: bool = False) -> dict[str, Any]:
+    """A FlinkDeployment of the model as the paper's runs start: one 4-slot TaskManager;
+    `resizable`: with flink-plugin's resizable backend (memory steps in place)."""
+    deployment: dict[str, Any] = {
         "apiVersion": "flink.apache.org/v1beta1", "kind": "FlinkDeployment",
         "metadata": {"name": name, "namespace": namespace, "generation": 1},
         "spec": {
@@ -46,6 +62,9 @@ def flink_deployment(model: JobModel, name: str, namespace: str) -> dict[str, An
         },
         "status": {"lifecycleState": "STABLE", "jobStatus": {"state": "RUNNING"}},
     }
+    if resizable:
+        deployment["spec"]["flinkConfiguration"][STATE_BACKEND_KEY] = RESIZABLE_BACKEND
+    return deployment
 
 
 @dataclass
@@ -81,6 +100,39 @@ class TwinDeployments:
         self.twin.groups = slot_sharing_groups(self.twin.model, conf)
         self.downtimes.append(self.twin.apply(configuration, restart=True))
         return ""
+
+
+@dataclass
+class TwinResizer:
+    """The `Resizer` port: flink-plugin's agents on the twin's TaskManagers. A cache target
+    is read back as the memory level nearest it; every resize is counted."""
+
+    twin: Twin
+    deployment: Mapping[str, Any]
+    base_managed_mib: float = BASE_MANAGED_MIB
+    resizes: list[float] = field(default_factory=list)  # virtual times of resizes
+
+    def resize(self, job_id: str, targets: Iterable[CacheTarget], budget_bytes: int
+               ) -> Resized:
+        ratio = write_buffer_ratio(self.deployment["spec"]["flinkConfiguration"])
+        by_name = {v.name: v.id for v in self.twin.job_graph().vertices}
+        config = self.twin.configuration
+        wanted: dict[str, VertexConfig] = {}
+        for t in targets:
+            if t.task not in by_name:
+                raise ResizeFailed(f"spec.resize: no agent holds a slot of {t.task}", "refused")
+            vid = by_name[t.task]
+            managed_mib = t.cache_bytes * 3.0 / (3.0 - ratio) / 2**20
+            level = level_of(managed_mib, self.base_managed_mib)
+            if level != config[vid].memory_level:
+                wanted[vid] = VertexConfig(config[vid].parallelism, level)
+        if wanted:
+            self.twin.resize(wanted)
+            self.resizes.append(self.twin.time)
+        names = {vid: name for name, vid in by_name.items()}
+        return Resized({names[vid]: int(self.twin.cost(vid).cache_bytes)
+                        for vid in (by_name[t.task] for t in targets)},
+                       tuple(sorted(names[vid] for vid in wanted)))
 
 
 @dataclass
@@ -146,11 +198,15 @@ class TwinMetrics:
 
 
 def twin_ports(twin: Twin, deployment: dict[str, Any], *, job_started_s: float = 0.0,
-               base_managed_mib: float = BASE_MANAGED_MIB) -> tuple[Ports, TwinDeployments]:
-    """Every port of one pass over `twin`, and the deployments port (to read its restarts)."""
+               base_managed_mib: float = BASE_MANAGED_MIB
+               ) -> tuple[Ports, TwinDeployments, TwinResizer]:
+    """Every port of one pass over `twin`, the deployments port (to read its restarts) and
+    the agents' (to read its resizes)."""
     deployments = TwinDeployments(twin, deployment, base_managed_mib)
     job, metrics = TwinJob(twin, job_started_s), TwinMetrics(twin)
+    resizer = TwinResizer(twin, deployment, base_managed_mib)
     ports = Ports(deployments=deployments, store=MemoryStatusStore(),
                   events=MemoryEvents(twin=twin), flink=lambda namespace, name: job,
-                  metrics=lambda url: metrics, clock=lambda: twin.time)
-    return ports, deployments
+                  metrics=lambda url: metrics, clock=lambda: twin.time,
+                  resizers=lambda namespace, name, spec: resizer)
+    return ports, deployments, resizer

@@ -27,7 +27,7 @@ def run(apply: bool, name: str = SQL_NAME, windows: int = 3, max_parallelism: in
         o.model_copy(update={"name": name}) if o.uid == "count" else o
         for o in model.operators]})
     twin = Twin(model, seed=0)
-    ports, _ = twin_ports(twin, twin_deployment(model, NAME, NAMESPACE),
+    ports, _, _ = twin_ports(twin, twin_deployment(model, NAME, NAMESPACE),
                           job_started_s=-STABILIZATION_S)
     hsp = closed_loop_policy(model, "ds2")
     spec = hsp.spec.model_copy(update={"skew": SkewSpec(apply_sql_settings=apply)})

@@ -96,7 +96,7 @@ def closed_loop(model: JobModel, duration_s: float, seed: int = 0
                 ) -> tuple[list[tuple[float, Status]], MemoryEvents]:
     """`controller.simulate.run`'s loop, keeping every pass's status and the Events."""
     twin = Twin(model, seed=seed)
-    ports, _ = twin_ports(twin, twin_deployment(model, NAME, NAMESPACE),
+    ports, _, _ = twin_ports(twin, twin_deployment(model, NAME, NAMESPACE),
                           job_started_s=-STABILIZATION_S)
     hsp = closed_loop_policy(model, "ds2")
     status, passes = Status(), []

@@ -1,0 +1,253 @@
+"""A memory step resized in place (flink-plugin's agents), on the controller's own pass over
+the twin: no restart, verified through the block-cache metric, re-applied, and enacted by
+restart when the agents refuse or the metric disagrees."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+
+from controller import simulate
+from controller.adapters.twin import TwinDeployments, TwinResizer, twin_ports
+from controller.adapters.twin import flink_deployment as twin_deployment
+from controller.api import (
+    HybridScalingPolicy,
+    Status,
+    StepEnactment,
+    TaskManagerShape,
+    TaskManagerSpec,
+)
+from controller.loop import reconcile
+from controller.ports import CacheTarget, Resized, ResizeFailed
+from controller.realize import (
+    RESOURCES_KEY,
+    apply_body,
+    cache_bytes,
+    desired_fields,
+    fits_running_pods,
+    resized_caches,
+)
+from controller.record import Reason
+from controller.simulate import NAME, NAMESPACE
+from policies.model import VertexConfig
+from simulator.model import load_model
+from simulator.results import GRANULARITY_S
+from simulator.twin import BASE_MANAGED_MIB, Twin
+
+READ = "bench-read"
+
+
+def closed_loop(twin: Twin, resize: bool = True) -> HybridScalingPolicy:
+    """The simulator's policy (justin), on a menu of one TaskManager shape: 4 cores and
+    4 GiB, so the placement prices the pods the job runs on."""
+    policy = simulate.closed_loop_policy(twin.model, "justin", resize=resize)
+    spec = policy.spec.model_copy(update={"task_manager": TaskManagerSpec(
+        shapes=(TaskManagerShape(cpu=4, memory="4096Mi", slots=4),))})
+    return policy.model_copy(update={"spec": spec})
+
+
+def deployment_with_headroom(twin: Twin, memory_mib: int = 4096,
+                             policy: HybridScalingPolicy | None = None) -> dict[str, Any]:
+    """The read job as our earlier step left it (the source without managed memory, the
+    reader at level 0), on one TaskManager with managed memory to spare."""
+    deployment = twin_deployment(twin.model, NAME, NAMESPACE, resizable=True)
+    graph = twin.job_graph()
+    config = {v.id: VertexConfig(v.parallelism, 0 if READ in v.operator_uids else None)
+              for v in graph.vertices}
+    twin.resize(config)  # the twin runs what the deployment says
+    footprint = (policy or closed_loop(twin)).spec.scaling_params().footprint
+    fields = desired_fields(graph, config, cpu_per_task=footprint.cpu_cores,
+                            heap_per_task_mib=footprint.heap_mib,
+                            base_managed_mib=BASE_MANAGED_MIB, tm_cpu=4.0,
+                            tm_memory_mib=memory_mib, replicas=1, per_operator=True)
+    body = apply_body(NAME, NAMESPACE, fields)
+    deployment["spec"]["flinkConfiguration"].update(body["spec"]["flinkConfiguration"])
+    deployment["spec"]["taskManager"] = body["spec"]["taskManager"]
+    return deployment
+
+
+@dataclass
+class Loop:
+    twin: Twin
+    policy: HybridScalingPolicy
+    ports: Any
+    deployments: TwinDeployments
+    resizer: TwinResizer
+    status: Status = field(default_factory=Status)
+
+    def run_until(self, seconds: float) -> None:
+        while self.twin.time < seconds:
+            self.twin.advance(GRANULARITY_S)
+            self.status = reconcile(self.policy, 1, self.status, self.ports).status
+
+    def enactment(self, step: int) -> StepEnactment:
+        return next(e for e in self.status.enactments if e.step == step)
+
+    def events(self, reason: str) -> list[str]:
+        return [m for _, _, r, m in self.ports.events.events if r == reason]
+
+
+def loop(resize: bool = True) -> Loop:
+    twin = Twin(load_model("read"), seed=0)
+    deployment = deployment_with_headroom(twin)
+    ports, deployments, resizer = twin_ports(twin, deployment, job_started_s=-60)
+    return Loop(twin, closed_loop(twin, resize), ports, deployments, resizer)
+
+
+def read_vertex(run: Loop) -> str:
+    return next(v.id for v in run.twin.job_graph().vertices if READ in v.operator_uids)
+
+
+def test_a_memory_step_that_fits_the_running_pods_is_resized_without_a_restart() -> None:
+    run = loop()
+    run.run_until(130)
+    step = run.status.step
+    assert step == 1
+    enacted = run.enactment(step)
+    assert enacted.kind == "resize" and enacted.fallback is None
+    # Level 0 → 1 of the reader: its slot's cache from 316 MiB of managed memory.
+    expected = cache_bytes(316 * 2**20, 0.5)
+    assert enacted.expected_cache_bytes == {"Read State": expected}
+    assert run.twin.restarts == 0 and run.deployments.downtimes == []
+    assert run.twin.configuration[read_vertex(run)].memory_level == 1
+    # The deployment keeps the old managed memory (the next restart carries the new).
+    assert '"managedMemoryMb":158' in (
+        run.deployments.deployment["spec"]["flinkConfiguration"][RESOURCES_KEY])
+    assert enacted.expected_downtime_s == 0.0
+
+    run.run_until(320)  # stabilization and one window collected at the new level
+    enacted = run.enactment(step)
+    assert enacted.observed_cache_bytes == {"Read State": pytest.approx(expected, abs=1)}
+    assert enacted.observed_downtime_s == 0.0
+    assert run.twin.restarts == 0
+    # The job runs at level 1, so the next decision starts there.
+    decision = run.status.last_decision
+    assert decision is not None
+    read = next(v for v in decision.vertices if v.vertex_name == "Read State")
+    assert read.memory_level_before == 1 or run.status.step > step
+
+
+def test_the_next_restart_step_carries_the_resized_levels() -> None:
+    """Two scale-ups resized in place (level 0 → 1 → 2), then DS2's scale-out restarts the
+    job: the deployment then holds level 2 (632 MiB), so the restart keeps the cache."""
+    run = loop()
+    run.run_until(900)
+    kinds = [e.kind for e in run.status.enactments]
+    assert kinds[:2] == ["resize", "resize"] and "savepoint" in kinds[2:], kinds
+    assert run.twin.restarts == 1
+    resources = json.loads(
+        run.deployments.deployment["spec"]["flinkConfiguration"][RESOURCES_KEY])
+    assert resources[READ]["managedMemoryMb"] == 632
+    read = run.twin.configuration[read_vertex(run)]
+    assert read.memory_level == 2 and read.parallelism > 1
+
+
+def test_a_failover_that_undoes_the_resize_is_resized_again() -> None:
+    run = loop()
+    run.run_until(130)
+    vid = read_vertex(run)
+    # A failover restores the slot at Flink's reservation (level 0 here).
+    run.twin.resize({vid: VertexConfig(1, 0)})
+    resizes = len(run.resizer.resizes)
+    run.run_until(200)
+    assert len(run.resizer.resizes) == resizes + 1
+    assert run.twin.configuration[vid].memory_level == 1
+    assert run.twin.restarts == 0
+
+
+class Refusing:
+    """Agents that answer 409 to every resize (over budget, resizing disabled...)."""
+
+    def resize(self, job_id: str, targets: Iterable[CacheTarget], budget_bytes: int
+               ) -> Resized:
+        raise ResizeFailed("the resize agent on TaskManager pod tm-1 (spec.resize) "
+                           "answered HTTP 409 (POST /v1/resize)", "refused")
+
+
+def test_a_refused_resize_is_enacted_by_restart_with_a_warning() -> None:
+    run = loop()
+    run.ports.resizers = lambda namespace, name, spec: Refusing()
+    run.run_until(130)
+    enacted = run.enactment(1)
+    assert enacted.kind == "savepoint" and enacted.fallback is not None
+    assert "HTTP 409" in enacted.fallback
+    assert run.twin.restarts == 1  # the deployment was patched: a restart
+    [warning] = run.events(Reason.RESIZE_FAILED)
+    assert "enacting it by restart" in warning
+    assert '"managedMemoryMb":316' in (
+        run.deployments.deployment["spec"]["flinkConfiguration"][RESOURCES_KEY])
+
+
+class Lying(TwinResizer):
+    """Agents that say they resized, while the caches stay as they were."""
+
+    def resize(self, job_id: str, targets: Iterable[CacheTarget], budget_bytes: int
+               ) -> Resized:
+        targets = list(targets)
+        return Resized({t.task: t.cache_bytes for t in targets}, tuple(t.task for t in targets))
+
+
+def test_a_resize_the_metric_does_not_show_falls_back_to_a_restart() -> None:
+    run = loop()
+    lying = Lying(run.twin, run.deployments.deployment)
+    run.ports.resizers = lambda namespace, name, spec: lying
+    run.run_until(130)
+    assert run.enactment(1).kind == "resize" and run.twin.restarts == 0
+    run.run_until(320)
+    enacted = run.enactment(1)
+    assert enacted.fallback is not None and "block-cache-capacity" in enacted.fallback
+    assert run.twin.restarts == 1
+    assert run.twin.configuration[read_vertex(run)].memory_level == 1
+
+
+def test_without_spec_resize_the_same_step_restarts() -> None:
+    run = loop(resize=False)
+    run.run_until(130)
+    assert run.enactment(1).kind == "savepoint" and run.twin.restarts == 1
+
+
+def test_a_memory_step_onto_pods_that_save_a_restarts_worth_restarts() -> None:
+    """Without the menu the placement fits a 1-core TaskManager: cheaper than the running
+    4 cores by more than a restart costs within spec.cost.paybackPeriod, so the step takes
+    the new pods by restart instead of resizing on the old ones."""
+    twin = Twin(load_model("read"), seed=0)
+    policy = simulate.closed_loop_policy(twin.model, "justin")
+    deployment = deployment_with_headroom(twin, policy=policy)
+    ports, deployments, resizer = twin_ports(twin, deployment, job_started_s=-60)
+    run = Loop(twin, policy, ports, deployments, resizer)
+    run.run_until(130)
+    assert run.enactment(1).kind == "savepoint" and run.twin.restarts == 1
+    assert run.resizer.resizes == []
+    assert deployments.deployment["spec"]["taskManager"]["resource"]["cpu"] < 4
+
+
+def test_only_managed_memory_changes_of_own_groups_are_resized() -> None:
+    twin = Twin(load_model("read"), seed=0)
+    deployment = deployment_with_headroom(twin)
+    graph = twin.job_graph()
+    footprint = closed_loop(twin).spec.scaling_params().footprint
+
+    def fields(level: int | None, parallelism: int = 1, cpu: float = footprint.cpu_cores,
+               memory_mib: int = 4096) -> Any:
+        config = {v.id: VertexConfig(parallelism if READ in v.operator_uids else 1,
+                                     level if READ in v.operator_uids else None)
+                  for v in graph.vertices}
+        return desired_fields(graph, config, cpu_per_task=cpu,
+                              heap_per_task_mib=footprint.heap_mib,
+                              base_managed_mib=BASE_MANAGED_MIB, tm_cpu=4.0,
+                              tm_memory_mib=memory_mib, replicas=1, per_operator=True)
+
+    assert resized_caches(deployment, fields(2), graph) == {
+        "Read State": cache_bytes(632 * 2**20, 0.5)}
+    assert resized_caches(deployment, fields(0), graph) is None  # nothing changes
+    assert resized_caches(deployment, fields(None), graph) is None  # no cache after
+    assert resized_caches(deployment, fields(1, parallelism=2), graph) is None
+    assert resized_caches(deployment, fields(1, cpu=0.5), graph) is None
+    assert resized_caches(deployment, fields(1, memory_mib=8192), graph) is None  # new pods
+    # 4096 MiB holds 1.4 GiB of managed memory: level 2 (632 MiB) fits, level 4 does not.
+    assert fits_running_pods(deployment, fields(2), graph)
+    assert not fits_running_pods(deployment, fields(4), graph)
