@@ -673,6 +673,8 @@ def _resize(run: Run, entry: StepEnactment) -> list[str] | None:
     spec, deployment = run.spec.resize, run.deployment or {}
     if run.job is None:
         return []
+    # Only a target from the current status may be enacted (as before a patch).
+    run.ports.store.confirm()
     caches = entry.expected_cache_bytes or {}
     budget = cache_budget_bytes(deployment)
     if run.ports.resizers is None or spec is None or budget is None or not caches:
@@ -736,7 +738,7 @@ def _apply_target(run: Run) -> Realized | None:
         resized = _resize(run, resize)
         if resized is not None:
             _mark_applied(run, target.step)
-            return Realized(resized, True)
+            return Realized(resized, True, resized=True)
         differences = desired.differences(current_fields(deployment))
     if differences:
         # Only a target from the current status may be applied: one held by a replica

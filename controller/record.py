@@ -130,6 +130,7 @@ class Realized:
 
     applied: list[str]
     in_place: bool
+    resized: bool = False  # by flink-plugin's agents, not a patch (a resize in place)
 
 
 @dataclass
@@ -234,6 +235,10 @@ def record(run: Run, realized: Realized | None) -> Pass:
                       f"step {target.step} was committed but not applied by the pass that "
                       f"committed it (a restart, or another replica); "
                       f"applied {', '.join(applied)}")
+        elif realized is not None and realized.resized:
+            run.event("Normal", Reason.REAPPLIED,
+                      f"the live block caches differed from step {target.step} (a failover "
+                      f"restores Flink's reservation); resized {', '.join(applied)} again")
         else:
             run.event("Normal", Reason.REAPPLIED,
                       f"the FlinkDeployment differed from step {target.step} in "

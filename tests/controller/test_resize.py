@@ -157,6 +157,8 @@ def test_a_failover_that_undoes_the_resize_is_resized_again() -> None:
     assert len(run.resizer.resizes) == resizes + 1
     assert run.twin.configuration[vid].memory_level == 1
     assert run.twin.restarts == 0
+    [again] = run.events(Reason.REAPPLIED)
+    assert "resized block cache of Read State (in place) again" in again, again
 
 
 class Refusing:
