@@ -701,9 +701,9 @@ def _resize(run: Run, entry: StepEnactment) -> list[str] | None:
 
 def verify_resize(run: Run, graph: JobGraph, cache_capacity_bytes: Mapping[str, float],
                   tolerance: float = 0.01) -> None:
-    """Check a resize in place against RocksDB's block-cache-capacity metric (one window
+    """Check a resize in place against RocksDB's block-cache-capacity metric (a window
     collected after the step): as requested, the step is observed with no downtime;
-    otherwise it falls back to a restart."""
+    still not so a window later, it falls back to a restart."""
     entry = resize_in_effect(run.status)
     if entry is None or entry.applied_time is None or entry.observed_cache_bytes is not None:
         return
@@ -714,6 +714,11 @@ def verify_resize(run: Run, graph: JobGraph, cache_capacity_bytes: Mapping[str, 
                    if observed[name] is None
                    or abs((observed[name] or 0.0) - size) > tolerance * size)
     if wrong:
+        # The window may still hold samples from before the resize (Flink refreshes the
+        # gauge every few seconds, Prometheus scrapes it later): one more window's grace.
+        metrics = run.spec.metrics
+        if run.now < entry.applied_time + metrics.stabilization + 2 * metrics.window:
+            return
         fall_back(run, entry.step, "RocksDB's block-cache-capacity metric does not show the "
                   "resize of " + ", ".join(wrong[:5]))
         return

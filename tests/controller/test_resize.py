@@ -199,7 +199,9 @@ def test_a_resize_the_metric_does_not_show_falls_back_to_a_restart() -> None:
     run.ports.resizers = lambda namespace, name, spec: lying
     run.run_until(130)
     assert run.enactment(1).kind == "resize" and run.twin.restarts == 0
-    run.run_until(320)
+    run.run_until(320)  # the first window after the step: a window's grace for the metric
+    assert run.enactment(1).fallback is None and run.twin.restarts == 0
+    run.run_until(480)
     enacted = run.enactment(1)
     assert enacted.fallback is not None and "block-cache-capacity" in enacted.fallback
     assert run.twin.restarts == 1
