@@ -332,7 +332,8 @@ def enactment_of(deployment: Mapping[str, Any], changed: list[str],
                  state_bytes: float | None, *, memory_only: bool = False,
                  resizable: bool = False) -> Enactment:
     """How the `changed` fields will be enacted: resized by flink-plugin's agent (a step of
-    managed memory only, `memory_only`, on a deployment that can, `resizable`), in place,
+    managed memory only, `memory_only`: `resized_caches` says, on a deployment that can,
+    `resizable`), in place,
     else as spec.job.upgradeMode restarts (last-state needs a completed checkpoint, known
     from its size)."""
     spec = deployment.get("spec", {}) or {}
@@ -341,8 +342,8 @@ def enactment_of(deployment: Mapping[str, Any], changed: list[str],
         parallelism_only=changed == [OVERRIDES_KEY],
         adaptive_scheduler=str(conf.get(SCHEDULER_KEY, "")).strip().lower() == "adaptive",
         upgrade_mode=str((spec.get("job", {}) or {}).get("upgradeMode", "")),
-        has_checkpoint=state_bytes is not None,
-        memory_only=memory_only and changed == [RESOURCES_KEY], resizable=resizable)
+        has_checkpoint=state_bytes is not None, memory_only=memory_only,
+        resizable=resizable)
 
 
 def resizable(deployment: Mapping[str, Any], resize_spec: Any) -> bool:
@@ -353,36 +354,40 @@ def resizable(deployment: Mapping[str, Any], resize_spec: Any) -> bool:
             and str(conf.get(STATE_BACKEND_KEY, "") or "").strip() == RESIZABLE_BACKEND)
 
 
+# What a step that changes managed memory only may differ in from the deployment: the
+# per-operator resources, and overrides the job already runs at (a user-written deployment
+# has none; our first step writes them).
+RESIZABLE_FIELDS = frozenset({OVERRIDES_KEY, RESOURCES_KEY})
+
+
 def resized_caches(deployment: Mapping[str, Any], desired: OwnedFields, graph: JobGraph
                    ) -> dict[str, int] | None:
-    """Per vertex name, the block cache per task a resize would give it, when `desired`
-    differs from the deployment in managed memory only, of vertices with a slot sharing
-    group of their own and managed memory before and after (a slot without managed memory
-    has no cache to resize); None otherwise (a restart enacts it)."""
+    """Per vertex name, the block cache per task a resize would give it, when the job would
+    run `desired` as it runs now but for managed memory: the parallelism it runs at, and per
+    vertex the entry the job runs with (its chain's, by any of its uids) unchanged but for
+    `managedMemoryMb`, in a slot-sharing group of its own, with managed memory before and
+    after (a slot without any has no cache). None otherwise: a restart enacts it."""
     current = current_fields(deployment)
-    want, have = desired.operator_resources or {}, current.operator_resources or {}
-    if desired.differences(current) != [RESOURCES_KEY] or set(want) != set(have):
+    if not set(desired.differences(current)) <= RESIZABLE_FIELDS:
         return None
-    changed: set[str] = set()
-    for uid, entry in want.items():
-        old = have[uid]
-        if replace(entry, managed_memory_mb=old.managed_memory_mb) != old:
-            return None  # CPU, heap or group changed: the slots must be made anew
-        if entry.managed_memory_mb != old.managed_memory_mb:
-            if (entry.slot_sharing_group is not None or entry.managed_memory_mb <= 0
-                    or old.managed_memory_mb <= 0):
-                return None
-            changed.add(uid)
+    if dict(desired.overrides) != {v.id: v.parallelism for v in graph.vertices}:
+        return None
+    want, have = desired.operator_resources or {}, current.operator_resources or {}
     conf = (deployment.get("spec", {}) or {}).get("flinkConfiguration", {}) or {}
     ratio = write_buffer_ratio(conf)
     caches: dict[str, int] = {}
     for v in graph.vertices:
-        uids = [u for u in v.operator_uids if u in changed]
-        if not uids:
+        new = next((want[u] for u in v.operator_uids if u in want), None)
+        old = next((have[u] for u in v.operator_uids if u in have), None)
+        if new is None or old is None or (
+                replace(new, managed_memory_mb=old.managed_memory_mb) != old):
+            return None  # Flink's default group, or CPU, heap or group changed: new slots
+        if new.managed_memory_mb == old.managed_memory_mb:
             continue
-        if len(v.name) > MAX_RESIZED_NAME or not v.name:
+        if (new.slot_sharing_group is not None or new.managed_memory_mb <= 0
+                or old.managed_memory_mb <= 0 or not v.name or len(v.name) > MAX_RESIZED_NAME):
             return None
-        caches[v.name] = cache_bytes(want[uids[0]].managed_memory_mb * MIB, ratio)
+        caches[v.name] = cache_bytes(new.managed_memory_mb * MIB, ratio)
     return caches or None
 
 
@@ -739,7 +744,7 @@ def _apply_target(run: Run) -> Realized | None:
     desired = target_fields(target)
     differences = desired.differences(current_fields(deployment))
     resize = resize_in_effect(run.status)
-    if resize is not None and differences == [RESOURCES_KEY]:
+    if resize is not None and set(differences) <= RESIZABLE_FIELDS:
         resized = _resize(run, resize)
         if resized is not None:
             _mark_applied(run, target.step)

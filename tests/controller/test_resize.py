@@ -24,6 +24,7 @@ from controller.api import (
 from controller.loop import reconcile
 from controller.ports import CacheTarget, Resized, ResizeFailed
 from controller.realize import (
+    OVERRIDES_KEY,
     RESOURCES_KEY,
     apply_body,
     cache_bytes,
@@ -252,6 +253,12 @@ def test_only_managed_memory_changes_of_own_groups_are_resized() -> None:
     assert resized_caches(deployment, fields(1, parallelism=2), graph) is None
     assert resized_caches(deployment, fields(1, cpu=0.5), graph) is None
     assert resized_caches(deployment, fields(1, memory_mib=8192), graph) is None  # new pods
+    # A deployment a user wrote: no parallelism overrides yet (the job runs at what the
+    # step keeps), so the step is still managed memory only.
+    del deployment["spec"]["flinkConfiguration"][OVERRIDES_KEY]
+    assert resized_caches(deployment, fields(2), graph) == {
+        "Read State": cache_bytes(632 * 2**20, 0.5)}
+    assert resized_caches(deployment, fields(2, parallelism=2), graph) is None
     # 4096 MiB holds 1.4 GiB of managed memory: level 2 (632 MiB) fits, level 4 does not.
     assert fits_running_pods(deployment, fields(2), graph)
     assert not fits_running_pods(deployment, fields(4), graph)
