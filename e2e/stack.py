@@ -657,7 +657,9 @@ def _controller_identity(info: StackInfo, tools: Tools, echo: Callable[[str], No
         [tools.helm, "template", "hybrid-scaler", str(CHART), "--namespace",
          CONTROLLER_NAMESPACE, "--show-only", "templates/rbac.yaml",
          "--set", "operatorServiceAccount.create=false",
-         "--set", f"operatorServiceAccount.name={CONTROLLER_SERVICE_ACCOUNT}"],
+         "--set", f"operatorServiceAccount.name={CONTROLLER_SERVICE_ACCOUNT}",
+         # What a user who opts in to resizing in place grants (e2e/test_realflink.py).
+         "--set", "resize.enabled=true"],
         capture_output=True, text=True)
     if rendered.returncode != 0:
         echo(f"warning: helm template of the chart's RBAC failed, the controller's "

@@ -244,6 +244,23 @@ def test_watch_namespaces_gives_roles_and_peerings_per_namespace() -> None:
     assert not [d for d in docs if d["kind"] in ("ClusterRole", "ClusterRoleBinding")]
 
 
+def test_listing_pods_is_granted_only_with_resize_enabled() -> None:
+    """Resizing in place needs the TaskManager pods' IPs (`list` on pods, nothing more);
+    without resize.enabled no rule names pods (a pod spec can carry secret values)."""
+    def pod_rules(*values: str) -> list[dict[str, Any]]:
+        return [rule for d in render("hs", "ops", *values) if d["kind"].endswith("Role")
+                for rule in d.get("rules") or [] if "pods" in rule.get("resources", [])]
+
+    assert pod_rules() == []
+    assert pod_rules("--set", "resize.enabled=true") == [
+        {"apiGroups": [""], "resources": ["pods"], "verbs": ["list"]}]
+    namespaced = pod_rules("--set", "resize.enabled=true", "--set", "watchNamespaces={a,b}")
+    assert len(namespaced) == 2  # one Role per namespace served, nothing cluster-wide
+    args = one(render("hs", "ops", "--set", "resize.agentUrl=http://{pod}.tm:{port}"),
+               "Deployment")["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert "--resize-agent-url=http://{pod}.tm:{port}" in args
+
+
 def test_the_owned_fields_admission_policy_is_optional_and_names_the_service_account() -> None:
     kinds = ("ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding")
     assert not [d for d in render("hs", "ops") if d["kind"] in kinds]

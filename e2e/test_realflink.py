@@ -14,13 +14,18 @@ Minutes, not seconds: each step restarts a JobManager and a TaskManager on 2 sha
 from __future__ import annotations
 
 import itertools
+import secrets
 import time
+from collections.abc import Callable
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
+from kubernetes import client
 
+from controller.realize import RESIZABLE_BACKEND
 from e2e import realflink
 from e2e.conftest import Cluster, Prometheus, RealFlinkStack, wait_until
 from e2e.demo import ControllerProcess
@@ -92,64 +97,83 @@ class Verifier:
                                      old, seen, new, resumed)
 
 
+def _start_job(cluster: Cluster, prometheus: Prometheus, namespace: str,
+               deployment: dict[str, Any]) -> tuple[str, Verifier]:
+    """Deploy StateJob; its first job's id, and a verifier sampling its counter check."""
+    cluster.kubectl("apply", "-f", "-", stdin=yaml.safe_dump(deployment))
+    cluster.wait_flink(namespace, "state", timeout_s=300)
+    job = str(cluster.flink(namespace, "state")["status"]["jobStatus"]["jobId"])
+    verifier = Verifier(prometheus, namespace, "state")
+    wait_until(verifier.sample, 120, "the job's counter metrics")
+    return job, verifier
+
+
+def _steer(e2e_stack: StackInfo, real_flink: RealFlinkStack, cluster: Cluster,
+           controller_kubeconfig: Path, tmp_path: Path, namespace: str,
+           policy: dict[str, Any], until: Callable[[dict[str, Any]], bool], what: str,
+           missing: dict[str, Any], extra_args: tuple[str, ...] = ()) -> dict[str, Any]:
+    """Run the controller on `policy` until `until(status)` (checked every 5 s, 900 s at
+    most; `missing` says what was last seen when it never holds); the status then."""
+    controller = ControllerProcess(str(controller_kubeconfig), e2e_stack.prometheus_url,
+                                   proxy_env(real_flink.url), tmp_path / "controller.log",
+                                   namespaces=(namespace,), extra_args=extra_args).start()
+    try:
+        cluster.kubectl("apply", "-f", "-", stdin=yaml.safe_dump(policy))
+
+        def reached() -> dict[str, Any] | None:
+            status = _hsp(cluster, namespace, "state").get("status") or {}
+            return status if until(status) else None
+
+        try:
+            return wait_until(reached, 900, what, interval_s=5)
+        except pytest.fail.Exception:
+            pytest.fail(f"{what}: not in 900 s; last seen {missing}")
+    finally:
+        controller.stop()
+
+
 @pytest.mark.timeout(1500)
 def test_the_controller_converges_a_real_rocksdb_job_memory_first_keeping_its_state(
     e2e_stack: StackInfo, real_flink: RealFlinkStack, cluster: Cluster,
     prometheus: Prometheus, namespace: str, controller_kubeconfig: Path,
     tmp_path: Path,
 ) -> None:
-    cluster.kubectl("apply", "-f", "-", stdin=yaml.safe_dump(
-        realflink.state_job_deployment(namespace, "state")))
-    cluster.wait_flink(namespace, "state", timeout_s=300)
-    job = cluster.flink(namespace, "state")["status"]["jobStatus"]["jobId"]
+    job, verifier = _start_job(cluster, prometheus, namespace,
+                               realflink.state_job_deployment(namespace, "state"))
     # Flink's own REST API, reached the way the controller reaches it.
     detail = real_flink.rest(namespace, "state", f"jobs/{job}")
     assert detail["state"] == "RUNNING"
     assert {v["name"] for v in detail["vertices"]} >= {"events", "counter -> sink: Writer"} or (
         len(detail["vertices"]) == 2), detail["vertices"]
-    verifier = Verifier(prometheus, namespace, "state")
-    wait_until(verifier.sample, 120, "the job's counter metrics")
 
-    controller = ControllerProcess(str(controller_kubeconfig), e2e_stack.prometheus_url,
-                                   proxy_env(real_flink.url), tmp_path / "controller.log",
-                                   namespaces=(namespace,)).start()
-    try:
-        cluster.kubectl("apply", "-f", "-", stdin=yaml.safe_dump(
-            realflink.state_job_policy(namespace, "state", "state")))
+    def converged(status: dict[str, Any]) -> bool:
+        verifier.sample()
+        reasons = [r for r, _ in _events(cluster, namespace, "state")]
+        flink = cluster.flink(namespace, "state").get("status") or {}
+        stable = (flink.get("lifecycleState") == "STABLE"
+                  and (flink.get("jobStatus") or {}).get("state") == "RUNNING")
+        ready = any(c["type"] == "Ready" and c["status"] == "True"
+                    for c in status.get("conditions") or [])
+        scaling: dict[str, Any] = next((c for c in status.get("conditions") or []
+                        if c["type"] == "Scaling"), {})
+        done = (stable and ready and "ScaledUp" in reasons
+                and scaling.get("reason") not in ("Reconfiguring", "Stabilizing"))
+        # Only once every key was read back at least twice does the cache cliff show:
+        # the first round writes new keys, which needs no cache.
+        loaded = bool(verifier.samples) and verifier.samples[-1][2] >= 3
+        met = _rate_met(prometheus, namespace)
+        # What is still missing, so a timeout says which condition never held.
+        missing.clear()
+        missing.update({"flink": flink.get("lifecycleState"), "ready": ready,
+                        "scaling": scaling.get("reason"), "events": reasons[-6:],
+                        "rounds": verifier.samples[-1][2] if verifier.samples else 0,
+                        "rate met": met})
+        return done and loaded and met
 
-        def converged() -> dict[str, Any] | None:
-            verifier.sample()
-            status = _hsp(cluster, namespace, "state").get("status") or {}
-            reasons = [r for r, _ in _events(cluster, namespace, "state")]
-            flink = cluster.flink(namespace, "state").get("status") or {}
-            stable = (flink.get("lifecycleState") == "STABLE"
-                      and (flink.get("jobStatus") or {}).get("state") == "RUNNING")
-            ready = any(c["type"] == "Ready" and c["status"] == "True"
-                        for c in status.get("conditions") or [])
-            scaling: dict[str, Any] = next((c for c in status.get("conditions") or []
-                            if c["type"] == "Scaling"), {})
-            done = (stable and ready and "ScaledUp" in reasons
-                    and scaling.get("reason") not in ("Reconfiguring", "Stabilizing"))
-            # Only once every key was read back at least twice does the cache cliff show:
-            # the first round writes new keys, which needs no cache.
-            loaded = bool(verifier.samples) and verifier.samples[-1][2] >= 3
-            met = _rate_met(prometheus, namespace)
-            # What is still missing, so a timeout says which condition never held.
-            missing.clear()
-            missing.update({"flink": flink.get("lifecycleState"), "ready": ready,
-                            "scaling": scaling.get("reason"), "events": reasons[-6:],
-                            "rounds": verifier.samples[-1][2] if verifier.samples else 0,
-                            "rate met": met})
-            return status if done and loaded and met else None
-
-        missing: dict[str, Any] = {}
-        try:
-            status = wait_until(converged, 900, "the real job at its target rate",
-                                interval_s=5)
-        except pytest.fail.Exception:
-            pytest.fail(f"not converged in 900 s: last seen {missing}")
-    finally:
-        controller.stop()
+    missing: dict[str, Any] = {}
+    status = _steer(e2e_stack, real_flink, cluster, controller_kubeconfig, tmp_path, namespace,
+                    realflink.state_job_policy(namespace, "state", "state"), converged,
+                    "the real job at its target rate", missing)
     verifier.sample()
     verifier.check()
 
@@ -187,6 +211,11 @@ def test_the_controller_converges_a_real_rocksdb_job_memory_first_keeping_its_st
     print("events:", *events, sep="\n  ")
 
 
+def _epoch(timestamp: str) -> float:
+    """An RFC 3339 time from status as seconds since the epoch."""
+    return datetime.fromisoformat(timestamp.replace("Z", "+00:00")).timestamp()
+
+
 def _rate_met(prometheus: Prometheus, namespace: str) -> bool:
     """The counter takes in what arrives (the source's backlog stays small) over the last 30 s."""
     selector = f'namespace="{namespace}",flinkdeployment="state"'
@@ -196,3 +225,79 @@ def _rate_met(prometheus: Prometheus, namespace: str) -> bool:
     target = float(realflink.STATE_JOB_CONF["hybridscaler.job.rate"])
     return bool(pending and rate and float(pending[0]["value"][1]) < target * 5
                 and float(rate[0]["value"][1]) >= 0.9 * target)
+
+
+@pytest.mark.timeout(1500)
+def test_the_controller_grows_a_real_jobs_cache_in_place_without_a_restart(
+    e2e_stack: StackInfo, real_flink: RealFlinkStack, cluster: Cluster,
+    prometheus: Prometheus, namespace: str, controller_kubeconfig: Path,
+    tmp_path: Path,
+) -> None:
+    """Issue 23: the same job, run with flink-plugin's resizable backend and a policy with
+    spec.resize. Its TaskManager has managed memory to spare, so the counter's scale-up
+    keeps the pod and the controller resizes the live cache through the agent: the same
+    job id and numRestarts 0, verified by RocksDB's block-cache-capacity metric, and the
+    job takes its rate."""
+    token = secrets.token_hex(24)
+    (tmp_path / "token").write_text(token + "\n")
+    port = realflink.free_port()
+    cluster.core.create_namespaced_secret(namespace, client.V1Secret(
+        metadata=client.V1ObjectMeta(name="resize-token"), string_data={"token": token}))
+    deployment = realflink.state_job_deployment(namespace, "state")
+    deployment["spec"]["flinkConfiguration"].update({
+        "state.backend.type": RESIZABLE_BACKEND,
+        "classloader.parent-first-patterns.additional": "dev.hybridscaler.flink.resize.",
+        "hybridscaler.resize.token-file": str(tmp_path / "token"),
+        "hybridscaler.resize.port": str(port)})
+    job, verifier = _start_job(cluster, prometheus, namespace, deployment)
+
+    policy = realflink.state_job_policy(namespace, "state", "state")
+    policy["spec"]["resize"] = {"token": {"name": "resize-token", "key": "token"},
+                                "port": port}
+    missing: dict[str, Any] = {}
+    applied: list[float] = []  # when the resize was asked for, and when the rate was met
+
+    def resized(status: dict[str, Any]) -> bool:
+        verifier.sample()
+        done = [e for e in status.get("enactments") or []
+                if e["kind"] == "resize" and e.get("observedCacheBytes")]
+        met = _rate_met(prometheus, namespace)
+        if done and met and len(applied) < 2:
+            applied[:] = [_epoch(done[0]["appliedTime"]), time.time()]
+        missing.clear()
+        missing.update({"enactments": status.get("enactments"), "rate met": met,
+                        "events": _events(cluster, namespace, "state")[-4:]})
+        return bool(done) and met
+
+    # Every TaskManager of this stack runs on this host: the agent is reached on 127.0.0.1
+    # (in a cluster the default template takes the pod's IP).
+    status = _steer(e2e_stack, real_flink, cluster, controller_kubeconfig, tmp_path, namespace,
+                    policy, resized, "a verified resize and the job at its rate", missing,
+                    ("--resize-agent-url", "http://127.0.0.1:{port}"))
+    verifier.sample()
+    verifier.check()
+    print(f"rate met {applied[1] - applied[0]:.0f} s after the resize was asked for "
+          f"(an upper bound: checked every 5 s; windows of 20 s)")
+
+    events = _events(cluster, namespace, "state")
+    assert "ResizeFailed" not in [r for r, _ in events], events
+    resize = next(e for e in status["enactments"] if e["kind"] == "resize")
+    assert resize["expectedDowntimeS"] == 0 and resize["observedDowntimeS"] == 0, resize
+    [(name, expected)] = resize["expectedCacheBytes"].items()
+    assert "counter" in name and resize["observedCacheBytes"] == {name: expected}, resize
+    assert all(e["kind"] == "resize" for e in status["enactments"]), status["enactments"]
+    # No restart: the same job, never failed over.
+    final = cluster.flink(namespace, "state")
+    assert final["status"]["jobStatus"]["jobId"] == job
+    restarts = real_flink.rest(namespace, "state", f"jobs/{job}/metrics?get=numRestarts")
+    assert float(restarts[0]["value"]) == 0, restarts
+    # The deployment keeps the managed memory Flink reserved; the next restart step carries
+    # the resized level (status.target holds it).
+    resources = final["spec"]["flinkConfiguration"][realflink.OPERATOR_RESOURCES_KEY]
+    assert '"managedMemoryMb":32' in resources.replace(" ", ""), resources
+    target = status["target"]["flinkConfiguration"][realflink.OPERATOR_RESOURCES_KEY]
+    assert '"managedMemoryMb":32' not in target, target
+    described = cluster.kubectl("describe", "hsp", "-n", namespace, "state").stdout
+    assert "Expected Cache Bytes" in described and "ScaledUp" in described
+    print("enactments:", yaml.safe_dump(status["enactments"]))
+    print("events:", *events, sep="\n  ")

@@ -45,6 +45,10 @@ def kube_task_managers(core: Any) -> TaskManagerPods:
                 namespace, label_selector=f"app={deployment},component=taskmanager",
                 _request_timeout=KUBE_TIMEOUT_S)
         except ApiException as e:
+            if e.status == 403:
+                raise ResizeFailed(f"{FIELD}: the controller may not list pods in {namespace} "
+                                   f"(install the chart with resize.enabled=true)",
+                                   "credentials") from None
             raise ResizeFailed(f"{FIELD}: the TaskManager pods of {deployment} could not be "
                                f"listed (HTTP {e.status})", "unreachable") from None
         return sorted((p.metadata.name, p.status.pod_ip) for p in listed.items
