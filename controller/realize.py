@@ -365,8 +365,10 @@ def resized_caches(deployment: Mapping[str, Any], desired: OwnedFields, graph: J
     """Per vertex name, the block cache per task a resize would give it, when the job would
     run `desired` as it runs now but for managed memory: the parallelism it runs at, and per
     vertex the entry the job runs with (its chain's, by any of its uids) unchanged but for
-    `managedMemoryMb`, in a slot-sharing group of its own, with managed memory before and
-    after (a slot without any has no cache). None otherwise: a restart enacts it."""
+    `managedMemoryMb`, with managed memory before and after (a slot without any has no
+    cache). A slot-sharing group's slot is one cache, its named member's (the one member
+    with managed memory, `own_managed_mib`); its stateless riders have none. None
+    otherwise: a restart enacts it."""
     current = current_fields(deployment)
     if not set(desired.differences(current)) <= RESIZABLE_FIELDS:
         return None
@@ -375,6 +377,7 @@ def resized_caches(deployment: Mapping[str, Any], desired: OwnedFields, graph: J
     want, have = desired.operator_resources or {}, current.operator_resources or {}
     conf = (deployment.get("spec", {}) or {}).get("flinkConfiguration", {}) or {}
     ratio = write_buffer_ratio(conf)
+    ids = {v.id for v in graph.vertices}
     caches: dict[str, int] = {}
     for v in graph.vertices:
         new = next((want[u] for u in v.operator_uids if u in want), None)
@@ -382,9 +385,11 @@ def resized_caches(deployment: Mapping[str, Any], desired: OwnedFields, graph: J
         if new is None or old is None or (
                 replace(new, managed_memory_mb=old.managed_memory_mb) != old):
             return None  # Flink's default group, or CPU, heap or group changed: new slots
-        if new.managed_memory_mb == old.managed_memory_mb:
-            continue
-        if (new.slot_sharing_group is not None or new.managed_memory_mb <= 0
+        group = new.slot_sharing_group
+        if new.managed_memory_mb == old.managed_memory_mb or (
+                group is not None and group != v.id and group in ids):
+            continue  # unchanged, or a rider of a group whose named member holds the cache
+        if (group not in (None, v.id) or new.managed_memory_mb <= 0
                 or old.managed_memory_mb <= 0 or not v.name or len(v.name) > MAX_RESIZED_NAME):
             return None
         caches[v.name] = cache_bytes(new.managed_memory_mb * MIB, ratio)
@@ -418,21 +423,26 @@ def cache_budget_bytes(deployment: Mapping[str, Any]) -> int | None:
 
 def fits_running_pods(deployment: Mapping[str, Any], desired: OwnedFields,
                       graph: JobGraph) -> bool:
-    """Whether the slots of `desired` (one per task, each with its entry's managed memory)
-    fit the managed memory of the TaskManagers the deployment runs, first fit decreasing:
-    a memory-only step can then keep the pods and be resized in place. Flink places slots
-    itself, so each agent checks its own TaskManager again (its budget)."""
+    """Whether the slots of `desired` fit the managed memory of the TaskManagers the
+    deployment runs, first fit decreasing: a memory-only step can then keep the pods and be
+    resized in place. A vertex of its own has a slot per task; a slot-sharing group as many
+    as its widest member (Flink puts one subtask of each member in a slot), each with the
+    entry's managed memory. Flink places slots itself, so each agent checks its own
+    TaskManager again (its budget)."""
     current = current_fields(deployment)
     managed = task_manager_managed_bytes(deployment)
     if managed is None or not isinstance(current.replicas, int) or current.replicas < 1:
         return False
     resources = desired.operator_resources or {}
-    slots: list[int] = []
+    widest: dict[str, tuple[int, int]] = {}  # group (or vertex id) -> (slots, managed bytes)
     for v in graph.vertices:
         entry = next((resources[u] for u in v.operator_uids if u in resources), None)
-        if entry is None or entry.slot_sharing_group is not None:
+        if entry is None:
             return False
-        slots += [entry.managed_memory_mb * MIB] * desired.overrides.get(v.id, v.parallelism)
+        key = entry.slot_sharing_group or f"own:{v.id}"
+        tasks = desired.overrides.get(v.id, v.parallelism)
+        widest[key] = (max(tasks, widest.get(key, (0, 0))[0]), entry.managed_memory_mb * MIB)
+    slots = [size for count, size in widest.values() for _ in range(count)]
     free = [managed] * current.replicas
     for size in sorted(slots, reverse=True):
         bin_ = next((i for i, left in enumerate(free) if left >= size), None)

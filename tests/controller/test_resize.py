@@ -230,6 +230,38 @@ def test_a_memory_step_onto_pods_that_save_a_restarts_worth_restarts() -> None:
     assert deployments.deployment["spec"]["taskManager"]["resource"]["cpu"] < 4
 
 
+def test_a_slot_sharing_group_is_resized_as_its_named_members_cache() -> None:
+    """The placement names a group after its one member with managed memory; the others
+    ride along without any. Such a slot is one cache, the named member's."""
+    twin = Twin(load_model("read"), seed=0)
+    deployment = deployment_with_headroom(twin)
+    graph = twin.job_graph()
+    read = next(v.id for v in graph.vertices if READ in v.operator_uids)
+    footprint = closed_loop(twin).spec.scaling_params().footprint
+
+    def grouped(level: int, name: str = read, parallelism: int = 1) -> Any:
+        config = {v.id: VertexConfig(parallelism if v.id == read else 1,
+                                     level if v.id == read else None)
+                  for v in graph.vertices}
+        return desired_fields(graph, config, cpu_per_task=footprint.cpu_cores,
+                              heap_per_task_mib=footprint.heap_mib,
+                              base_managed_mib=BASE_MANAGED_MIB, tm_cpu=4.0,
+                              tm_memory_mib=4096, replicas=1, per_operator=True,
+                              groups={v.id: name for v in graph.vertices})
+
+    now = apply_body(NAME, NAMESPACE, grouped(0))["spec"]["flinkConfiguration"]
+    deployment["spec"]["flinkConfiguration"].update(now)
+    assert resized_caches(deployment, grouped(2), graph) == {
+        "Read State": cache_bytes(632 * 2**20, 0.5)}
+    # One slot per task of the widest member, with the group's managed memory.
+    assert fits_running_pods(deployment, grouped(2), graph)
+    assert not fits_running_pods(deployment, grouped(2, parallelism=3), graph)
+    # A group named after no vertex of the job: whose cache it is is unknown.
+    stray = apply_body(NAME, NAMESPACE, grouped(0, "elsewhere"))["spec"]["flinkConfiguration"]
+    deployment["spec"]["flinkConfiguration"].update(stray)
+    assert resized_caches(deployment, grouped(2, "elsewhere"), graph) is None
+
+
 def test_only_managed_memory_changes_of_own_groups_are_resized() -> None:
     twin = Twin(load_model("read"), seed=0)
     deployment = deployment_with_headroom(twin)
