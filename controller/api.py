@@ -579,11 +579,11 @@ class StepEnactment(StatusModel):
         "downtime had spec.job.upgradeMode been last-state, when that is shorter (the controller "
         "never changes upgradeMode: docs/flink-plugin.md, 'Choosing the upgrade mode')")
     expected_cache_bytes: dict[str, int] | None = Field(
-        None, max_length=256,
+        None, max_length=64,
         description="a resize: per resized vertex (its name), the block cache per task "
                     "requested of the TaskManagers' agents")
     observed_cache_bytes: dict[str, int] | None = Field(
-        None, max_length=256,
+        None, max_length=64,
         description="a resize: per resized vertex, the block cache per task RocksDB's "
                     "block-cache-capacity metric showed")
     fallback: str | None = Field(

@@ -22,6 +22,7 @@ from controller.ports import Collected
 from controller.realize import (
     OwnedFields,
     as_target,
+    cache_budget_bytes,
     current_fields,
     desired_fields,
     effective_resources,
@@ -111,13 +112,17 @@ def commit(run: Run, graph: JobGraph, collected: Collected, evaluation: Evaluati
     if why is not None:
         raise run.refuse(Reason.MEMORY_NOT_HONOURED, why)
     fields = desired(run, deployment, graph, evaluation, placed)
-    caches = (resized_caches(deployment, fields, graph)
-              if resizable(deployment, run.spec.resize) else None)
+    placement = placed.status(run.spec.cost, pods_now(run))
+    kept = resize_in_place(run, deployment, graph, evaluation, fields, collected)
+    caches = None
+    if kept is not None:
+        fields, caches = kept
+        # The running pods stay: the step requests what they request.
+        placement = placement.model_copy(update={"pods": placement.pods_before})
     run.status = with_enactment(
         with_policy_state(run.status, evaluation.state), decision.step, deployment, fields,
         state_bytes(run, collected), run.spec.cost.restart_downtime, caches,
-    ).model_copy(update={"placement": placed.status(run.spec.cost, pods_now(run)),
-                         "target": as_target(decision.step, fields)})
+    ).model_copy(update={"placement": placement, "target": as_target(decision.step, fields)})
     run.condition(ConditionType.SCALING, True, Reason.RECONFIGURING,
                   f"step {decision.step}: applying to FlinkDeployment {run.target} "
                   f"{run.status.enactments[-1].describe()}; {pods_change(run.status)}")
@@ -128,7 +133,6 @@ def commit(run: Run, graph: JobGraph, collected: Collected, evaluation: Evaluati
 def desired(run: Run, deployment: Mapping[str, Any], graph: JobGraph,
             evaluation: Evaluation, placed: Placed) -> OwnedFields:
     """The owned fields that realize the evaluated configuration on the placement."""
-    task = run.params.footprint
     adaptive = run.spec.task_manager.realization == Realization.ADAPTIVE
     cpu, memory_mib = placed.shape.cpu, round(placed.shape.memory)
     replicas: int | None = placed.replicas
@@ -138,34 +142,56 @@ def desired(run: Run, deployment: Mapping[str, Any], graph: JobGraph,
         # operator upgrades (restarts) on a replicas change: leave it as it is, so a
         # parallelism-only step stays in place.
         replicas = current.replicas
+    return _fields(run, graph, evaluation, current, cpu, memory_mib, replicas,
+                   None if adaptive else placed.groups, placed.flink_options,
+                   per_operator=not adaptive)
+
+
+def _fields(run: Run, graph: JobGraph, evaluation: Evaluation, current: OwnedFields,
+            cpu: float, memory_mib: int, replicas: int | None,
+            groups: Mapping[str, str] | None, flink_options: Mapping[str, str] | None,
+            per_operator: bool) -> OwnedFields:
+    task = run.params.footprint
     fields = desired_fields(
         graph, evaluation.configuration, cpu_per_task=task.cpu_cores,
         heap_per_task_mib=task.heap_mib, base_managed_mib=run.spec.memory.base_managed_memory,
-        tm_cpu=cpu, tm_memory_mib=memory_mib, replicas=replicas, per_operator=not adaptive,
-        groups=None if adaptive else placed.groups, flink_options=placed.flink_options,
-    )
-    fields = replace(fields, sql_settings=sql_settings(run, current, evaluation.decision))
-    if (resizable(deployment, run.spec.resize) and not adaptive
-            and memory_only(graph.configuration(), evaluation.configuration)
-            and not restart_pays(fields, current, run)):
-        # A memory-only step whose slots fit the running TaskManagers keeps them (and the
-        # slot sharing groups), so the agents can resize it in place; the next restart
-        # step takes the placement's pods. Not when the placement's pods cost so much
-        # less that the saving pays for a restart (spec.cost.paybackPeriod).
-        groups = {v.id: entry.slot_sharing_group for v in graph.vertices
-                  for entry in [next((current.operator_resources or {}).get(u)
-                                     for u in v.operator_uids)]
-                  if entry is not None and entry.slot_sharing_group is not None}
-        kept = replace(desired_fields(
-            graph, evaluation.configuration, cpu_per_task=task.cpu_cores,
-            heap_per_task_mib=task.heap_mib,
-            base_managed_mib=run.spec.memory.base_managed_memory, tm_cpu=current.tm_cpu or cpu,
-            tm_memory_mib=current.tm_memory_mib or memory_mib, replicas=current.replicas,
-            per_operator=True, groups=groups, flink_options=current.flink_options or None,
-        ), sql_settings=fields.sql_settings)
-        if fits_running_pods(deployment, kept, graph):
-            return kept
-    return fields
+        tm_cpu=cpu, tm_memory_mib=memory_mib, replicas=replicas, per_operator=per_operator,
+        groups=groups, flink_options=flink_options)
+    return replace(fields, sql_settings=sql_settings(run, current, evaluation.decision))
+
+
+def resize_in_place(run: Run, deployment: Mapping[str, Any], graph: JobGraph,
+                    evaluation: Evaluation, fields: OwnedFields, collected: Collected
+                    ) -> tuple[OwnedFields, dict[str, int]] | None:
+    """A memory-only step that flink-plugin's agents can enact without a restart: its
+    fields on the running TaskManagers (their shape, replicas, fitted fractions and slot
+    sharing groups) and the caches to set; None when it restarts. Only when the slots fit
+    those TaskManagers, the placement's pods do not save enough to pay for a restart
+    (spec.cost.paybackPeriod), and the block-cache metric, which verifies a resize, is
+    reported for every vertex it resizes."""
+    current = current_fields(deployment)
+    if (not resizable(deployment, run.spec.resize)
+            or run.spec.task_manager.realization == Realization.ADAPTIVE
+            or not memory_only(graph.configuration(), evaluation.configuration)
+            or restart_pays(fields, current, run)
+            or current.tm_cpu is None or current.tm_memory_mib is None):
+        return None
+    resources = current.operator_resources or {}
+    groups = {v.id: entry.slot_sharing_group for v in graph.vertices
+              for entry in [next((resources[u] for u in v.operator_uids if u in resources),
+                                 None)]
+              if entry is not None and entry.slot_sharing_group is not None}
+    kept = _fields(run, graph, evaluation, current, current.tm_cpu, current.tm_memory_mib,
+                   current.replicas, groups, current.flink_options or None, per_operator=True)
+    if cache_budget_bytes(deployment) is None or not fits_running_pods(deployment, kept, graph):
+        return None
+    caches = resized_caches(deployment, kept, graph,
+                            effective_resources(run.status, deployment))
+    names = {v.name: v.id for v in graph.vertices}
+    if caches is None or any(names[name] not in collected.cache_capacity_bytes
+                             for name in caches):
+        return None
+    return kept, caches
 
 
 def restart_pays(fields: OwnedFields, current: OwnedFields, run: Run) -> bool:

@@ -76,9 +76,15 @@ def check_job(run: Run, job: JobSummary) -> None:
 
 
 def _in_place_step_done(run: Run) -> bool:
+    """Our last step kept the job running and is done: an in-place rescale seen running
+    again, or a resize in place once asked for (it never stops the job), so a later
+    failover is not taken for it."""
     last = run.status.enactments[-1] if run.status.enactments else None
-    return (last is not None and last.kind == Enactment.IN_PLACE.value
-            and last.observed_downtime_s is not None)
+    if last is None:
+        return False
+    if last.kind == Enactment.RESIZE.value:
+        return last.applied_time is not None
+    return last.kind == Enactment.IN_PLACE.value and last.observed_downtime_s is not None
 
 
 def _said(run: Run, seen: ObservedJob, job: JobSummary) -> str:

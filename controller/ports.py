@@ -172,10 +172,11 @@ class CacheTarget:
 
 class ResizeFailed(RuntimeError):
     """A resize was not done. `kind`: "unreachable" (no agent answered, or no TaskManager
-    pod runs), "unauthorized" (401), "refused" (409: over budget, no such slot, resizing
-    disabled on a TaskManager), "malformed" (an answer we cannot read), "credentials" (the
-    token's Secret). The message names the field and the TaskManager pod, never the
-    agent's text."""
+    pod runs), "missing" (no agent holds a slot of a task: the job is between attempts, or
+    the backend is not installed), "unauthorized" (401), "refused" (409: over budget,
+    resizing disabled on a TaskManager), "malformed" (an answer we cannot read),
+    "credentials" (the token's Secret, or no right to list pods). The message names the
+    field and the TaskManager pod, never the agent's text."""
 
     def __init__(self, message: str, kind: str) -> None:
         super().__init__(message)

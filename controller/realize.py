@@ -19,7 +19,9 @@ a hand edit of an owned field is undone, and applying twice changes nothing.
 from __future__ import annotations
 
 import json
+import logging
 import math
+from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -53,6 +55,7 @@ from policies.restart_cost import (
 )
 from policies.spec import CostSpec
 
+log = logging.getLogger(__name__)
 FIELD_MANAGER = "hybrid-scaler"
 FLINK_GROUP, FLINK_VERSION, FLINK_PLURAL = "flink.apache.org", "v1beta1", "flinkdeployments"
 OVERRIDES_KEY = "pipeline.jobvertex-parallelism-overrides"
@@ -73,6 +76,8 @@ RESIZABLE_BACKEND = "dev.hybridscaler.flink.resize.ResizableRocksDBStateBackendF
 DEFAULT_WRITE_BUFFER_RATIO = 0.5
 # A vertex name longer than this is not resized (it would be kept in status): it restarts.
 MAX_RESIZED_NAME = 512
+# Nor a step resizing more vertices than this (status keeps each one's cache).
+MAX_RESIZED = 64
 
 
 def write_buffer_ratio_key(flink_configuration: Mapping[str, Any]) -> str:
@@ -360,24 +365,30 @@ def resizable(deployment: Mapping[str, Any], resize_spec: Any) -> bool:
 RESIZABLE_FIELDS = frozenset({OVERRIDES_KEY, RESOURCES_KEY})
 
 
-def resized_caches(deployment: Mapping[str, Any], desired: OwnedFields, graph: JobGraph
+def resized_caches(deployment: Mapping[str, Any], desired: OwnedFields, graph: JobGraph,
+                   running: Mapping[str, OperatorResources] | None = None
                    ) -> dict[str, int] | None:
     """Per vertex name, the block cache per task a resize would give it, when the job would
     run `desired` as it runs now but for managed memory: the parallelism it runs at, and per
     vertex the entry the job runs with (its chain's, by any of its uids) unchanged but for
     `managedMemoryMb`, with managed memory before and after (a slot without any has no
     cache). A slot-sharing group's slot is one cache, its named member's (the one member
-    with managed memory, `own_managed_mib`); its stateless riders have none. None
-    otherwise: a restart enacts it."""
+    with managed memory, `own_managed_mib`); its stateless riders have none. `running`:
+    the resources the job runs with when they are not the deployment's (an earlier resize
+    in place, `effective_resources`), so a step back to the deployment's level is a resize
+    too. The agents know a slot by its vertex's name: a name two vertices share, or more
+    than `MAX_RESIZED` vertices, is not resized. None otherwise: a restart enacts it."""
     current = current_fields(deployment)
     if not set(desired.differences(current)) <= RESIZABLE_FIELDS:
         return None
     if dict(desired.overrides) != {v.id: v.parallelism for v in graph.vertices}:
         return None
-    want, have = desired.operator_resources or {}, current.operator_resources or {}
+    want = desired.operator_resources or {}
+    have = running if running is not None else (current.operator_resources or {})
     conf = (deployment.get("spec", {}) or {}).get("flinkConfiguration", {}) or {}
     ratio = write_buffer_ratio(conf)
     ids = {v.id for v in graph.vertices}
+    names = Counter(v.name for v in graph.vertices)
     caches: dict[str, int] = {}
     for v in graph.vertices:
         new = next((want[u] for u in v.operator_uids if u in want), None)
@@ -390,7 +401,8 @@ def resized_caches(deployment: Mapping[str, Any], desired: OwnedFields, graph: J
                 group is not None and group != v.id and group in ids):
             continue  # unchanged, or a rider of a group whose named member holds the cache
         if (group not in (None, v.id) or new.managed_memory_mb <= 0
-                or old.managed_memory_mb <= 0 or not v.name or len(v.name) > MAX_RESIZED_NAME):
+                or old.managed_memory_mb <= 0 or not v.name or len(v.name) > MAX_RESIZED_NAME
+                or names[v.name] > 1 or len(caches) >= MAX_RESIZED):
             return None
         caches[v.name] = cache_bytes(new.managed_memory_mb * MIB, ratio)
     return caches or None
@@ -398,16 +410,21 @@ def resized_caches(deployment: Mapping[str, Any], desired: OwnedFields, graph: J
 
 def task_manager_managed_bytes(deployment: Mapping[str, Any]) -> int | None:
     """One TaskManager's managed memory as Flink splits the deployment's process memory
-    (packer.flink_memory); None when its memory is unknown or Flink would refuse it."""
+    (packer.flink_memory); None when its memory is unknown, set by keys the model does not
+    read, or Flink would refuse it."""
     spec = deployment.get("spec", {}) or {}
     conf = spec.get("flinkConfiguration", {}) or {}
     memory = parse_memory_mib(((spec.get("taskManager", {}) or {}).get("resource", {})
                                or {}).get("memory"))
-    if memory is None:
-        return None
+    if memory is None or any(str(k).startswith("taskmanager.memory.") and k not in SHAPE_KEYS
+                             for k in conf):
+        return None  # sizes set by hand (managed.size, metaspace...): not modelled
     try:
-        fraction = float(conf.get(MANAGED_FRACTION_KEY, FlinkMemoryOptions.managed_fraction))
-        return task_manager_memory(memory, FlinkMemoryOptions(managed_fraction=fraction)).managed
+        fractions = {"managed_fraction": float(conf.get(
+                         MANAGED_FRACTION_KEY, FlinkMemoryOptions.managed_fraction)),
+                     "network_fraction": float(conf.get(
+                         NETWORK_FRACTION_KEY, FlinkMemoryOptions.network_fraction))}
+        return task_manager_memory(memory, FlinkMemoryOptions(**fractions)).managed
     except (TypeError, ValueError):
         return None
 
@@ -664,30 +681,42 @@ def effective_resources(status: Status, deployment: Mapping[str, Any]
 
 def fall_back(run: Run, step: int, why: str) -> None:
     """A resize that could not be done or verified: the step is enacted by restart instead
-    (the next realize patches the deployment), with a Warning naming why."""
+    (the next realize patches the deployment), with a Warning naming why. Saved before
+    that patch, as a commit is: a crash in between must not leave a restart recorded as a
+    resize."""
+    deployment = run.deployment or {}
+    costs = step_costs(deployment)
     kept = []
     for e in run.status.enactments:
         if e.step == step and e.kind == Enactment.RESIZE and e.fallback is None:
-            restart = enactment_of(run.deployment or {}, [RESOURCES_KEY], e.state_bytes)
-            costs = step_costs(run.deployment or {})
+            restart = enactment_of(deployment, [RESOURCES_KEY], e.state_bytes)
+            expected = (run.spec.cost.restart_downtime
+                        if run.spec.cost.restart_downtime is not None else
+                        learned_downtime_s(restart, e.state_bytes, run.status.observed_steps(),
+                                           costs))
             e = e.model_copy(update={
                 "fallback": why[:1024], "kind": restart.value, "applied_time": None,
-                "expected_downtime_s": learned_downtime_s(
-                    restart, e.state_bytes, run.status.observed_steps(), costs)})
+                "expected_downtime_s": expected,
+                "last_state_downtime_s": last_state_downtime_s(restart, e.state_bytes, costs)})
         kept.append(e)
     run.status = run.status.model_copy(update={"enactments": tuple(kept)})
     run.count_error("resize")
     run.event("Warning", Reason.RESIZE_FAILED,
               f"step {step}: not resized in place ({why}); enacting it by restart")
+    run.save()
+
+
+# Failures of a re-ask (the resize was applied before) that say nothing about resizing:
+# the job is between attempts or a TaskManager is being replaced. Asked again next pass.
+TRANSIENT = frozenset({"unreachable", "missing"})
 
 
 def _resize(run: Run, entry: StepEnactment) -> list[str] | None:
-    """Ask the agents for the resize of `entry` (again, where a failover undid it); the
-    caches it changed, or None when it fell back to a restart. Without the job's id (a pass
-    that did not read the job) nothing is asked."""
-    spec, deployment = run.spec.resize, run.deployment or {}
-    if run.job is None:
-        return []
+    """Ask the agents for the resize of `entry` (again, where a failover undid it): the
+    caches it changed; None when it fell back to a restart, or when a re-ask failed for a
+    reason that passes (`TRANSIENT`: the entry is still in effect, asked again next pass)."""
+    spec, deployment, job = run.spec.resize, run.deployment or {}, run.job
+    assert job is not None  # _apply_target asks only when the pass read the job
     # Only a target from the current status may be enacted (as before a patch).
     run.ports.store.confirm()
     caches = entry.expected_cache_bytes or {}
@@ -699,14 +728,16 @@ def _resize(run: Run, entry: StepEnactment) -> list[str] | None:
         return None
     try:  # reaching the agents (their pods, the token) may fail as the resize does
         resized = run.ports.resizers(run.namespace, run.target, spec).resize(
-            run.job.jid, [CacheTarget(name, size) for name, size in sorted(caches.items())],
+            job.jid, [CacheTarget(name, size) for name, size in sorted(caches.items())],
             budget)
     except ResizeFailed as failed:
+        if entry.applied_time is not None and failed.kind in TRANSIENT:
+            log.info("%s/%s: step %d: re-asking the resize agents failed (%s); asked "
+                     "again next pass", run.namespace, run.name, entry.step, failed)
+            return None
         fall_back(run, entry.step, str(failed))
         return None
-    # Exact from the agents; the twin reads a level back, which may round by a byte.
-    wrong = sorted(name for name, size in caches.items()
-                   if abs(resized.read_back.get(name, -1) - size) > max(1.0, 1e-6 * size))
+    wrong = sorted(name for name, size in caches.items() if resized.read_back.get(name) != size)
     if wrong:
         fall_back(run, entry.step, "the agents read back another capacity for "
                   + ", ".join(wrong[:5]))
@@ -745,7 +776,9 @@ def verify_resize(run: Run, graph: JobGraph, cache_capacity_bytes: Mapping[str, 
 
 def _apply_target(run: Run) -> Realized | None:
     if run.spec.mode != Mode.ACTIVE:
-        if run.status.target is not None:
+        # A target resized in place stays: it says what the caches hold (the deployment
+        # does not), and switching back to Active re-asks the agents.
+        if run.status.target is not None and resize_in_effect(run.status) is None:
             run.status = run.status.model_copy(update={"target": None})
         return None
     target, deployment = run.status.target, run.deployment
@@ -755,10 +788,17 @@ def _apply_target(run: Run) -> Realized | None:
     differences = desired.differences(current_fields(deployment))
     resize = resize_in_effect(run.status)
     if resize is not None and set(differences) <= RESIZABLE_FIELDS:
+        # Asked when the pass read the job, and a re-ask only while it runs (between
+        # attempts no agent holds its slots).
+        if run.job is None or (resize.applied_time is not None
+                               and run.job.state != "RUNNING"):
+            return Realized([], True, resized=True)
         resized = _resize(run, resize)
         if resized is not None:
             _mark_applied(run, target.step)
             return Realized(resized, True, resized=True)
+        if resize_in_effect(run.status) is not None:  # a re-ask that passes: next pass
+            return Realized([], True, resized=True)
         differences = desired.differences(current_fields(deployment))
     if differences:
         # Only a target from the current status may be applied: one held by a replica

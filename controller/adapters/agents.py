@@ -15,7 +15,6 @@ carry the HTTP code only, never what an agent answered.
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
@@ -43,6 +42,7 @@ def kube_task_managers(core: Any) -> TaskManagerPods:
         try:
             listed = core.list_namespaced_pod(
                 namespace, label_selector=f"app={deployment},component=taskmanager",
+                field_selector="status.phase=Running", limit=MAX_TASK_MANAGERS + 1,
                 _request_timeout=KUBE_TIMEOUT_S)
         except ApiException as e:
             if e.status == 403:
@@ -51,9 +51,15 @@ def kube_task_managers(core: Any) -> TaskManagerPods:
                                    "credentials") from None
             raise ResizeFailed(f"{FIELD}: the TaskManager pods of {deployment} could not be "
                                f"listed (HTTP {e.status})", "unreachable") from None
+        except Exception:  # a timeout or a broken connection to the API server
+            raise ResizeFailed(f"{FIELD}: the TaskManager pods of {deployment} could not be "
+                               f"listed", "unreachable") from None
+        # Pods being deleted are going away; a host-network pod's IP is its node's, which
+        # a tenant must not make the controller dial.
         return sorted((p.metadata.name, p.status.pod_ip) for p in listed.items
                       if p.status is not None and p.status.phase == "Running"
-                      and p.status.pod_ip)
+                      and p.status.pod_ip and p.metadata.deletion_timestamp is None
+                      and not (p.spec is not None and p.spec.host_network))
 
     return pods
 
@@ -84,21 +90,25 @@ class AgentResizer:
         for pod, ip in self.pods:
             url = self._url(pod, ip)
             slots = self._slots(pod, self._call(pod, url, "GET", "/v1/slots"), job_id, wanted)
-            due = sorted({task for task, observed in slots if observed != wanted[task]})
+            due = sorted({task for (task, _), observed in slots.items()
+                          if observed != wanted[task]})
             if due:
                 self._call(pod, url, "PUT", "/v1/budget", {"budgetBytes": budget_bytes})
                 answer = self._call(pod, url, "POST", "/v1/resize", {"targets": [
                     {"jobId": job_id, "task": task, "cacheBytes": wanted[task]}
                     for task in due]})
-                slots = self._slots(pod, answer, job_id, wanted)
+                # The answer lists the slots it resized; the others are as GET read them.
+                slots.update(self._slots(pod, answer, job_id, wanted))
                 changed.update(due)
-            for task, observed in slots:
+            for (task, _), observed in slots.items():
                 read_back[task] = min(read_back.get(task, observed), observed)
         missing = sorted(set(wanted) - set(read_back))
         if missing:
+            # No slot of the job yet (it is starting or failing over), or the backend is
+            # not in the TaskManagers' lib/: the caller decides which (`kind` "missing").
             raise ResizeFailed(f"{FIELD}: no agent holds a slot of {', '.join(missing[:5])} "
                                f"(is the resizable backend in the TaskManagers' lib/?)",
-                               "refused")
+                               "missing")
         return Resized(read_back, tuple(sorted(changed)))
 
     def _url(self, pod: str, ip: str) -> dial.Url:
@@ -123,6 +133,9 @@ class AgentResizer:
             kind = {401: "unauthorized", 409: "refused"}.get(e.status or 0, (
                 "malformed" if e.kind == "http" else "unreachable"))
             raise ResizeFailed(f"{e!s} ({method} {path})", kind) from None
+        except outbound.NotAsked:  # the pass's budget is spent
+            raise ResizeFailed(f"{WHAT} on TaskManager pod {pod} not asked: the pass's time "
+                               f"is up ({method} {path})", "unreachable") from None
         try:
             return json.loads(raw)
         except ValueError:
@@ -131,22 +144,23 @@ class AgentResizer:
 
     @staticmethod
     def _slots(pod: str, answer: Any, job_id: str, wanted: Mapping[str, int]
-               ) -> list[tuple[str, int]]:
-        """(task, observed cache bytes) of this job's slots of the wanted tasks."""
+               ) -> dict[tuple[str, int], int]:
+        """(task, subtask) -> observed cache bytes, of this job's slots of the wanted tasks."""
         slots = answer.get("slots") if isinstance(answer, dict) else None
         if not isinstance(slots, list):
             raise ResizeFailed(f"{WHAT} on TaskManager pod {pod} answered no slot list",
                                "malformed")
-        found = []
+        found: dict[tuple[str, int], int] = {}
         for slot in slots:
             if not isinstance(slot, dict) or slot.get("jobId") != job_id:
                 continue
-            task, observed = slot.get("task"), slot.get("observedCacheBytes")
+            task, subtask, observed = (slot.get("task"), slot.get("subtask"),
+                                       slot.get("observedCacheBytes"))
             if task not in wanted:
                 continue
-            if (not isinstance(observed, int) or isinstance(observed, bool)
-                    or not math.isfinite(observed)):
+            if (not isinstance(subtask, int) or not isinstance(observed, int)
+                    or isinstance(subtask, bool) or isinstance(observed, bool)):
                 raise ResizeFailed(f"{WHAT} on TaskManager pod {pod} answered a slot "
-                                   f"without its capacity", "malformed")
-            found.append((str(task), observed))
+                                   f"without its subtask or capacity", "malformed")
+            found[(str(task), subtask)] = observed
         return found

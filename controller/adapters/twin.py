@@ -29,10 +29,12 @@ from controller.realize import (
     RESIZABLE_BACKEND,
     STATE_BACKEND_KEY,
     WRITE_BUFFER_RATIO_KEY,
+    cache_bytes,
     write_buffer_ratio,
 )
-from policies.levels import level_of
+from policies.levels import level_of, managed_mib
 from policies.model import JobGraph, VertexConfig
+from policies.quantity import MIB
 from simulator.model import JobModel
 from simulator.serve import (
     JOB_MODEL_KEY,
@@ -122,15 +124,18 @@ class TwinResizer:
             if t.task not in by_name:
                 raise ResizeFailed(f"spec.resize: no agent holds a slot of {t.task}", "refused")
             vid = by_name[t.task]
-            managed_mib = t.cache_bytes * 3.0 / (3.0 - ratio) / 2**20
-            level = level_of(managed_mib, self.base_managed_mib)
+            level = level_of(t.cache_bytes * 3.0 / (3.0 - ratio) / MIB, self.base_managed_mib)
             if level != config[vid].memory_level:
                 wanted[vid] = VertexConfig(config[vid].parallelism, level)
         if wanted:
             self.twin.resize(wanted)
             self.resizes.append(self.twin.time)
         names = {vid: name for name, vid in by_name.items()}
-        return Resized({names[vid]: int(self.twin.cost(vid).cache_bytes)
+        config = self.twin.configuration
+        # Read back as the C API would: the capacity Flink's rule gives the level's memory.
+        return Resized({names[vid]: cache_bytes(
+                            managed_mib(config[vid].memory_level, self.base_managed_mib) * MIB,
+                            ratio)
                         for vid in (by_name[t.task] for t in targets)},
                        tuple(sorted(names[vid] for vid in wanted)))
 

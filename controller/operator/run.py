@@ -75,6 +75,10 @@ def run(
         shard.check(shard_index, shards)
     except ValueError as e:
         raise typer.BadParameter(str(e)) from e
+    try:
+        check_agent_url(resize_agent_url)
+    except ValueError as e:
+        raise typer.BadParameter(str(e), param_hint="--resize-agent-url") from e
 
     logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -107,3 +111,20 @@ def run(
     # (controller/adapters/kube.py KubeEvents), and the process exits once they end.
     logging.getLogger(__name__).info(
         "operator stopped; passes still running finish before the process exits")
+
+
+def check_agent_url(template: str) -> None:
+    """`--resize-agent-url` must give a URL the controller dials for any pod: filled in
+    with an example, it parses (controller.adapters.dial's one parser)."""
+    from controller.adapters import dial
+
+    try:
+        url = template.format(pod_ip="10.0.0.1", pod="tm-1", port=9260, namespace="ns",
+                              name="job")
+    except (KeyError, IndexError, ValueError) as e:
+        raise ValueError(f"a template with {{pod_ip}}, {{pod}}, {{port}}, {{namespace}} and "
+                         f"{{name}} only: {e!r} is not one of them") from None
+    try:
+        dial.parse_url(url, "--resize-agent-url")
+    except dial.UrlRefused as e:
+        raise ValueError(str(e)) from None

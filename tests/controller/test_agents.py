@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from controller.adapters.agents import AgentResizer
+from controller.operator.run import check_agent_url
 from controller.ports import CacheTarget, ResizeFailed
 
 JOB = "a" * 32
@@ -64,13 +65,17 @@ def serve(agent: Agent) -> tuple[ThreadingHTTPServer, int]:
             if self.command == "POST" and self.path == "/v1/resize":
                 if agent.refuse:
                     return self._answer(agent.refuse, {"error": "SECRET internal detail"})
-                targets = body["targets"]
-                if sum(t["cacheBytes"] for t in targets) > agent.budget:
+                # As ResizeAgent: every live slot's cache counts against the budget, and
+                # the answer lists only the slots it resized.
+                targets = {t["task"]: t["cacheBytes"] for t in body["targets"]
+                           if t["jobId"] == JOB}
+                after = [targets.get(s["task"], s["cacheBytes"]) for s in agent.slots]
+                if sum(after) > agent.budget:
                     return self._answer(409, {"error": "over budget"})
-                for t in targets:
-                    for s in agent.slots:
-                        if s["task"] == t["task"] and s["jobId"] == t["jobId"]:
-                            s["cacheBytes"] = s["observedCacheBytes"] = t["cacheBytes"]
+                resized = [s for s in agent.slots if s["task"] in targets]
+                for s in resized:
+                    s["cacheBytes"] = s["observedCacheBytes"] = targets[s["task"]]
+                return self._answer(200, {"slots": resized})
             return self._answer(200, {"enabled": True, "slots": agent.slots})
 
         do_GET = do_PUT = do_POST = _handle
@@ -157,13 +162,25 @@ def test_a_wrong_token_is_unauthorized(agents: list[tuple[Agent, int]]) -> None:
     assert failed.value.kind == "unauthorized" and "HTTP 401" in str(failed.value)
 
 
-def test_a_task_no_agent_holds_is_refused_by_name(agents: list[tuple[Agent, int]]) -> None:
+def test_a_task_no_agent_holds_is_missing_by_name(agents: list[tuple[Agent, int]]) -> None:
     with pytest.raises(ResizeFailed) as failed:
-        resizer(agents).resize(JOB, [CacheTarget("missing", 1)], 1)
-    assert failed.value.kind == "refused" and "missing" in str(failed.value)
+        resizer(agents).resize(JOB, [CacheTarget("absent", 1)], 1)
+    assert failed.value.kind == "missing" and "absent" in str(failed.value)
     with pytest.raises(ResizeFailed) as failed:  # another job's slots are not this job's
         resizer(agents).resize("b" * 32, [CacheTarget("counter", 1)], 1)
-    assert failed.value.kind == "refused"
+    assert failed.value.kind == "missing"
+
+
+def test_a_second_resize_reads_back_the_slots_it_did_not_touch(
+        agents: list[tuple[Agent, int]]) -> None:
+    """The agent answers a resize with the slots it resized; a task already at its target
+    on the same TaskManager is read back from the GET before it."""
+    first = resizer(agents).resize(JOB, [CacheTarget("counter", 106_000_000)], 400_000_000)
+    assert first.changed == ("counter",)
+    both = [CacheTarget("counter", 106_000_000), CacheTarget("other", 20_000_000)]
+    second = resizer(agents).resize(JOB, both, 400_000_000)
+    assert second.changed == ("other",)
+    assert second.read_back == {"counter": 106_000_000, "other": 20_000_000}
 
 
 def test_an_answer_that_is_not_json_is_malformed(agents: list[tuple[Agent, int]]) -> None:
@@ -185,3 +202,12 @@ def test_no_running_pod_or_an_unusable_address_reaches_nothing() -> None:
         AgentResizer([("tm-1", "127.0.0.1")], 1, TOKEN, TEMPLATE).resize(
             JOB, [CacheTarget("c", 1)], 1)
     assert failed.value.kind == "unreachable"
+
+
+def test_the_agent_url_template_is_checked_when_the_controller_starts() -> None:
+    check_agent_url("http://{pod_ip}:{port}")
+    check_agent_url("http://{pod}.{name}-tm.{namespace}.svc:{port}")
+    with pytest.raises(ValueError, match="pod_ip"):
+        check_agent_url("http://{ip}:{port}")
+    with pytest.raises(ValueError, match="resize-agent-url"):
+        check_agent_url("http://user@{pod_ip}:{port}")

@@ -4,6 +4,7 @@ restart when the agents refuse or the metric disagrees."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -34,7 +35,7 @@ from controller.realize import (
 )
 from controller.record import Reason
 from controller.simulate import NAME, NAMESPACE
-from policies.model import VertexConfig
+from policies.model import JobGraph, VertexConfig
 from simulator.model import load_model
 from simulator.results import GRANULARITY_S
 from simulator.twin import BASE_MANAGED_MIB, Twin
@@ -129,7 +130,7 @@ def test_a_memory_step_that_fits_the_running_pods_is_resized_without_a_restart()
     decision = run.status.last_decision
     assert decision is not None
     read = next(v for v in decision.vertices if v.vertex_name == "Read State")
-    assert read.memory_level_before == 1 or run.status.step > step
+    assert run.status.step == step + 1 and read.memory_level_before == 1
 
 
 def test_the_next_restart_step_carries_the_resized_levels() -> None:
@@ -262,6 +263,84 @@ def test_a_slot_sharing_group_is_resized_as_its_named_members_cache() -> None:
     assert resized_caches(deployment, grouped(2, "elsewhere"), graph) is None
 
 
+class Failing:
+    """Agents that fail with `kind`."""
+
+    def __init__(self, kind: str) -> None:
+        self.kind, self.calls = kind, 0
+
+    def resize(self, job_id: str, targets: Iterable[CacheTarget], budget_bytes: int
+               ) -> Resized:
+        self.calls += 1
+        raise ResizeFailed(f"spec.resize: failed ({self.kind})", self.kind)
+
+
+@pytest.mark.parametrize(("kind", "falls_back"), [
+    ("unreachable", False), ("missing", False),  # a TaskManager replaced, a job restarting
+    ("unauthorized", True), ("refused", True)])  # a token rotated wrong, resizing disabled
+def test_a_re_ask_falls_back_only_on_failures_that_last(kind: str, falls_back: bool) -> None:
+    run = loop()
+    run.run_until(130)
+    assert run.enactment(1).kind == "resize"
+    failing = Failing(kind)
+    run.ports.resizers = lambda namespace, name, spec: failing
+    run.run_until(160)
+    assert failing.calls > 0
+    assert (run.enactment(1).fallback is not None) == falls_back
+    assert run.twin.restarts == (1 if falls_back else 0)
+
+
+def test_a_re_ask_waits_while_the_job_is_not_running() -> None:
+    run = loop()
+    run.run_until(130)
+    failing = Failing("missing")
+    run.ports.resizers = lambda namespace, name, spec: failing
+    run.twin.down_until = run.twin.time + 30  # between two attempts (a failover)
+    run.run_until(150)
+    assert failing.calls == 0 and run.enactment(1).fallback is None
+
+
+def test_a_step_back_to_the_deployments_level_is_a_resize_too() -> None:
+    """After a resize to level 1 (the deployment still says 0), a step back to level 0
+    changes nothing in the deployment, but the caches must shrink: a resize."""
+    twin = Twin(load_model("read"), seed=0)
+    deployment = deployment_with_headroom(twin)
+    graph = twin.job_graph()
+    footprint = closed_loop(twin).spec.scaling_params().footprint
+
+    def fields(level: int) -> Any:
+        config = {v.id: VertexConfig(1, level if READ in v.operator_uids else None)
+                  for v in graph.vertices}
+        return desired_fields(graph, config, cpu_per_task=footprint.cpu_cores,
+                              heap_per_task_mib=footprint.heap_mib,
+                              base_managed_mib=BASE_MANAGED_MIB, tm_cpu=4.0,
+                              tm_memory_mib=4096, replicas=1, per_operator=True)
+
+    running = fields(1).operator_resources
+    assert resized_caches(deployment, fields(0), graph) is None  # as the deployment says
+    assert resized_caches(deployment, fields(0), graph, running) == {
+        "Read State": cache_bytes(158 * 2**20, 0.5)}
+
+
+def test_a_name_two_vertices_share_is_not_resized() -> None:
+    """The agents know a slot by its vertex's name: with two vertices of one name, a resize
+    would reach both."""
+    twin = Twin(load_model("read"), seed=0)
+    deployment = deployment_with_headroom(twin)
+    graph = twin.job_graph()
+    same = JobGraph(tuple(dataclasses.replace(v, name="Map") for v in graph.vertices),
+                    graph.edges)
+    footprint = closed_loop(twin).spec.scaling_params().footprint
+    config = {v.id: VertexConfig(1, 1 if READ in v.operator_uids else None)
+              for v in graph.vertices}
+    desired = desired_fields(same, config, cpu_per_task=footprint.cpu_cores,
+                             heap_per_task_mib=footprint.heap_mib,
+                             base_managed_mib=BASE_MANAGED_MIB, tm_cpu=4.0,
+                             tm_memory_mib=4096, replicas=1, per_operator=True)
+    assert resized_caches(deployment, desired, graph) is not None
+    assert resized_caches(deployment, desired, same) is None
+
+
 def test_only_managed_memory_changes_of_own_groups_are_resized() -> None:
     twin = Twin(load_model("read"), seed=0)
     deployment = deployment_with_headroom(twin)
@@ -291,6 +370,10 @@ def test_only_managed_memory_changes_of_own_groups_are_resized() -> None:
     assert resized_caches(deployment, fields(2), graph) == {
         "Read State": cache_bytes(632 * 2**20, 0.5)}
     assert resized_caches(deployment, fields(2, parallelism=2), graph) is None
+    # Memory set by hand beyond what Flink's split is modelled from: no budget, no resize.
+    hand = {**deployment, "spec": {**deployment["spec"], "flinkConfiguration": {
+        **deployment["spec"]["flinkConfiguration"], "taskmanager.memory.managed.size": "2g"}}}
+    assert not fits_running_pods(hand, fields(2), graph)
     # 4096 MiB holds 1.4 GiB of managed memory: level 2 (632 MiB) fits, level 4 does not.
     assert fits_running_pods(deployment, fields(2), graph)
     assert not fits_running_pods(deployment, fields(4), graph)
