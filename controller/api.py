@@ -305,6 +305,7 @@ class PlacementSpec(SpecModel):
 
 
 RESIZE_PORT = 9260  # flink-plugin's default hybridscaler.resize.port
+RESIZED_LIMIT = 64  # vertices one resize step keeps in status (expected and observed)
 
 
 class ResizeSpec(SpecModel):
@@ -579,11 +580,11 @@ class StepEnactment(StatusModel):
         "downtime had spec.job.upgradeMode been last-state, when that is shorter (the controller "
         "never changes upgradeMode: docs/flink-plugin.md, 'Choosing the upgrade mode')")
     expected_cache_bytes: dict[str, int] | None = Field(
-        None, max_length=64,
+        None, max_length=RESIZED_LIMIT,
         description="a resize: per resized vertex (its name), the block cache per task "
                     "requested of the TaskManagers' agents")
     observed_cache_bytes: dict[str, int] | None = Field(
-        None, max_length=64,
+        None, max_length=RESIZED_LIMIT,
         description="a resize: per resized vertex, the block cache per task RocksDB's "
                     "block-cache-capacity metric showed")
     fallback: str | None = Field(

@@ -17,7 +17,6 @@ from controller.realize import (
     current_fields,
     effective_resources,
     memory_levels,
-    resize_in_effect,
     verify_resize,
 )
 from controller.record import METRICS_REASONS, Reason, Run, Stop
@@ -41,9 +40,7 @@ def collect(run: Run, seen: Seen) -> tuple[JobGraph, Collected]:
         raise metrics_unavailable(run, collected)
     run.condition(ConditionType.METRICS_AVAILABLE, True, Reason.METRICS_FRESH,
                   f"all {len(graph.vertices)} vertices reported over the last {window:g}s")
-    resized = resize_in_effect(run.status) is not None
-    verify_resize(run, graph, collected.cache_capacity_bytes)
-    if resized and resize_in_effect(run.status) is None:
+    if verify_resize(run, graph, collected.cache_capacity_bytes):
         # The resize fell back: this window ran at other levels than the graph says, and
         # realize restarts the job with the step.
         raise Stop("resize-unverified")

@@ -55,7 +55,7 @@ from policies import Evaluation, buffering, evaluate, skew
 from policies.decision import Decision
 from policies.evaluate import memory_only
 from policies.model import JobGraph
-from policies.params import restart_cost
+from policies.params import pays_back
 from policies.restart_cost import RestartFacts
 
 
@@ -177,10 +177,11 @@ def resize_in_place(run: Run, deployment: Mapping[str, Any], graph: JobGraph,
             or current.tm_cpu is None or current.tm_memory_mib is None):
         return None
     resources = current.operator_resources or {}
-    groups = {v.id: entry.slot_sharing_group for v in graph.vertices
-              for entry in [next((resources[u] for u in v.operator_uids if u in resources),
-                                 None)]
-              if entry is not None and entry.slot_sharing_group is not None}
+    groups: dict[str, str] = {}  # the running slot sharing groups, vertex id -> group
+    for v in graph.vertices:
+        entry = next((resources[u] for u in v.operator_uids if u in resources), None)
+        if entry is not None and entry.slot_sharing_group is not None:
+            groups[v.id] = entry.slot_sharing_group
     kept = _fields(run, graph, evaluation, current, current.tm_cpu, current.tm_memory_mib,
                    current.replicas, groups, current.flink_options or None, per_operator=True)
     if cache_budget_bytes(deployment) is None or not fits_running_pods(deployment, kept, graph):
@@ -196,14 +197,10 @@ def resize_in_place(run: Run, deployment: Mapping[str, Any], graph: JobGraph,
 
 def restart_pays(fields: OwnedFields, current: OwnedFields, run: Run) -> bool:
     """Whether the TaskManager pods of `fields` save enough over the running ones to pay
-    for a restart within spec.cost.paybackPeriod (the rule a cheaper configuration
-    meets, policies/capacity.py), the restart priced as `params.restart_cost` does."""
-    cost = run.spec.cost
-    new, now = requested_pods(fields, cost), requested_pods(current, cost)
-    if new is None or now is None:
-        return False
-    return (now.price - new.price) * cost.payback_period / 3600.0 > restart_cost(
-        new.price, run.params)
+    for a restart within spec.cost.paybackPeriod (the rule a cheaper configuration meets
+    in the policy, `params.pays_back`)."""
+    new, now = requested_pods(fields, run.spec.cost), requested_pods(current, run.spec.cost)
+    return new is not None and now is not None and pays_back(now.price, new.price, run.params)
 
 
 def sql_buffering_due(run: Run, deployment: Mapping[str, Any]) -> bool:

@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from controller.api import Status
+from controller.api import ResizeSpec, Status
 from policies.model import JobGraph, Observation
 
 # --- the Kubernetes side: the FlinkDeployment, the policy's status, Events --------------
@@ -222,4 +222,4 @@ class Ports:
     owners: Owners | None = None  # None: ownership is not checked (the twin, unit fakes)
     # (namespace, deployment name, spec.resize) -> its TaskManagers' agents; None: the
     # controller cannot resize (every step restarts).
-    resizers: Callable[[str, str, Any], Resizer] | None = None
+    resizers: Callable[[str, str, ResizeSpec], Resizer] | None = None

@@ -28,8 +28,10 @@ from typing import Any
 
 from controller.api import (
     ENACTMENTS_LIMIT,
+    RESIZED_LIMIT,
     ConditionType,
     Mode,
+    ResizeSpec,
     Status,
     StepEnactment,
     Target,
@@ -76,8 +78,6 @@ RESIZABLE_BACKEND = "dev.hybridscaler.flink.resize.ResizableRocksDBStateBackendF
 DEFAULT_WRITE_BUFFER_RATIO = 0.5
 # A vertex name longer than this is not resized (it would be kept in status): it restarts.
 MAX_RESIZED_NAME = 512
-# Nor a step resizing more vertices than this (status keeps each one's cache).
-MAX_RESIZED = 64
 
 
 def write_buffer_ratio_key(flink_configuration: Mapping[str, Any]) -> str:
@@ -334,24 +334,20 @@ def in_place(deployment: Mapping[str, Any], changed: list[str]) -> bool:
 
 
 def enactment_of(deployment: Mapping[str, Any], changed: list[str],
-                 state_bytes: float | None, *, memory_only: bool = False,
-                 resizable: bool = False) -> Enactment:
-    """How the `changed` fields will be enacted: resized by flink-plugin's agent (a step of
-    managed memory only, `memory_only`: `resized_caches` says, on a deployment that can,
-    `resizable`), in place,
-    else as spec.job.upgradeMode restarts (last-state needs a completed checkpoint, known
-    from its size)."""
+                 state_bytes: float | None) -> Enactment:
+    """How the `changed` fields will be enacted by a patch: in place, else as
+    spec.job.upgradeMode restarts (last-state needs a completed checkpoint, known from its
+    size)."""
     spec = deployment.get("spec", {}) or {}
     conf = spec.get("flinkConfiguration", {}) or {}
     return enactment(
         parallelism_only=changed == [OVERRIDES_KEY],
         adaptive_scheduler=str(conf.get(SCHEDULER_KEY, "")).strip().lower() == "adaptive",
         upgrade_mode=str((spec.get("job", {}) or {}).get("upgradeMode", "")),
-        has_checkpoint=state_bytes is not None, memory_only=memory_only,
-        resizable=resizable)
+        has_checkpoint=state_bytes is not None)
 
 
-def resizable(deployment: Mapping[str, Any], resize_spec: Any) -> bool:
+def resizable(deployment: Mapping[str, Any], resize_spec: ResizeSpec | None) -> bool:
     """Whether memory steps of this deployment can be resized in place: the policy names the
     agents' token (spec.resize) and the deployment runs flink-plugin's resizable backend."""
     conf = (deployment.get("spec", {}) or {}).get("flinkConfiguration", {}) or {}
@@ -377,7 +373,7 @@ def resized_caches(deployment: Mapping[str, Any], desired: OwnedFields, graph: J
     the resources the job runs with when they are not the deployment's (an earlier resize
     in place, `effective_resources`), so a step back to the deployment's level is a resize
     too. The agents know a slot by its vertex's name: a name two vertices share, or more
-    than `MAX_RESIZED` vertices, is not resized. None otherwise: a restart enacts it."""
+    than `RESIZED_LIMIT` vertices, is not resized. None otherwise: a restart enacts it."""
     current = current_fields(deployment)
     if not set(desired.differences(current)) <= RESIZABLE_FIELDS:
         return None
@@ -402,7 +398,7 @@ def resized_caches(deployment: Mapping[str, Any], desired: OwnedFields, graph: J
             continue  # unchanged, or a rider of a group whose named member holds the cache
         if (group not in (None, v.id) or new.managed_memory_mb <= 0
                 or old.managed_memory_mb <= 0 or not v.name or len(v.name) > MAX_RESIZED_NAME
-                or names[v.name] > 1 or len(caches) >= MAX_RESIZED):
+                or names[v.name] > 1 or len(caches) >= RESIZED_LIMIT):
             return None
         caches[v.name] = cache_bytes(new.managed_memory_mb * MIB, ratio)
     return caches or None
@@ -498,21 +494,33 @@ def with_enactment(status: Status, step: int, deployment: Mapping[str, Any],
     planner's (spec.cost.restartDowntime, `restart_downtime_s`) for a restart when the
     user set it, else learned from this deployment's steps. `caches`: the block caches a
     resize in place would set (`resized_caches`, on a `resizable` deployment), else None."""
-    kind = enactment_of(deployment, desired.differences(current_fields(deployment)),
-                        state_bytes, memory_only=caches is not None,
-                        resizable=caches is not None)
+    kind = Enactment.RESIZE if caches else enactment_of(
+        deployment, desired.differences(current_fields(deployment)), state_bytes)
+    entry = _priced(status, step, kind, deployment, state_bytes, restart_downtime_s)
+    if caches:
+        entry = entry.model_copy(update={"expected_cache_bytes": dict(caches)})
+    kept = tuple(e for e in status.enactments if e.step != step)
+    return status.model_copy(update={"enactments": (*kept, entry)[-ENACTMENTS_LIMIT:]})
+
+
+def _priced(status: Status, step: int, kind: Enactment, deployment: Mapping[str, Any],
+            state_bytes: float | None, restart_downtime_s: float | None) -> StepEnactment:
+    """Step `step` enacted as `kind`, with its expected downtime (learned, or the spec's for
+    a restart) and what last-state would cost."""
     costs = step_costs(deployment)
     expected = learned_downtime_s(kind, state_bytes, status.observed_steps(), costs)
     if restart_downtime_s is not None and kind not in (Enactment.IN_PLACE, Enactment.RESIZE):
         expected = restart_downtime_s
-    entry = StepEnactment(
+    return StepEnactment(
         step=step, kind=kind.value,
         state_bytes=None if state_bytes is None else round(state_bytes),
         expected_downtime_s=expected,
-        last_state_downtime_s=last_state_downtime_s(kind, state_bytes, costs),
-        expected_cache_bytes=dict(caches) if kind == Enactment.RESIZE and caches else None)
-    kept = tuple(e for e in status.enactments if e.step != step)
-    return status.model_copy(update={"enactments": (*kept, entry)[-ENACTMENTS_LIMIT:]})
+        last_state_downtime_s=last_state_downtime_s(kind, state_bytes, costs))
+
+
+def _with_step(status: Status, step: int, entry: StepEnactment) -> Status:
+    return status.model_copy(update={"enactments": tuple(
+        entry if e.step == step else e for e in status.enactments)})
 
 
 def _with_last(status: Status, **update: Any) -> Status:
@@ -679,30 +687,20 @@ def effective_resources(status: Status, deployment: Mapping[str, Any]
     return current_fields(deployment).operator_resources
 
 
-def fall_back(run: Run, step: int, why: str) -> None:
+def fall_back(run: Run, entry: StepEnactment, why: str) -> None:
     """A resize that could not be done or verified: the step is enacted by restart instead
     (the next realize patches the deployment), with a Warning naming why. Saved before
     that patch, as a commit is: a crash in between must not leave a restart recorded as a
     resize."""
     deployment = run.deployment or {}
-    costs = step_costs(deployment)
-    kept = []
-    for e in run.status.enactments:
-        if e.step == step and e.kind == Enactment.RESIZE and e.fallback is None:
-            restart = enactment_of(deployment, [RESOURCES_KEY], e.state_bytes)
-            expected = (run.spec.cost.restart_downtime
-                        if run.spec.cost.restart_downtime is not None else
-                        learned_downtime_s(restart, e.state_bytes, run.status.observed_steps(),
-                                           costs))
-            e = e.model_copy(update={
-                "fallback": why[:1024], "kind": restart.value, "applied_time": None,
-                "expected_downtime_s": expected,
-                "last_state_downtime_s": last_state_downtime_s(restart, e.state_bytes, costs)})
-        kept.append(e)
-    run.status = run.status.model_copy(update={"enactments": tuple(kept)})
+    restart = enactment_of(deployment, [RESOURCES_KEY], entry.state_bytes)
+    priced = _priced(run.status, entry.step, restart, deployment, entry.state_bytes,
+                     run.spec.cost.restart_downtime)
+    run.status = _with_step(run.status, entry.step,
+                            priced.model_copy(update={"fallback": why[:1024]}))
     run.count_error("resize")
     run.event("Warning", Reason.RESIZE_FAILED,
-              f"step {step}: not resized in place ({why}); enacting it by restart")
+              f"step {entry.step}: not resized in place ({why}); enacting it by restart")
     run.save()
 
 
@@ -722,7 +720,7 @@ def _resize(run: Run, entry: StepEnactment) -> list[str] | None:
     caches = entry.expected_cache_bytes or {}
     budget = cache_budget_bytes(deployment)
     if run.ports.resizers is None or spec is None or budget is None or not caches:
-        fall_back(run, entry.step, "the controller has no way to reach the TaskManagers' "
+        fall_back(run, entry, "the controller has no way to reach the TaskManagers' "
                   "agents" if run.ports.resizers is None or spec is None
                   else "the TaskManagers' memory is unknown")
         return None
@@ -735,43 +733,42 @@ def _resize(run: Run, entry: StepEnactment) -> list[str] | None:
             log.info("%s/%s: step %d: re-asking the resize agents failed (%s); asked "
                      "again next pass", run.namespace, run.name, entry.step, failed)
             return None
-        fall_back(run, entry.step, str(failed))
+        fall_back(run, entry, str(failed))
         return None
     wrong = sorted(name for name, size in caches.items() if resized.read_back.get(name) != size)
     if wrong:
-        fall_back(run, entry.step, "the agents read back another capacity for "
+        fall_back(run, entry, "the agents read back another capacity for "
                   + ", ".join(wrong[:5]))
         return None
     return [f"block cache of {name} (in place)" for name in resized.changed]
 
 
 def verify_resize(run: Run, graph: JobGraph, cache_capacity_bytes: Mapping[str, float],
-                  tolerance: float = 0.01) -> None:
+                  tolerance: float = 0.01) -> bool:
     """Check a resize in place against RocksDB's block-cache-capacity metric (a window
     collected after the step): as requested, the step is observed with no downtime;
-    still not so a window later, it falls back to a restart."""
+    still not so a window later, it falls back to a restart (True: it fell back)."""
     entry = resize_in_effect(run.status)
     if entry is None or entry.applied_time is None or entry.observed_cache_bytes is not None:
-        return
+        return False
     by_name = {v.name: v.id for v in graph.vertices}
-    observed = {name: cache_capacity_bytes.get(by_name.get(name, ""))
-                for name in entry.expected_cache_bytes or {}}
-    wrong = sorted(name for name, size in (entry.expected_cache_bytes or {}).items()
-                   if observed[name] is None
-                   or abs((observed[name] or 0.0) - size) > tolerance * size)
-    if wrong:
-        # The window may still hold samples from before the resize (Flink refreshes the
-        # gauge every few seconds, Prometheus scrapes it later): one more window's grace.
-        metrics = run.spec.metrics
-        if run.now < entry.applied_time + metrics.stabilization + 2 * metrics.window:
-            return
-        fall_back(run, entry.step, "RocksDB's block-cache-capacity metric does not show the "
-                  "resize of " + ", ".join(wrong[:5]))
-        return
-    seen = {name: round(value or 0.0) for name, value in observed.items()}
-    run.status = run.status.model_copy(update={"enactments": tuple(
-        e.model_copy(update={"observed_cache_bytes": seen, "observed_downtime_s": 0.0})
-        if e.step == entry.step else e for e in run.status.enactments)})
+    expected = entry.expected_cache_bytes or {}
+    observed = {name: cache_capacity_bytes.get(by_name.get(name, "")) for name in expected}
+    wrong = sorted(name for name, size in expected.items()
+                   if (seen := observed[name]) is None or abs(seen - size) > tolerance * size)
+    if not wrong:
+        run.status = _with_step(run.status, entry.step, entry.model_copy(update={
+            "observed_cache_bytes": {n: round(v or 0.0) for n, v in observed.items()},
+            "observed_downtime_s": 0.0}))
+        return False
+    # The window may still hold samples from before the resize (Flink refreshes the gauge
+    # every few seconds, Prometheus scrapes it later): one more window's grace.
+    metrics = run.spec.metrics
+    if run.now < entry.applied_time + metrics.stabilization + 2 * metrics.window:
+        return False
+    fall_back(run, entry, "RocksDB's block-cache-capacity metric does not show the resize "
+              "of " + ", ".join(wrong[:5]))
+    return True
 
 
 def _apply_target(run: Run) -> Realized | None:
@@ -799,7 +796,6 @@ def _apply_target(run: Run) -> Realized | None:
             return Realized(resized, True, resized=True)
         if resize_in_effect(run.status) is not None:  # a re-ask that passes: next pass
             return Realized([], True, resized=True)
-        differences = desired.differences(current_fields(deployment))
     if differences:
         # Only a target from the current status may be applied: one held by a replica
         # that lost a race would roll the job back (docs/controller.md, one writer).

@@ -43,7 +43,7 @@ from policies.learning import (
     merge,
 )
 from policies.model import JobGraph, Observation, ShipStrategy, Vertex, VertexConfig, VertexMetrics
-from policies.params import PolicyState, ScalingParams, price_per_hour, restart_cost, totals
+from policies.params import PolicyState, ScalingParams, pays_back, price_per_hour, totals
 
 # Busiest / mean busyness up to this factor over the key groups' own imbalance is
 # noise (the max of p noisy subtasks sits above their mean), not a hot key.
@@ -135,7 +135,7 @@ def evaluate(graph: JobGraph, observation: Observation, state: PolicyState,
                                                       for p in ready}, params)
             cost_new = _job_cost(graph, chosen, params) if priced is None else priced
             cost_now = cost_new if chosen == current else _job_cost(graph, current, params)
-        pays = _pays_back(cost_now, cost_new, params)
+        pays = pays_back(cost_now, cost_new, params)
         triggered = bool(ready) and pays and cost_new < cost_now
         if not triggered:
             chosen = current
@@ -525,11 +525,6 @@ def _job_cost(graph: JobGraph, config: Mapping[str, VertexConfig],
 def _cost(v: Vertex, config: VertexConfig, params: ScalingParams) -> float:
     """Price per hour of the vertex's tasks: CPU cores, and heap, network and managed memory."""
     return price_per_hour(totals({v.id: config}, params), params)
-
-
-def _pays_back(cost_now: float, cost_new: float, params: ScalingParams) -> bool:
-    saving = (cost_now - cost_new) * params.cost.payback_period / 3600.0
-    return saving > restart_cost(cost_new, params)
 
 
 def _waited(p: _Plan, params: ScalingParams, now: float) -> bool:

@@ -68,7 +68,7 @@ class ScalingParams:
         managed memory only and the deployment can resize (no restart, whatever
         spec.cost.restartDowntime says of restarts); else a restart's."""
         if memory_only and self.restart is not None and self.restart.resizable:
-            return self.restart.step_downtime_s(True)
+            return self.restart.resize_downtime_s
         return self.restart_downtime_s
 
 
@@ -122,6 +122,13 @@ def restart_cost(cost_per_hour: float, params: ScalingParams, memory_only: bool 
     u = params.cpu.utilization_target
     seconds = params.step_downtime_s(memory_only) * (1.0 + u / max(1e-9, 1.0 - u))
     return cost_per_hour * seconds / 3600.0
+
+
+def pays_back(cost_now: float, cost_new: float, params: ScalingParams) -> bool:
+    """Whether moving from a configuration costing `cost_now` per hour to one costing
+    `cost_new` saves, within spec.cost.paybackPeriod, more than the restart costs."""
+    saving = (cost_now - cost_new) * params.cost.payback_period / 3600.0
+    return saving > restart_cost(cost_new, params)
 
 
 def within_limits(t: Totals, limits: Limits) -> bool:

@@ -74,14 +74,15 @@ class RestartCost:
 
 
 def step_costs(*, start_s: float, write_mb_per_s: float, read_mb_per_s: float, kill_s: float,
-               in_place_s: float, last_state_reads: bool = True, resize_s: float = 0.0
+               in_place_s: float, last_state_reads: bool = True
                ) -> Mapping[Enactment, RestartCost]:
     """Each enactment's cost from an engine's measured terms: a savepoint restart writes and
     reads the state, a last-state restart is killed and reads the checkpoint back (unless
     the engine's checkpoint only names files already in a remote store), an in-place
-    rescale is one fixed term. The one place the three are composed (also the twin's)."""
+    rescale is one fixed term, a resize the measured RESIZE_S. The one place they are
+    composed (also the twin's)."""
     return MappingProxyType({
-        Enactment.RESIZE: RestartCost(resize_s, None, None),
+        Enactment.RESIZE: RestartCost(RESIZE_S, None, None),
         Enactment.IN_PLACE: RestartCost(in_place_s, None, None),
         Enactment.LAST_STATE: RestartCost(start_s + kill_s, None,
                                           read_mb_per_s if last_state_reads else None),
@@ -155,19 +156,15 @@ def expected_downtime_s(kind: Enactment, state_bytes: float | None,
 
 
 def enactment(*, parallelism_only: bool, adaptive_scheduler: bool, upgrade_mode: str,
-              has_checkpoint: bool, memory_only: bool = False, resizable: bool = False
-              ) -> Enactment:
-    """The cheapest way Flink and its operator can enact a step:
+              has_checkpoint: bool) -> Enactment:
+    """The cheapest way Flink and its operator can enact a step's fields (a resize in place,
+    which leaves them alone, is decided by the controller: controller/realize.py):
 
-    resized by flink-plugin's agent when only managed memory changes and the deployment
-    can resize (`resizable`: its agent is configured, RocksDB); in place when only
-    parallelism changes and the adaptive scheduler runs the job (the operator >= 1.7 then
-    rescales through the resource-requirements API); otherwise a
+    in place when only parallelism changes and the adaptive scheduler runs the job (the
+    operator >= 1.7 then rescales through the resource-requirements API); otherwise a
     restart as `spec.job.upgradeMode` says: from the latest checkpoint (`last-state`, if
     one was completed), else from a savepoint.
     """
-    if memory_only and resizable:
-        return Enactment.RESIZE
     if parallelism_only and adaptive_scheduler:
         return Enactment.IN_PLACE
     if upgrade_mode == "last-state" and has_checkpoint:
@@ -253,10 +250,8 @@ class RestartFacts:
         return learned_downtime_s(self.kind, self.state_bytes, self.observed,
                                   measured_costs(self.engine))
 
-    def step_downtime_s(self, memory_only: bool) -> float:
-        """A step's downtime: a resize's when it changes managed memory only and the
-        deployment can resize, else a restart's."""
-        if memory_only and self.resizable:
-            return learned_downtime_s(Enactment.RESIZE, self.state_bytes, self.observed,
-                                      measured_costs(self.engine))
-        return self.downtime_s
+    @property
+    def resize_downtime_s(self) -> float:
+        """What a resize in place costs (nothing stops), learned as restarts are."""
+        return learned_downtime_s(Enactment.RESIZE, self.state_bytes, self.observed,
+                                  measured_costs(self.engine))

@@ -69,10 +69,12 @@ class AgentResizer:
 
     def __init__(self, pods: Sequence[tuple[str, str]], port: int, token: str,
                  url_template: str, namespace: str = "", deployment: str = "",
-                 timeout_s: float = CALL_TIMEOUT_S) -> None:
+                 timeout_s: float = CALL_TIMEOUT_S,
+                 breakers: outbound.Breakers | None = None) -> None:
         """`url_template`: the operator's `--resize-agent-url` ({pod_ip} and {pod} of the
         TaskManager pod, {port} of spec.resize, {namespace}, {name} are filled in)."""
         self.pods, self.port, self.timeout_s = pods, port, timeout_s
+        self.breakers = breakers or outbound.BREAKERS  # a hung TaskManager cools down
         self.url_template, self.namespace, self.deployment = url_template, namespace, deployment
         self._header = {"Authorization": f"Bearer {token}"}
 
@@ -123,19 +125,19 @@ class AgentResizer:
 
     def _call(self, pod: str, url: dial.Url, method: str, path: str,
               body: Mapping[str, Any] | None = None) -> Any:
-        try:
-            raw = dial.request(
-                method, url, path, None, field=FIELD, what=f"{WHAT} on TaskManager pod {pod}",
-                timeout_s=outbound.call_timeout(self.timeout_s),
-                max_bytes=MAX_ANSWER_BYTES, headers=self._header,
-                body=None if body is None else json.dumps(body).encode())
-        except dial.CallFailed as e:
-            kind = {401: "unauthorized", 409: "refused"}.get(e.status or 0, (
-                "malformed" if e.kind == "http" else "unreachable"))
-            raise ResizeFailed(f"{e!s} ({method} {path})", kind) from None
-        except outbound.NotAsked:  # the pass's budget is spent
-            raise ResizeFailed(f"{WHAT} on TaskManager pod {pod} not asked: the pass's time "
-                               f"is up ({method} {path})", "unreachable") from None
+        def failed(message: str, kind: str) -> ResizeFailed:
+            # An agent that times out, is cooling down or does not answer at all is
+            # unreachable (retried); one that answers something else is malformed.
+            return ResizeFailed(f"{message} ({method} {path})", kind if kind in (
+                "unauthorized", "refused") else "malformed" if kind in (
+                "http", "too-large", "malformed") else "unreachable")
+
+        raw = outbound.request(
+            method, url, path, None, failed=failed, breakers=self.breakers,
+            default_s=self.timeout_s, field=FIELD, what=f"{WHAT} on TaskManager pod {pod}",
+            max_bytes=MAX_ANSWER_BYTES, headers=self._header,
+            body=None if body is None else json.dumps(body).encode(),
+            status_kinds={401: "unauthorized", 409: "refused"})
         try:
             return json.loads(raw)
         except ValueError:

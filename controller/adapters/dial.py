@@ -1,4 +1,5 @@
-"""The one way the controller dials Prometheus and Flink REST: one URL parser, one GET.
+"""The one way the controller dials Prometheus, Flink REST and flink-plugin's agents: one URL
+parser, one request.
 
 One parser. A URL is parsed once, strictly, into `Url` (scheme, host, port, path);
 the allow-list is checked against that parse and the request is built from the same
@@ -146,7 +147,7 @@ def parse_url(raw: str, field: str) -> Url:
     return Url(scheme, host, port, path)
 
 
-# --- one GET under one deadline -----------------------------------------------------------
+# --- one request under one deadline -------------------------------------------------------
 
 
 class CallFailed(Exception):
@@ -259,24 +260,17 @@ class Proxy:
     port: int
 
 
-def get(url: Url, path: str, params: Mapping[str, str] | None, *, field: str, what: str,
-        timeout_s: float, max_bytes: int, headers: Mapping[str, str] | None = None,
-        tls: ssl.SSLContext | None = None, proxy: Proxy | None = None) -> bytes:
-    """GET `url.path + path?params` and return the whole body of a 200 answer.
+def request(method: str, url: Url, path: str, params: Mapping[str, str] | None, *,
+            field: str, what: str, timeout_s: float, max_bytes: int,
+            headers: Mapping[str, str] | None = None, body: bytes | None = None,
+            tls: ssl.SSLContext | None = None, proxy: Proxy | None = None) -> bytes:
+    """`method` `url.path + path?params` (with a JSON `body`, if any) and return the whole
+    body of a 200 answer.
 
     Connecting, sending and reading the complete answer share one deadline of
     `timeout_s`; a body past `max_bytes` is dropped. `what` and `field` name the
     endpoint in errors ("Prometheus (spec.metrics.prometheusUrl)").
     """
-    return request("GET", url, path, params, field=field, what=what, timeout_s=timeout_s,
-                   max_bytes=max_bytes, headers=headers, tls=tls, proxy=proxy)
-
-
-def request(method: str, url: Url, path: str, params: Mapping[str, str] | None, *,
-            field: str, what: str, timeout_s: float, max_bytes: int,
-            headers: Mapping[str, str] | None = None, body: bytes | None = None,
-            tls: ssl.SSLContext | None = None, proxy: Proxy | None = None) -> bytes:
-    """`get` with another method and a JSON `body`: the same deadline, limit and errors."""
     name = f"{what} ({field})"
     if _STOPPED.is_set():
         raise Stopping(f"{name} not asked: the controller is stopping")

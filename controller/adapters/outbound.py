@@ -151,9 +151,22 @@ def get(url: Url, path: str, params: Mapping[str, str] | None, *,
         failed: Callable[[str, str], Exception], breakers: Breakers, default_s: float,
         field: str, what: str, max_bytes: int, headers: Mapping[str, str] | None = None,
         tls: ssl.SSLContext | None = None, proxy: dial.Proxy | None = None) -> bytes:
-    """`dial.get` within the pass's budget and behind `url`'s breaker: a call that times
+    """`dial.request` (GET) within the pass's budget and behind `url`'s breaker: a call that times
     out trips it, one that answers resets it. Every failure is raised as
     `failed(message, kind)` (kind as `dial.CallFailed`'s; "timeout" for an open breaker)."""
+    return request("GET", url, path, params, failed=failed, breakers=breakers,
+                   default_s=default_s, field=field, what=what, max_bytes=max_bytes,
+                   headers=headers, tls=tls, proxy=proxy)
+
+
+def request(method: str, url: Url, path: str, params: Mapping[str, str] | None, *,
+            failed: Callable[[str, str], Exception], breakers: Breakers, default_s: float,
+            field: str, what: str, max_bytes: int, headers: Mapping[str, str] | None = None,
+            body: bytes | None = None, tls: ssl.SSLContext | None = None,
+            proxy: dial.Proxy | None = None,
+            status_kinds: Mapping[int, str] | None = None) -> bytes:
+    """`get` with another method and a JSON `body`; `status_kinds` names the kind of an
+    answer's HTTP code where the caller tells them apart (else "http")."""
     try:
         timeout = admit(url.endpoint, breakers, default_s)
     except NotAsked as e:
@@ -161,14 +174,15 @@ def get(url: Url, path: str, params: Mapping[str, str] | None, *,
         raise failed(f"{what} ({field}) not asked: {e}",
                      "timeout" if isinstance(e, CircuitOpen) else "") from e
     try:
-        body = dial.get(url, path, params, field=field, what=what, timeout_s=timeout,
-                        max_bytes=max_bytes, headers=headers, tls=tls, proxy=proxy)
+        answer = dial.request(method, url, path, params, field=field, what=what,
+                              timeout_s=timeout, max_bytes=max_bytes, headers=headers,
+                              body=body, tls=tls, proxy=proxy)
     except dial.CallFailed as e:
         if e.kind == "timeout":
             timed_out(url.endpoint, breakers, timeout)
-        raise failed(str(e), e.kind) from None
+        raise failed(str(e), (status_kinds or {}).get(e.status or 0, e.kind)) from None
     breakers.succeeded(url.endpoint)
-    return body
+    return answer
 
 
 Network = ipaddress.IPv4Network | ipaddress.IPv6Network

@@ -122,7 +122,7 @@ class TwinResizer:
         wanted: dict[str, VertexConfig] = {}
         for t in targets:
             if t.task not in by_name:
-                raise ResizeFailed(f"spec.resize: no agent holds a slot of {t.task}", "refused")
+                raise ResizeFailed(f"spec.resize: no agent holds a slot of {t.task}", "missing")
             vid = by_name[t.task]
             level = level_of(t.cache_bytes * 3.0 / (3.0 - ratio) / MIB, self.base_managed_mib)
             if level != config[vid].memory_level:

@@ -21,7 +21,7 @@ if TYPE_CHECKING:
 
 PREFIX = "hybridscaler.dev"  # of kopf's annotations; its finalizer: controller/operator/shard.py
 DEFAULT_FLINK_REST = "http://{name}-rest.{namespace}.svc:8081"
-DEFAULT_AGENT_URL = "http://{pod_ip}:{port}"  # controller.adapters.agents says the same
+DEFAULT_AGENT_URL = "http://{pod_ip}:{port}"  # --resize-agent-url (controller/adapters/agents.py)
 # Prometheus clients kept (one per distinct URL); the least recently used is dropped.
 PROMETHEUS_CLIENTS = 64
 DEFAULT_PROMETHEUS = "http://prometheus-operated.monitoring.svc:9090"

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from policies.params import ScalingParams, restart_cost
 from policies.restart_cost import (
     MEASURED,
     MEASURED_FORST,
@@ -78,23 +79,15 @@ def test_the_cheapest_enactment_the_deployment_allows(
                      upgrade_mode=mode, has_checkpoint=checkpoint) == kind
 
 
-@pytest.mark.parametrize(("memory_only", "resizable", "kind"), [
-    (True, True, Enactment.RESIZE),
-    (True, False, Enactment.SAVEPOINT),  # no agent: the restart the upgrade mode says
-    (False, True, Enactment.SAVEPOINT),  # more than memory changes
-])
-def test_only_a_memory_only_step_of_a_resizable_deployment_is_resized(
-        memory_only: bool, resizable: bool, kind: Enactment) -> None:
-    assert enactment(parallelism_only=False, adaptive_scheduler=False, upgrade_mode="savepoint",
-                     has_checkpoint=True, memory_only=memory_only, resizable=resizable) == kind
-
-
 def test_the_policy_prices_a_resizable_memory_step_without_downtime() -> None:
-    facts = RestartFacts(Enactment.SAVEPOINT, 1e9, resizable=True)
-    assert facts.step_downtime_s(memory_only=True) == 0.0
-    assert facts.step_downtime_s(memory_only=False) == facts.downtime_s > 40
-    fixed = RestartFacts(Enactment.SAVEPOINT, 1e9)
-    assert fixed.step_downtime_s(memory_only=True) == fixed.downtime_s
+    resizing = ScalingParams(restart=RestartFacts(Enactment.SAVEPOINT, 1e9, resizable=True))
+    assert resizing.step_downtime_s(memory_only=True) == 0.0
+    assert resizing.step_downtime_s(memory_only=False) == resizing.restart_downtime_s > 40
+    fixed = ScalingParams(restart=RestartFacts(Enactment.SAVEPOINT, 1e9))
+    assert fixed.step_downtime_s(memory_only=True) == fixed.restart_downtime_s > 40
+    # The restart a resize saves is priced as the policy's pay-back rule prices steps.
+    assert restart_cost(10.0, resizing, memory_only=True) == 0.0
+    assert restart_cost(10.0, resizing) > 0.0
 
 
 def test_a_savepoint_step_with_a_checkpoint_says_what_last_state_would_cost() -> None:
