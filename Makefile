@@ -27,9 +27,9 @@ e2e-down:
 image:
 	bash e2e/scripts/image.sh
 
-# The kind tier (docs/e2e.md): its own target, not part of `make test`.
+# The kind tier alone (docs/e2e.md); `make test` runs it too.
 test-kind:
-	bash scripts/bootstrap.sh all >/dev/null && .venv/bin/pytest -p no:cacheprovider e2e/kind_tier.py
+	bash scripts/bootstrap.sh all >/dev/null && .venv/bin/pytest -p no:cacheprovider e2e/test_kind.py
 
 kind-up:
 	bash scripts/bootstrap.sh all >/dev/null && bash e2e/scripts/kind.sh up

@@ -517,9 +517,9 @@ def _start(tools: Tools, crd: Path, run_dir: Path, logs: Path,
     _wait("etcd", lambda: _http_ok(etcd_url + "/health"), pid, logs)
 
     # Prometheus needs nothing else: start it now so it is ready with the API server.
-    _write_prometheus_config(run_dir, ports["twin"], targets)
+    prom_config = write_prometheus_config(run_dir, ports["twin"], targets)
     prom_pid = start("prometheus", [
-        tools.prometheus, f"--config.file={run_dir / 'prometheus.yml'}",
+        tools.prometheus, f"--config.file={prom_config}",
         f"--storage.tsdb.path={run_dir / 'prometheus-data'}",
         f"--web.listen-address=127.0.0.1:{ports['prometheus']}", "--web.enable-lifecycle",
         "--storage.tsdb.retention.time=1d", "--log.level=warn",
@@ -669,18 +669,21 @@ def _controller_identity(info: StackInfo, tools: Tools, echo: Callable[[str], No
     return True
 
 
-def _write_prometheus_config(run_dir: Path, twin_port: int, targets: Path) -> None:
+def write_prometheus_config(run_dir: Path, twin_port: int, targets: Path,
+                            twin_host: str = "127.0.0.1") -> Path:
     config = {
         "global": {"scrape_interval": f"{SCRAPE_INTERVAL_S}s",
                    "evaluation_interval": f"{SCRAPE_INTERVAL_S}s"},
         "scrape_configs": [
-            {"job_name": "twin", "static_configs": [{"targets": [f"127.0.0.1:{twin_port}"]}]},
+            {"job_name": "twin", "static_configs": [{"targets": [f"{twin_host}:{twin_port}"]}]},
             # Other scrape targets (the controller's metrics endpoint): one JSON file each.
             {"job_name": "e2e", "file_sd_configs": [
                 {"files": [str(targets / "*.json")], "refresh_interval": "5s"}]},
         ],
     }
-    (run_dir / "prometheus.yml").write_text(yaml.safe_dump(config, sort_keys=False))
+    path = run_dir / "prometheus.yml"
+    path.write_text(yaml.safe_dump(config, sort_keys=False))
+    return path
 
 
 def _write_kwok_config(run_dir: Path) -> Path:

@@ -86,8 +86,11 @@ class Tracked:
 
 class StandIn:
     def __init__(self, api: client.ApiClient, twin: TwinServer,
-                 real: realflink.RealFlink | None = None) -> None:
+                 real: realflink.RealFlink | None = None, make_pods: bool = True) -> None:
         self.twin = twin
+        # False on a real kubelet (the kind tier): pods of a Flink image would only fail
+        # to pull, and TaskManager-sized requests would not fit its node.
+        self.make_pods = make_pods
         self.real = real  # real Flink, for deployments that ask for it (e2e/realflink.py)
         self._real_keys: set[tuple[str, str]] = set()
         self.custom = client.CustomObjectsApi(api)
@@ -333,7 +336,7 @@ class StandIn:
         namespace, name = obj["metadata"]["namespace"], obj["metadata"]["name"]
         self._delete_stale_pods(namespace, name, None if tracked.suspended else tracked.attempt)
         engine = self._engine((namespace, name))
-        if tracked.suspended or (namespace, name) not in engine.jobs():
+        if not self.make_pods or tracked.suspended or (namespace, name) not in engine.jobs():
             return True
         count = self._tm_count(obj["spec"], engine.status(namespace, name))
         wanted: list[Any] = [self._pod(obj, "jobmanager", f"{name}-jobmanager-{tracked.attempt}",
@@ -439,6 +442,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--kubeconfig", required=True)
     parser.add_argument("--port", type=int, required=True, help="the twin's HTTP port")
+    parser.add_argument("--host", default="127.0.0.1",
+                        help="the twin's address (the kind tier: the address pods reach the "
+                             "host at)")
+    parser.add_argument("--no-pods", action="store_true",
+                        help="create no JobManager and TaskManager pods (a real kubelet "
+                             "would try to run them)")
     parser.add_argument("--downtime-scale", type=float, default=0.1,
                         help="multiplies the twin's modelled restart downtime")
     parser.add_argument("--seed", type=int, default=0)
@@ -446,10 +455,11 @@ def main() -> None:
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     api = config.new_client_from_config(config_file=args.kubeconfig)  # type: ignore[no-untyped-call]
-    twin = TwinServer(port=args.port, seed=args.seed, downtime_scale=args.downtime_scale).start()
+    twin = TwinServer(host=args.host, port=args.port, seed=args.seed,
+                      downtime_scale=args.downtime_scale).start()
     real = (realflink.RealFlink(Path(args.run_dir), fallback_url=twin.url).start()
             if args.run_dir else None)
-    standin = StandIn(api, twin, real)
+    standin = StandIn(api, twin, real, make_pods=not args.no_pods)
     stopped = threading.Event()
 
     def on_signal(signum: int, frame: object) -> None:

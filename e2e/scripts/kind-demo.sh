@@ -1,54 +1,49 @@
 #!/usr/bin/env bash
 # `make demo KIND=1`: a kind cluster built here, the chart installed as
-# docs/install.md says (two replicas, the image built by image.sh), a policy next
-# to a FlinkDeployment, and what a user sees: the pods, kopf's peering, the
-# controller's metrics through its Service, and `kubectl describe hsp`.
-# No JobManager runs behind the FlinkDeployment, so the controller's verdict is
-# JobUnavailable: that is the pass stopping at collect, as it should.
-# `bash e2e/scripts/kind.sh down` removes the cluster.
+# docs/install.md says (two replicas, the image built by image.sh), and the
+# controller in its pod converging a twin job: q11, the same FlinkDeployment and
+# policy as `make demo`'s. The twin (the stand-in for Flink and its operator) and
+# a Prometheus scraping it run on the host, where the pods reach them
+# (e2e/kind_twin.py). What a user sees: the pods, kopf's peering, the controller's
+# metrics through its Service, and `kubectl describe hsp`.
+# `bash e2e/scripts/kind.sh down` removes the cluster and stops the twin.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 BIN="${HYBRID_SCALER_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/flink-hybrid-scaler}/bin"
+RUN_DIR="${HYBRID_SCALER_KIND_DIR:-${XDG_RUNTIME_DIR:-/tmp}/hybrid-scaler-kind}"
+PY=.venv/bin/python
+export PATH="$BIN:$PATH"  # kubectl: the one bootstrap built, on a machine without one
 say() { printf '\n\033[1m==> %s\033[0m\n' "$*"; }
 
 say "kind cluster (node image, controller image, cluster; cached after the first run)"
 KUBECONFIG="$(bash e2e/scripts/kind.sh up)"; export KUBECONFIG
 kubectl get nodes -o wide
-crd="$(.venv/bin/python -c 'from e2e.stack import flink_crd; print(flink_crd())')"
+crd="$($PY -c 'from e2e.stack import flink_crd; print(flink_crd())')"
 kubectl apply --server-side --force-conflicts -f "$crd" >/dev/null
+
+say "the twin and its Prometheus on the host, where the pods reach them"
+$PY -m e2e.kind_twin stop --run-dir "$RUN_DIR/twin"  # an earlier demo's
+values="$($PY -m e2e.kind_twin start --kubeconfig "$KUBECONFIG" --run-dir "$RUN_DIR/twin")"
+cat "$values"
 
 say "helm install hybrid-scaler charts/hybrid-scaler (replicas=2)"
 "$BIN/helm" upgrade --install hybrid-scaler charts/hybrid-scaler \
   --namespace hybrid-scaler-system --create-namespace --wait --timeout 10m \
-  --set image.repository=localhost/hybrid-scaler --set replicas=2
+  --set image.repository=localhost/hybrid-scaler --set replicas=2 -f "$values"
 kubectl -n hybrid-scaler-system get pods -o wide
 
-say "a FlinkDeployment and its HybridScalingPolicy (Recommend)"
+say "q11 (a twin job) and its HybridScalingPolicy (Active, short windows)"
 kubectl create namespace flink-apps --dry-run=client -o yaml | kubectl apply -f - >/dev/null
-kubectl apply -f - <<'YAML'
-apiVersion: flink.apache.org/v1beta1
-kind: FlinkDeployment
-metadata: {name: q11, namespace: flink-apps}
-spec:
-  image: flink:1.20
-  flinkVersion: v1_20
-  serviceAccount: flink
-  jobManager: {resource: {cpu: 1, memory: 1024m}}
-  taskManager: {resource: {cpu: 1, memory: 2048m}}
-  job: {jarURI: "local:///opt/flink/job.jar", parallelism: 2, upgradeMode: savepoint}
----
-apiVersion: hybridscaler.dev/v1alpha1
-kind: HybridScalingPolicy
-metadata: {name: q11, namespace: flink-apps}
-spec:
-  targetRef: {apiVersion: flink.apache.org/v1beta1, kind: FlinkDeployment, name: q11}
-  mode: Recommend
-YAML
-for _ in $(seq 60); do
-  reason="$(kubectl -n flink-apps get hsp q11 -o jsonpath='{.status.conditions[?(@.type=="Ready")].reason}' 2>/dev/null || true)"
-  [ -n "$reason" ] && break
-  sleep 2
-done
+$PY -c '
+import json
+from e2e.demo import flink_deployment, policy
+print(json.dumps({"apiVersion": "v1", "kind": "List", "items": [
+    flink_deployment("flink-apps", "q11"), policy("flink-apps", "q11", "q11")]}))' \
+  | kubectl apply -f -
+
+say "waiting until the controller in its pod has brought q11 to its target rate"
+$PY -m e2e.kind_twin wait --run-dir "$RUN_DIR/twin" --job flink-apps/q11 --timeout 600
+kubectl -n flink-apps get hsp q11
 
 say "kopf's peering: both pods, one active"
 kubectl get clusterkopfpeering hybrid-scaler -o jsonpath='{.status}'; echo
@@ -58,4 +53,4 @@ kubectl get --raw /api/v1/namespaces/hybrid-scaler-system/services/hybrid-scaler
 say "kubectl describe hsp q11 -n flink-apps"
 kubectl -n flink-apps describe hsp q11
 echo
-echo "KUBECONFIG=$KUBECONFIG; remove the cluster with: bash e2e/scripts/kind.sh down"
+echo "KUBECONFIG=$KUBECONFIG; remove the cluster and the twin with: bash e2e/scripts/kind.sh down"

@@ -5,7 +5,8 @@
 #   kind.sh node-image   build (or reuse) the node image; prints its name
 #   kind.sh up           node image, controller image, cluster, image loaded;
 #                        prints the kubeconfig's path
-#   kind.sh down         delete the cluster (the images and caches stay)
+#   kind.sh down         delete the cluster, stop a demo's twin (the images and
+#                        caches stay)
 #   kind.sh clean        down, and remove the images this script made
 #
 # The node image: Debian bookworm from debootstrap (systemd, containerd, runc,
@@ -76,6 +77,11 @@ component_image() {
 }
 
 node_image() {
+  # One build at a time: `make test` starts one in the background (scripts/test.sh)
+  # that the kind tier's own `up` then waits for.
+  mkdir -p "$CACHE_DIR"
+  exec 9>"$CACHE_DIR/.node-image.lock"
+  flock 9
   bash e2e/scripts/build-tools.sh node >/dev/null
   bash e2e/scripts/build-tools.sh k8s >/dev/null
   rootfs
@@ -142,6 +148,10 @@ up() {
 }
 
 down() {
+  # The twin of `make demo KIND=1` (e2e/kind_twin.py), if one runs.
+  if [ -f "$RUN_DIR/twin/kind-twin.json" ] && [ -x .venv/bin/python ]; then
+    .venv/bin/python -m e2e.kind_twin stop --run-dir "$RUN_DIR/twin" || true
+  fi
   kind_cmd delete cluster --name "$CLUSTER" >&2 || true
   # kind leaves its podman network behind; it goes unless another cluster uses it.
   podman network rm kind >/dev/null 2>&1 || true

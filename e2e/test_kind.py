@@ -3,12 +3,14 @@
 `e2e/scripts/kind.sh up` builds the node image (our Go builds of Kubernetes
 v1.32.3, Debian's containerd, CNI plugins, etcd and catatonit, CoreDNS from its
 Go module), creates a one-node kind cluster from it with podman, and loads the
-controller image (e2e/scripts/image.sh). Then the chart is installed the way
+controller image (e2e/scripts/image.sh). The twin (the stand-in for Flink and its
+operator, e2e/standin.py) and a Prometheus scraping it run on the host, on the
+address the node's pods reach the host at. Then the chart is installed the way
 docs/install.md says, with two replicas, and the tests check what only a real
 kubelet shows: both pods Ready under the chart's liveness probe and security
 context, the ServiceAccount token mounted by the kubelet, kopf's peering between
-the two pods, the metrics port through the Service, and a policy's conditions
-written by the controller in the pod.
+the two pods, the metrics port through the Service, a policy's conditions written
+by the controller in the pod, a twin job converged by it, and in-place pod resize.
 
 Where containers cannot run, `kind.sh` says why and how to fix it, and every test
 here fails with that message; none skips.
@@ -24,8 +26,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
+from controller.realize import FIELD_MANAGER
+from controller.record import EVENT_REASONS
+from e2e import kind_twin
 from e2e.conftest import wait_until
+from e2e.demo import flink_deployment, policy
+from e2e.kind_twin import HostTwin
 from e2e.stack import cache_dir, flink_crd
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.containers,
@@ -36,6 +44,7 @@ CHART = ROOT / "charts" / "hybrid-scaler"
 KIND_SH = ROOT / "e2e" / "scripts" / "kind.sh"
 RELEASE, NS = "hybrid-scaler", "hybrid-scaler-system"
 APP_NS = "flink-apps"
+TWIN_NS = "twin-apps"
 
 
 class Kube:
@@ -56,25 +65,44 @@ class Kube:
 
 
 @pytest.fixture(scope="module")
-def kube() -> Iterator[Kube]:
+def cluster() -> Iterator[Kube]:
     done = subprocess.run(["bash", str(KIND_SH), "up"], capture_output=True, text=True,
                           timeout=3600)
     assert done.returncode == 0, f"kind.sh up failed:\n{done.stderr[-5000:]}"
     k = Kube(done.stdout.strip().splitlines()[-1])
     k("apply", "--server-side", "--force-conflicts", "-f", str(flink_crd()))
-    helm = str(cache_dir() / "bin" / "helm")
-    done = subprocess.run(
-        [helm, "--kubeconfig", k.kubeconfig, "upgrade", "--install", RELEASE, str(CHART),
-         "--namespace", NS, "--create-namespace", "--wait", "--timeout", "10m",
-         "--set", "image.repository=localhost/hybrid-scaler", "--set", "replicas=2",
-         "--set", "defaultConfiguration.prometheusUrl=http://prometheus.invalid:9090"],
-        capture_output=True, text=True, timeout=900)
-    assert done.returncode == 0, f"helm install failed:\n{done.stdout}\n{done.stderr}"
     yield k
-    subprocess.run([helm, "--kubeconfig", k.kubeconfig, "uninstall", RELEASE, "-n", NS],
-                   capture_output=True, timeout=300)
     if not os.environ.get("HYBRID_SCALER_KIND_KEEP"):
         subprocess.run(["bash", str(KIND_SH), "down"], capture_output=True, timeout=600)
+
+
+@pytest.fixture(scope="module")
+def host_twin(cluster: Kube, tmp_path_factory: pytest.TempPathFactory) -> Iterator[HostTwin]:
+    try:
+        twin = kind_twin.start(cluster.kubeconfig, tmp_path_factory.mktemp("kind-twin"))
+    except kind_twin.KindTwinError as error:
+        pytest.fail(str(error))
+    yield twin
+    kind_twin.stop(twin)
+
+
+@pytest.fixture(scope="module")
+def kube(cluster: Kube, host_twin: HostTwin, tmp_path_factory: pytest.TempPathFactory
+         ) -> Iterator[Kube]:
+    # The chart as docs/install.md installs it, with the host's twin and Prometheus.
+    values_file = tmp_path_factory.mktemp("kind-chart") / "values.yaml"
+    values_file.write_text(yaml.safe_dump(host_twin.chart_values()))
+    helm = str(cache_dir() / "bin" / "helm")
+    done = subprocess.run(
+        [helm, "--kubeconfig", cluster.kubeconfig, "upgrade", "--install", RELEASE, str(CHART),
+         "--namespace", NS, "--create-namespace", "--wait", "--timeout", "10m",
+         "--set", "image.repository=localhost/hybrid-scaler", "--set", "replicas=2",
+         "-f", str(values_file)],
+        capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, f"helm install failed:\n{done.stdout}\n{done.stderr}"
+    yield cluster
+    subprocess.run([helm, "--kubeconfig", cluster.kubeconfig, "uninstall", RELEASE, "-n", NS],
+                   capture_output=True, timeout=300)
 
 
 def controller_pods(kube: Kube) -> list[dict[str, Any]]:
@@ -202,3 +230,32 @@ def test_in_place_resize_reaches_the_containers_cgroup(kube: Kube) -> None:
     assert after["containerID"] == before["containerID"] and after["restartCount"] == 0
     assert after["resources"]["limits"]["memory"] == "256Mi"
     kube("delete", "pod", "resize-probe", "-n", APP_NS, "--wait=false")
+
+
+def test_the_controller_in_a_pod_converges_a_twin_job(kube: Kube, host_twin: HostTwin) -> None:
+    # The same FlinkDeployment and policy as the local tier's (e2e/demo.py): q11 on one
+    # TaskManager, short windows, Active. Only the controller in the pod can step it.
+    kube("create", "namespace", TWIN_NS, check=False)
+    kube("apply", "-f", "-", stdin=json.dumps(flink_deployment(TWIN_NS, "q11")))
+
+    def stable() -> dict[str, Any] | None:
+        obj: dict[str, Any] = kube.json("get", "flinkdeployment", "q11", "-n", TWIN_NS)
+        status = obj.get("status") or {}
+        running = (status.get("jobStatus") or {}).get("state") == "RUNNING"
+        return obj if running and status.get("lifecycleState") == "STABLE" else None
+
+    initial = wait_until(stable, 120, "the stand-in running q11", interval_s=1)
+    kube("apply", "-f", "-", stdin=json.dumps(policy(TWIN_NS, "q11", "q11")))
+
+    wait_until(lambda: host_twin.converged(TWIN_NS, "q11"), 600,
+               "q11 at its target rate, stepped by the controller's pod", interval_s=2)
+    hsp = kube.json("get", "hsp", "q11", "-n", TWIN_NS)
+    assert hsp["status"]["step"] >= 1, hsp["status"]
+    deployment = kube.json("get", "flinkdeployment", "q11", "-n", TWIN_NS,
+                           "--show-managed-fields")
+    assert deployment["metadata"]["generation"] > initial["metadata"]["generation"]
+    # The patch came from the pod's ServiceAccount token: the controller's field manager.
+    managers = {m["manager"] for m in deployment["metadata"]["managedFields"]}
+    assert FIELD_MANAGER in managers, managers
+    described = kube("describe", "hsp", "q11", "-n", TWIN_NS)
+    assert any(str(reason) in described for reason in EVENT_REASONS.values()), described
