@@ -37,6 +37,9 @@ ROOT = Path(__file__).resolve().parent.parent
 # The in-cluster API server's Service address (e2e/kind/cluster.yaml's serviceSubnet).
 API_SERVICE_IP = "10.96.0.1"
 STATE = "kind-twin.json"
+# The host's own proxy settings must not route calls to the gateway address.
+_http = requests.Session()
+_http.trust_env = False
 
 
 class KindTwinError(RuntimeError):
@@ -50,6 +53,9 @@ class HostTwin:
     prometheus_port: int
     run_dir: str
     pids: dict[str, int] = field(default_factory=dict)
+    # Each process's start time (clock ticks since boot), so that a stop from a stale
+    # state file never signals a process that reuses one of these PIDs.
+    started: dict[str, int] = field(default_factory=dict)
 
     @property
     def twin_url(self) -> str:
@@ -61,7 +67,7 @@ class HostTwin:
 
     def status(self, namespace: str, name: str) -> dict[str, Any] | None:
         """The twin's view of a job (state, source and target rate), None if it runs none."""
-        reply = requests.get(f"{self.twin_url}/control/jobs/{namespace}/{name}", timeout=5)
+        reply = _http.get(f"{self.twin_url}/control/jobs/{namespace}/{name}", timeout=5)
         return dict(reply.json()) if reply.ok else None
 
     def converged(self, namespace: str, name: str) -> dict[str, Any] | None:
@@ -108,7 +114,7 @@ def _free_port(host: str) -> int:
 
 def _answers(url: str) -> bool:
     try:
-        return requests.get(url, timeout=2).ok
+        return _http.get(url, timeout=2).ok
     except requests.RequestException:
         return False
 
@@ -134,13 +140,18 @@ def start(kubeconfig: str, run_dir: Path, timeout_s: float = 120) -> HostTwin:
     }
     env = {**os.environ, "PYTHONPATH": str(ROOT), "PYTHONUNBUFFERED": "1"}
     processes = {}
-    for name, argv in argvs.items():
-        with (run_dir / f"{name}.log").open("w") as log:
-            processes[name] = subprocess.Popen(argv, cwd=ROOT, env=env, stdout=log,
-                                               stderr=subprocess.STDOUT,
-                                               start_new_session=True)
-        twin.pids[name] = processes[name].pid
-    (run_dir / STATE).write_text(json.dumps(asdict(twin)))
+    try:
+        for name, argv in argvs.items():
+            with (run_dir / f"{name}.log").open("w") as log:
+                processes[name] = subprocess.Popen(argv, cwd=ROOT, env=env, stdout=log,
+                                                   stderr=subprocess.STDOUT,
+                                                   start_new_session=True)
+            twin.pids[name] = processes[name].pid
+            twin.started[name] = _start_time(processes[name].pid) or 0
+            (run_dir / STATE).write_text(json.dumps(asdict(twin)))
+    except OSError as error:
+        stop(twin)
+        raise KindTwinError(f"could not start {name}: {error}") from error
     deadline = time.monotonic() + timeout_s
     for name, url in (("standin", f"{twin.twin_url}/metrics"),
                       ("prometheus", f"{twin.prometheus_url}/-/ready")):
@@ -154,11 +165,13 @@ def start(kubeconfig: str, run_dir: Path, timeout_s: float = 120) -> HostTwin:
 
 
 def stop(twin: HostTwin, grace_s: float = 20) -> None:
-    for pid in twin.pids.values():
+    ours = [pid for name, pid in twin.pids.items()
+            if _start_time(pid) == twin.started.get(name)]
+    for pid in ours:
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGTERM)
     deadline = time.monotonic() + grace_s
-    for pid in twin.pids.values():
+    for pid in ours:
         while time.monotonic() < deadline and _running(pid):
             time.sleep(0.2)
         if _running(pid):
@@ -167,12 +180,21 @@ def stop(twin: HostTwin, grace_s: float = 20) -> None:
     (Path(twin.run_dir) / STATE).unlink(missing_ok=True)
 
 
+def _start_time(pid: int) -> int | None:
+    """Field 22 of /proc/PID/stat (after the command name, which may hold spaces)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return int(stat.rsplit(")", 1)[1].split()[19])
+
+
 def _running(pid: int) -> bool:
     with contextlib.suppress(ChildProcessError):  # not ours: started by the CLI's start
         if os.waitpid(pid, os.WNOHANG)[0]:  # ours, and reaped now
             return False
     try:
-        return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
     except OSError:
         return False
 

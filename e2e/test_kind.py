@@ -64,16 +64,24 @@ class Kube:
         return json.loads(self(*args, "-o", "json"))
 
 
+# A cluster of the tests' own: a demo's (`make demo KIND=1`) is neither reused nor
+# deleted by them.
+KIND_ENV = {**os.environ, "HYBRID_SCALER_KIND_CLUSTER": "hybrid-scaler-test",
+            "HYBRID_SCALER_KIND_DIR": str(Path(os.environ.get("XDG_RUNTIME_DIR") or "/tmp")
+                                          / "hybrid-scaler-kind-test")}
+
+
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[Kube]:
     done = subprocess.run(["bash", str(KIND_SH), "up"], capture_output=True, text=True,
-                          timeout=3600)
+                          timeout=3600, env=KIND_ENV)
     assert done.returncode == 0, f"kind.sh up failed:\n{done.stderr[-5000:]}"
     k = Kube(done.stdout.strip().splitlines()[-1])
     k("apply", "--server-side", "--force-conflicts", "-f", str(flink_crd()))
     yield k
     if not os.environ.get("HYBRID_SCALER_KIND_KEEP"):
-        subprocess.run(["bash", str(KIND_SH), "down"], capture_output=True, timeout=600)
+        subprocess.run(["bash", str(KIND_SH), "down"], capture_output=True, timeout=600,
+                       env=KIND_ENV)
 
 
 @pytest.fixture(scope="module")
@@ -235,7 +243,9 @@ def test_in_place_resize_reaches_the_containers_cgroup(kube: Kube) -> None:
 def test_the_controller_in_a_pod_converges_a_twin_job(kube: Kube, host_twin: HostTwin) -> None:
     # The same FlinkDeployment and policy as the local tier's (e2e/demo.py): q11 on one
     # TaskManager, short windows, Active. Only the controller in the pod can step it.
-    kube("create", "namespace", TWIN_NS, check=False)
+    # A cluster kept from an earlier run (HYBRID_SCALER_KIND_KEEP) holds a stepped q11.
+    kube("delete", "namespace", TWIN_NS, "--ignore-not-found", "--wait=true", "--timeout=120s")
+    kube("create", "namespace", TWIN_NS)
     kube("apply", "-f", "-", stdin=json.dumps(flink_deployment(TWIN_NS, "q11")))
 
     def stable() -> dict[str, Any] | None:
@@ -254,7 +264,7 @@ def test_the_controller_in_a_pod_converges_a_twin_job(kube: Kube, host_twin: Hos
     deployment = kube.json("get", "flinkdeployment", "q11", "-n", TWIN_NS,
                            "--show-managed-fields")
     assert deployment["metadata"]["generation"] > initial["metadata"]["generation"]
-    # The patch came from the pod's ServiceAccount token: the controller's field manager.
+    # Our field manager on the patch; no controller runs but the one in the pod.
     managers = {m["manager"] for m in deployment["metadata"]["managedFields"]}
     assert FIELD_MANAGER in managers, managers
     described = kube("describe", "hsp", "q11", "-n", TWIN_NS)

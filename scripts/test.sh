@@ -22,8 +22,9 @@ if [ "$what" != lint ]; then
   mkdir -p out
   setsid nice -n 19 bash e2e/scripts/kind.sh node-image > out/node-image.log 2>&1 &
   node_image_pid=$!
-  # An early failure must not leave the build running (its own process group).
-  trap 'kill -- "-$node_image_pid" 2>/dev/null || true' EXIT
+  # An early failure must not leave the build running (its own process group); only
+  # while it is still our running job, so a recycled PID is never signalled.
+  trap 'jobs -rp | grep -qx "$node_image_pid" && kill -- "-$node_image_pid" 2>/dev/null; true' EXIT
 fi
 
 section "ruff"
@@ -63,6 +64,7 @@ set +e
 $PY/pytest --durations=15
 rc=$?
 wait "$node_image_pid" 2>/dev/null
+trap - EXIT
 set -e
 # (no line after pytest's: its closing line is the run's verdict; pytest prints its own time)
 if [ $rc -eq 5 ]; then echo "pytest collected no tests: that is a failure" >&2; exit 1; fi

@@ -72,16 +72,23 @@ component_image() {
     fi
     [ -n "$entrypoint" ] && echo "ENTRYPOINT $entrypoint"
   } > "$ctx/Containerfile"
-  podman build --quiet --network=none --pull=never --tag "$tag" "$ctx" >/dev/null
+  podman build --quiet --layers=false --network=none --pull=never --tag "$tag" "$ctx" >/dev/null
   rm -rf "$ctx"
 }
 
+# One build at a time: `make test` starts one in the background (scripts/test.sh)
+# that the kind tier's own `up` then waits for. The lock's descriptor is closed
+# before anything else runs: kind's containers (their conmon) would inherit it and
+# hold the lock for the cluster's life.
 node_image() {
-  # One build at a time: `make test` starts one in the background (scripts/test.sh)
-  # that the kind tier's own `up` then waits for.
   mkdir -p "$CACHE_DIR"
   exec 9>"$CACHE_DIR/.node-image.lock"
   flock 9
+  build_node_image 9>&-
+  exec 9>&-
+}
+
+build_node_image() {
   bash e2e/scripts/build-tools.sh node >/dev/null
   bash e2e/scripts/build-tools.sh k8s >/dev/null
   rootfs
@@ -117,14 +124,15 @@ ENV container=podman
 STOPSIGNAL SIGRTMIN+3
 ENTRYPOINT ["/usr/local/bin/entrypoint", "/sbin/init"]
 EOF
-  podman build --quiet --network=none --pull=never --tag "$NODE_IMAGE" "$ctx" >/dev/null
+  # No intermediate layers, so nothing is left to prune: a prune here could remove
+  # an intermediate image of image.sh's build running at the same time.
+  podman build --quiet --layers=false --network=none --pull=never --tag "$NODE_IMAGE" "$ctx" >/dev/null
   # The component images live on inside the node image's tarball only; older
   # node images go.
   podman rmi "${tags[@]}" >/dev/null
   podman images --format '{{.Repository}}:{{.Tag}}' \
     | grep -E '^localhost/hybrid-scaler-kind-node:' | grep -vxF "$NODE_IMAGE" \
     | xargs -r podman rmi >/dev/null 2>&1 || true
-  podman image prune --force >/dev/null
 }
 
 up() {
