@@ -18,6 +18,7 @@ here fails with that message; none skips.
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import subprocess
@@ -73,15 +74,21 @@ KIND_ENV = {**os.environ, "HYBRID_SCALER_KIND_CLUSTER": "hybrid-scaler-test",
 
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[Kube]:
-    done = subprocess.run(["bash", str(KIND_SH), "up"], capture_output=True, text=True,
-                          timeout=3600, env=KIND_ENV)
-    assert done.returncode == 0, f"kind.sh up failed:\n{done.stderr[-5000:]}"
-    k = Kube(done.stdout.strip().splitlines()[-1])
-    k("apply", "--server-side", "--force-conflicts", "-f", str(flink_crd()))
-    yield k
-    if not os.environ.get("HYBRID_SCALER_KIND_KEEP"):
-        subprocess.run(["bash", str(KIND_SH), "down"], capture_output=True, timeout=600,
-                       env=KIND_ENV)
+    # Two test runs on one machine share podman and the cluster's name: the second waits
+    # for the first rather than reuse, then delete, a cluster still in use.
+    lock_path = cache_dir() / "kind" / "test-cluster.lock"
+    lock_path.parent.mkdir(parents=True, exist_ok=True)
+    with lock_path.open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        done = subprocess.run(["bash", str(KIND_SH), "up"], capture_output=True, text=True,
+                              timeout=3600, env=KIND_ENV)
+        assert done.returncode == 0, f"kind.sh up failed:\n{done.stderr[-5000:]}"
+        k = Kube(done.stdout.strip().splitlines()[-1])
+        k("apply", "--server-side", "--force-conflicts", "-f", str(flink_crd()))
+        yield k
+        if not os.environ.get("HYBRID_SCALER_KIND_KEEP"):
+            subprocess.run(["bash", str(KIND_SH), "down"], capture_output=True, timeout=600,
+                           env=KIND_ENV)
 
 
 @pytest.fixture(scope="module")

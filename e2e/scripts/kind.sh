@@ -140,8 +140,16 @@ up() {
   local image; image="$(bash e2e/scripts/image.sh)"
   mkdir -p "$RUN_DIR"
   if kind_cmd get clusters 2>/dev/null | grep -qx "$CLUSTER"; then
-    log "cluster $CLUSTER exists; reusing it"
-  else
+    if podman exec "$CLUSTER-control-plane" true 2>/dev/null; then
+      log "cluster $CLUSTER exists; reusing it"
+    else
+      # A run killed mid-way (or a reboot) leaves the container in podman's records
+      # with nothing behind it; a kind node does not survive a restart reliably.
+      log "cluster $CLUSTER exists but its node does not run; recreating it"
+      kind_cmd delete cluster --name "$CLUSTER" >&2
+    fi
+  fi
+  if ! kind_cmd get clusters 2>/dev/null | grep -qx "$CLUSTER"; then
     log "creating cluster $CLUSTER from $NODE_IMAGE"
     kind_cmd create cluster --name "$CLUSTER" --image "$NODE_IMAGE" \
       --config e2e/kind/cluster.yaml --kubeconfig "$KUBECONFIG_OUT" --wait 5m >&2
