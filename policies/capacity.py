@@ -299,9 +299,15 @@ def _plan_vertex(graph: JobGraph, v: Vertex, m: VertexMetrics, learning: VertexL
     measured = {pt.parallelism: pt.hottest_ratio for pt in learning.points}
     spread = _Skew(anchor.hottest_ratio, v.parallelism, v.max_parallelism if hashed else 0,
                  MappingProxyType(measured))
-    restart = target * params.restart_downtime_s / cpu.catch_up_duration \
-        if cpu.catch_up_duration > 0 else 0.0
-    rate = target + catch_up + restart
+    def after_downtime(downtime_s: float) -> float:
+        """The rate to sustain when a step's downtime must be caught up on as well."""
+        restart = target * downtime_s / cpu.catch_up_duration if cpu.catch_up_duration > 0 else 0.0
+        return target + catch_up + restart
+
+    rate = after_downtime(params.restart_downtime_s)
+    # A memory-only step the deployment resizes in place stops nothing: no backlog to catch
+    # up on (if another vertex restarts the job anyway, its catch-up margin is what is short).
+    in_place = after_downtime(params.step_downtime_s(memory_only=True)) / rate if rate > 0 else 1.0
     tpr = m.true_processing_rate
     mean_now = (target + catch_up) / tpr if tpr > 0 else math.inf
     hottest_now = mean_now * spread.ratio(v.parallelism)
@@ -324,7 +330,8 @@ def _plan_vertex(graph: JobGraph, v: Vertex, m: VertexMetrics, learning: VertexL
     useful = spread.useful()
     best, limited, options = _cheapest(v, surface, spread, need / cpu.utilization_target,
                                        need / hottest_u, learning, params,
-                                       above=current if deficit else None, cap=useful)
+                                       above=current if deficit else None, cap=useful,
+                                       in_place=in_place)
     if limited and useful is not None:
         # A hot key: its subtask cannot reach the bound within the useful tasks; the
         # cheapest configuration whose busiest subtask still keeps up beats a plateau
@@ -457,12 +464,15 @@ def _bounded_parallelisms(v: Vertex, params: ScalingParams) -> list[int]:
 
 def _cheapest(v: Vertex, surface: Surface, spread: _Skew, need: float, need_hottest: float,
               learning: VertexLearning, params: ScalingParams, above: VertexConfig | None = None,
-              cap: int | None = None) -> tuple[VertexConfig, bool, tuple[VertexConfig, ...]]:
+              cap: int | None = None, in_place: float = 1.0
+              ) -> tuple[VertexConfig, bool, tuple[VertexConfig, ...]]:
     """The cheapest configuration that reaches `need` and whose busiest subtask reaches
-    `need_hottest`, and at each memory level the fewest tasks that do (the options the
-    pod price chooses among). Failing any, the busiest subtask cannot keep up (a hot key,
-    or the bounds): the cheapest configuration that reaches `need` and `PLATEAU` of the
-    most the busiest subtask can reach, flagged skew-limited when a hot key is why."""
+    `need_hottest` (both times `in_place` at the current parallelism, where a step that
+    changes memory only restarts nothing), and at each memory level the fewest tasks that
+    do (the options the pod price chooses among). Failing any, the busiest subtask cannot
+    keep up (a hot key, or the bounds): the cheapest configuration that reaches `need` and
+    `PLATEAU` of the most the busiest subtask can reach, flagged skew-limited when a hot
+    key is why."""
     current = VertexConfig(v.parallelism, v.memory_level)
     best: tuple[float, int, VertexConfig, float] | None = None
     sustaining: list[tuple[float, int, VertexConfig]] = []
@@ -483,13 +493,14 @@ def _cheapest(v: Vertex, surface: Surface, spread: _Skew, need: float, need_hott
                 continue  # more memory for a gain no measurement could confirm: never
             hottest = tpr / spread.ratio(p)
             cost = _cost(v, config, params)
-            if tpr >= need and hottest >= need_hottest:
+            scale = in_place if p == current.parallelism else 1.0
+            if tpr >= need * scale and hottest >= need_hottest * scale:
                 key = (cost, 0 if config == current else 1, config, tpr)
                 sustaining.append(key[:3])
                 if best is None or key[:2] < best[:2]:
                     best = key
                 break  # more tasks at this level only cost more
-            short.append((hottest, tpr >= need, cost, config, tpr))
+            short.append((hottest, tpr >= need * scale, cost, config, tpr))
     if best is not None:
         return best[2], False, tuple(c for *_, c in sorted(sustaining, key=lambda x: x[:2]))
     if not short:  # every candidate fell short before: keep what runs

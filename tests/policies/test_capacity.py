@@ -30,6 +30,7 @@ from policies.learning import (
     merge,
 )
 from policies.model import JobGraph, Observation, ShipStrategy, VertexConfig, VertexMetrics
+from policies.restart_cost import Enactment, RestartFacts
 from policies.spec import CpuScaling, MemoryScaling, Policy
 from tests.policies.builders import chain, metrics, source, vertex
 
@@ -299,6 +300,23 @@ def test_the_plan_is_chosen_by_the_pods_price_when_there_is_one() -> None:
     assert world.counter(p, level, 60_000).busyness <= 0.8
     assert MemoryDearPods().price(g, {"c": VertexConfig(p, level)}) < MemoryDearPods().price(
         g, {"c": VertexConfig(*steps[0])})
+
+
+def test_a_memory_step_resized_in_place_is_sized_without_a_restarts_catch_up() -> None:
+    """A step that restarts the job must also drain the backlog its downtime piles up; a
+    memory-only step flink-plugin resizes in place stops nothing. So where the cache alone
+    keeps up with the load but not with that catch-up, a resizable deployment takes one
+    memory step and keeps its tasks, and a restarting one scales out."""
+    world = World(miss_us=200.0, gets=3.0, state_bytes=3e8)  # a small, read-heavy state
+    catching_up = replace(PARAMS, cpu=CpuScaling(scale_down_delay=300, catch_up_duration=120))
+    steps: dict[bool, list[tuple[int, int | None]]] = {}
+    for resizable in (False, True):
+        params = replace(catching_up, restart=RestartFacts(Enactment.SAVEPOINT, 3e8,
+                                                           resizable=resizable))
+        assert params.restart_downtime_s > 40  # a savepoint restart's catch-up is real
+        _, steps[resizable], _ = run(world, 2_000, windows=12, params=params)
+    assert steps[True] == [(1, 2)], steps
+    assert steps[False][0][0] > 1, steps
 
 
 def point(p: int, level: int | None, service: float, miss: float | None, t: float = 0.0
