@@ -254,6 +254,10 @@ def test_the_controller_grows_a_real_jobs_cache_in_place_without_a_restart(
     policy = realflink.state_job_policy(namespace, "state", "state")
     policy["spec"]["resize"] = {"token": {"name": "resize-token", "key": "token"},
                                 "port": port}
+    # Memory is the counter's only knob here, as for a job whose keyed operator must keep
+    # its tasks: whether a resize or a scale-out is cheaper depends on what this machine
+    # measures in the first window (tests/policies/test_capacity.py prices that choice).
+    policy["spec"]["cpu"]["overrides"].append({"operatorUid": "counter", "maxParallelism": 1})
     missing: dict[str, Any] = {}
     applied: list[float] = []  # when the resize was asked for, and when the rate was met
 
