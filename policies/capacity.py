@@ -60,6 +60,10 @@ PLATEAU = 0.8
 MAX_SERVICE_US = 3.6e9
 # Most parallelisms tried per level: every one up to this many, then a geometric ladder.
 DENSE_CANDIDATES = 512
+# A scale-down wait's first window above the rest of the wait by more than this (or three
+# times the measured noise) straddled the drop that began it: the step is sized for the
+# rest, or it lands short of the load that stays and a second step follows.
+STRADDLED = 0.15
 
 
 @dataclass(frozen=True)
@@ -173,10 +177,11 @@ def evaluate(graph: JobGraph, observation: Observation, state: PolicyState,
                     capacity=predicted, need=p.need,
                     hottest_capacity=predicted / p.skew.ratio(after.parallelism),
                     need_hottest=p.need_hottest, from_capacity=_predict(p, p.current)),
-                "surplus_since": None, "surplus_peak_need": None})
+                "surplus_since": None, "surplus_peak_need": None, "surplus_later_need": None})
         elif triggered:
             learning = learning.model_copy(update={"surplus_since": None,
-                                                   "surplus_peak_need": None})
+                                                   "surplus_peak_need": None,
+                                                   "surplus_later_need": None})
         learned[v.id] = learning
         decisions.append(_vertex_decision(p, after, rates[v.id], params))
 
@@ -324,7 +329,7 @@ def _plan_vertex(graph: JobGraph, v: Vertex, m: VertexMetrics, learning: VertexL
     # trigger by three times the measured noise (sizing it to the target would multiply
     # a hot key's cost; sizing it to the trigger would let noise fire the next step).
     margin = 1.0 if deficit else 1.0 + 2.0 * learning.noise
-    need = max(rate, learning.surplus_peak_need or 0.0) * margin
+    need = max(rate, _waited_peak(learning) or 0.0) * margin
     hottest_u = busiest_bound(cpu.utilization_target, high_u, learning.noise,
                               hot=spread.hot_share > 0)
     useful = spread.useful()
@@ -549,6 +554,16 @@ def _rides_along(p: _Plan, params: ScalingParams, now: float) -> bool:
     return p.best != p.current
 
 
+def _waited_peak(learning: VertexLearning) -> float | None:
+    """The need a scale-down is sized for: the highest of its wait, but for a first window
+    that straddled the drop (STRADDLED) when later ones have been seen."""
+    peak, later = learning.surplus_peak_need, learning.surplus_later_need
+    if peak is not None and later is not None and peak > later * (
+            1 + max(STRADDLED, 3 * learning.noise)):
+        return later
+    return peak
+
+
 def _surplus_bookkeeping(p: _Plan, now: float, restart_wait: bool = False) -> VertexLearning:
     """Start, extend or end the scale-down wait; keep the highest need seen during it.
 
@@ -557,12 +572,13 @@ def _surplus_bookkeeping(p: _Plan, now: float, restart_wait: bool = False) -> Ve
     surplus began, or a load that dropped further after a transient would never count.
     """
     learning = p.learning
-    if not p.surplus:
-        return learning.model_copy(update={"surplus_since": None, "surplus_peak_need": None})
-    if restart_wait or learning.surplus_since is None:
-        return learning.model_copy(update={"surplus_since": now, "surplus_peak_need": p.rate})
+    if not p.surplus or restart_wait or learning.surplus_since is None:
+        return learning.model_copy(update={
+            "surplus_since": now if p.surplus else None,
+            "surplus_peak_need": p.rate if p.surplus else None, "surplus_later_need": None})
     return learning.model_copy(update={
-        "surplus_peak_need": max(learning.surplus_peak_need or 0.0, p.rate)})
+        "surplus_peak_need": max(learning.surplus_peak_need or 0.0, p.rate),
+        "surplus_later_need": max(learning.surplus_later_need or 0.0, p.rate)})
 
 
 def _predict(p: _Plan, config: VertexConfig) -> float:

@@ -140,6 +140,9 @@ class VertexLearning(RecordModel):
     # highest need seen since (a scale-down sizes for it).
     surplus_since: EpochTime | None = None
     surplus_peak_need: float | None = None
+    # ... and the highest since its first window (None during that window): the first may
+    # have straddled the drop that began the wait.
+    surplus_later_need: float | None = None
     # The block cache's warm-up since the vertex's tasks last restarted (policies.warmup).
     warmup: CacheWarmup | None = None
 

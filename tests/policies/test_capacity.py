@@ -196,6 +196,18 @@ def test_a_scale_down_waits_and_sizes_for_the_peak_over_its_delay() -> None:
     assert (last[1], last[2]) != (first_down[1], first_down[2])
 
 
+def test_a_drop_is_scaled_down_in_one_step_although_its_first_window_straddles_it() -> None:
+    """The first window after a drop measures part of the old load: a scale-down sized for
+    it lands short of the load that stays, and a second restart follows. The wait sizes
+    for its later windows when the first stands out above them."""
+    world = World()
+    rates = [60_000.0] * 10 + [40_000.0] + [20_000.0] * 14
+    _, times, _ = timed_run(world, rates)
+    downs = [t for t in times if t[0] >= 120.0 * 11]
+    assert len(downs) == 1, times
+    assert world.counter(downs[0][1], downs[0][2], 20_000).busyness <= 0.6, times
+
+
 def test_a_wait_that_did_not_pay_back_starts_over_and_forgets_its_old_peak() -> None:
     """A small drop whose saving cannot pay a restart back, then a large one: the peak
     that sizes the scale-down is the need over the last delay, not since the surplus
