@@ -310,10 +310,11 @@ RESIZED_LIMIT = 64  # vertices one resize step keeps in status (expected and obs
 
 class ResizeSpec(SpecModel):
     """Memory steps without a restart: flink-plugin's TaskManager agent resizes the live
-    RocksDB block caches (docs/flink-plugin.md, "Resizing in place"). The deployment must
-    run the resizable backend (state.backend.type
-    dev.hybridscaler.flink.resize.ResizableRocksDBStateBackendFactory); otherwise, and for
-    every step that changes more than managed memory, steps restart the job."""
+    RocksDB (or ForSt) block caches (docs/flink-plugin.md, "Resizing in place"). The
+    deployment must run a resizable backend (state.backend.type
+    dev.hybridscaler.flink.resize.ResizableRocksDBStateBackendFactory, or on Flink 2.2 with
+    ForSt dev.hybridscaler.flink.resize.ResizableForStStateBackendFactory); otherwise, and
+    for every step that changes more than managed memory, steps restart the job."""
 
     token: SecretKeyRef = Field(
         description="the Secret key holding the agent's token (the file the TaskManagers "

@@ -72,8 +72,11 @@ STATE_BACKEND_KEY = "state.backend.type"
 # ForSt (Flink 2.x) sizes its block cache from managed memory by the same rule as RocksDB,
 # under its own key (measured: tests/golden/flink-2.2/README.md).
 FORST_WRITE_BUFFER_RATIO_KEY = "state.backend.forst.memory.write-buffer-ratio"
-# flink-plugin's backend whose TaskManager agent resizes block caches in place.
+# flink-plugin's backends whose TaskManager agent resizes block caches in place: RocksDB's
+# (Flink 1.20 and 2.x) and ForSt's (Flink 2.2; docs/flink-2.md).
 RESIZABLE_BACKEND = "dev.hybridscaler.flink.resize.ResizableRocksDBStateBackendFactory"
+RESIZABLE_FORST_BACKEND = "dev.hybridscaler.flink.resize.ResizableForStStateBackendFactory"
+RESIZABLE_BACKENDS = frozenset({RESIZABLE_BACKEND, RESIZABLE_FORST_BACKEND})
 # Flink's default state.backend.rocksdb.memory.write-buffer-ratio.
 DEFAULT_WRITE_BUFFER_RATIO = 0.5
 # A vertex name longer than this is not resized (it would be kept in status): it restarts.
@@ -104,8 +107,10 @@ def cache_bytes(managed_bytes: float, ratio: float) -> int:
 
 
 def configured_engine(flink_configuration: Mapping[str, Any]) -> Engine:
-    """RocksDB unless `state.backend.type` names ForSt."""
-    return engine_of(str(flink_configuration.get(STATE_BACKEND_KEY, "") or ""))
+    """RocksDB unless `state.backend.type` names ForSt (Flink's own, or flink-plugin's
+    resizable ForSt backend, which is ForSt with its caches registered)."""
+    backend = str(flink_configuration.get(STATE_BACKEND_KEY, "") or "").strip()
+    return Engine.FORST if backend == RESIZABLE_FORST_BACKEND else engine_of(backend)
 
 
 @dataclass(frozen=True)
@@ -349,10 +354,11 @@ def enactment_of(deployment: Mapping[str, Any], changed: list[str],
 
 def resizable(deployment: Mapping[str, Any], resize_spec: ResizeSpec | None) -> bool:
     """Whether memory steps of this deployment can be resized in place: the policy names the
-    agents' token (spec.resize) and the deployment runs flink-plugin's resizable backend."""
+    agents' token (spec.resize) and the deployment runs one of flink-plugin's resizable
+    backends (RocksDB's or ForSt's)."""
     conf = (deployment.get("spec", {}) or {}).get("flinkConfiguration", {}) or {}
     return (resize_spec is not None
-            and str(conf.get(STATE_BACKEND_KEY, "") or "").strip() == RESIZABLE_BACKEND)
+            and str(conf.get(STATE_BACKEND_KEY, "") or "").strip() in RESIZABLE_BACKENDS)
 
 
 # What a step that changes managed memory only may differ in from the deployment: the

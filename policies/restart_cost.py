@@ -9,7 +9,8 @@ The ways, cheapest first (docs/flink-plugin.md, "Measured step costs"):
 
 * `resize`: flink-plugin's TaskManager agent resizes the live RocksDB block caches of a
   step that changes managed memory only (docs/flink-plugin.md, "Resizing in place"): no
-  restart, same job and attempts; RocksDB only (the agent does not wire ForSt).
+  restart, same job and attempts; on RocksDB, and on ForSt through flink-plugin's
+  resizable ForSt backend (Flink 2.2).
 * `in-place`: the adaptive scheduler's rescale (`PUT /jobs/<id>/resource-requirements`):
   same JobManager, TaskManagers and job id; only parallelism can change this way.
 * `last-state`: the operator kills the cluster and the new one restores the latest

@@ -7,20 +7,27 @@ from typing import Any
 
 import pytest
 
+from controller.api import ResizeSpec, SecretKeyRef
 from controller.realize import (
+    FORST_WRITE_BUFFER_RATIO_KEY,
     OVERRIDES_KEY,
     RESOURCES_KEY,
+    WRITE_BUFFER_RATIO_KEY,
     apply_body,
     current_fields,
     desired_fields,
+    engine,
     memory_levels,
     parse_memory_mib,
     parse_overrides,
     refusal,
     render_overrides,
     requested_pods,
+    resizable,
+    write_buffer_ratio_key,
 )
 from policies.model import JobGraph, Vertex, VertexConfig
+from policies.restart_cost import Engine
 from policies.spec import CostSpec
 
 A, B = "a" * 32, "b" * 32
@@ -135,3 +142,27 @@ def test_requested_pods_are_the_deployments_resource_times_its_replicas() -> Non
 def test_requested_pods_of_an_unreadable_deployment_are_unknown(
         task_manager: dict[str, Any]) -> None:
     assert requested_pods(current_fields(_tm(**task_manager)), CostSpec()) is None
+
+
+RESIZE = ResizeSpec(token=SecretKeyRef(name="resize-token", key="token"))
+
+
+@pytest.mark.parametrize(("backend", "resizes", "engine_", "ratio_key"), [
+    ("dev.hybridscaler.flink.resize.ResizableRocksDBStateBackendFactory", True, Engine.ROCKSDB,
+     WRITE_BUFFER_RATIO_KEY),
+    # flink-plugin's ForSt backend (Flink 2.2): resized in place, priced and sized as ForSt.
+    ("dev.hybridscaler.flink.resize.ResizableForStStateBackendFactory", True, Engine.FORST,
+     FORST_WRITE_BUFFER_RATIO_KEY),
+    ("forst", False, Engine.FORST, FORST_WRITE_BUFFER_RATIO_KEY),
+    ("rocksdb", False, Engine.ROCKSDB, WRITE_BUFFER_RATIO_KEY),
+    ("dev.hybridscaler.flink.resize.ResizableForStStateBackendFactoryX", False, Engine.ROCKSDB,
+     WRITE_BUFFER_RATIO_KEY),
+])
+def test_a_deployment_on_a_resizable_backend_is_resized_in_place(
+        backend: str, resizes: bool, engine_: Engine, ratio_key: str) -> None:
+    conf = {"state.backend.type": backend}
+    deployment = {"spec": {"flinkConfiguration": conf}}
+    assert resizable(deployment, RESIZE) is resizes
+    assert resizable(deployment, None) is False  # no token: no agent to call
+    assert engine(deployment) == engine_
+    assert write_buffer_ratio_key(conf) == ratio_key
