@@ -168,7 +168,8 @@ def skew_onsets(model: JobModel, seed: int, duration_s: float,
             io = channels(model, {**base, op.vertex_id: p}, op.vertex_id)
             for level in levels:
                 best = max(best, vertex_limit(op, p, managed_mib(level), model.rocksdb,
-                                              model.scaling, *io, shares=shares))
+                                              model.scaling, *io, shares=shares,
+                                              forst=model.forst_engine))
         reach = best * utilization / loads[op.vertex_id]
         for n in range(int(duration_s / 5.0) + 1):
             if model.target_at(5.0 * n) > reach:

@@ -226,6 +226,17 @@ def _add_state_metrics(scrape: Scrape, twin: Twin, vid: str, subtask: int,
                  "rocksdb.block_cache_hit")
     scrape.gauge(scope, "rocksdb_block_cache_miss", operator, round(counters.misses[subtask]),
                  "rocksdb.block_cache_miss")
+    if twin.model.forst_engine is not None:
+        # ForSt (Flink 2.2): its file cache's tickers, and the asynchronous operator's
+        # records in flight in their own scope (tests/golden/flink-2.2/prom-scrape.txt).
+        scrape.gauge(scope, "forst_fileCache_hit", operator, round(counters.file_hits[subtask]),
+                     "forst.fileCache.hit")
+        scrape.gauge(scope, "forst_fileCache_miss", operator,
+                     round(counters.file_misses[subtask]), "forst.fileCache.miss")
+        tick = twin.last_tick()
+        if tick is not None and vid in tick.vertices:
+            scrape.gauge(f"{scope}_asyncStateProcessing", "numInFlightRecords", operator,
+                         round(tick.vertices[vid].subtasks[subtask].in_flight))
     state = sanitize(op.state.name)
     per_task = op.state.total_bytes / twin.configuration[vid].parallelism
     cf_scope = f"{scope}_{state}"

@@ -19,10 +19,10 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from policies import restart_cost as rc
 from policies.model import Edge, JobGraph, ShipStrategy, Vertex
-from policies.restart_cost import Enactment, RestartCost
+from policies.restart_cost import Enactment, Engine, RestartCost
 
 BUILTIN_JOBS = ("q1", "q2", "q3", "q5", "q8", "q11", "read", "write", "update", "read-cliff",
-                "statejob")
+                "statejob", "q11-forst", "read-forst")
 
 
 class Strict(BaseModel):
@@ -357,26 +357,79 @@ class Scaling(Strict):
 
 
 class Reconfiguration(Strict):
-    """Downtime of a step, by how it is enacted; defaults are policies/restart_cost.py's,
-    measured on real Flink (bench/results/realflink-steps.json), so a twin's step costs
-    what the same step cost the real StateJob."""
+    """Downtime of a step, by how it is enacted. Unset terms are the engine's, as
+    policies/restart_cost.py measured them on real Flink (RocksDB: realflink-steps.json;
+    ForSt: realflink-steps-forst-async-2.2-*.json), so a twin's step costs what the same
+    step cost the real StateJob on that engine; a set term overrides the engine's."""
 
-    fixed_s: float = Field(rc.START_S, ge=0,
-                           description="a restart: new JobManager and TaskManagers, main()")
-    savepoint_mb_per_s: float = Field(rc.WRITE_MB_PER_S, gt=0,
-                                      description="writing the savepoint (savepoint upgrade)")
-    restore_mb_per_s: float = Field(rc.READ_MB_PER_S, gt=0,
-                                    description="reading the state back (both restarts)")
-    kill_s: float = Field(rc.KILL_S, ge=0,
-                          description="a last-state upgrade's stop: the cluster is killed")
-    in_place_s: float = Field(rc.IN_PLACE_S, ge=0,
-                              description="the adaptive scheduler's rescale, state included")
+    fixed_s: float | None = Field(None, ge=0,
+                                  description="a restart: new JobManager and TaskManagers, main()")
+    savepoint_mb_per_s: float | None = Field(
+        None, gt=0, description="writing the savepoint (savepoint upgrade)")
+    restore_mb_per_s: float | None = Field(
+        None, gt=0, description="reading the state back (restarts that read it)")
+    kill_s: float | None = Field(None, ge=0,
+                                 description="a last-state upgrade's stop: the cluster is killed")
+    in_place_s: float | None = Field(None, ge=0,
+                                     description="the adaptive scheduler's rescale, state included")
 
-    def costs(self) -> Mapping[Enactment, RestartCost]:
-        """The policy layer's step model (RocksDB's composition) with this job's terms."""
-        return rc.step_costs(start_s=self.fixed_s, write_mb_per_s=self.savepoint_mb_per_s,
-                             read_mb_per_s=self.restore_mb_per_s, kill_s=self.kill_s,
-                             in_place_s=self.in_place_s)
+    def costs(self, engine: Engine = Engine.ROCKSDB) -> Mapping[Enactment, RestartCost]:
+        """The policy layer's measured step costs for `engine` (one source of truth), with
+        this job's own terms, if any, composed as the policy layer composes them."""
+        measured = rc.measured_costs(engine)
+        if all(v is None for v in self.model_dump().values()):
+            return measured
+        savepoint, last = measured[Enactment.SAVEPOINT], measured[Enactment.LAST_STATE]
+        # The engine's terms, read back from its composition (restart_cost.step_costs).
+        assert savepoint.write_mb_per_s is not None and savepoint.read_mb_per_s is not None
+        start = self.fixed_s if self.fixed_s is not None else savepoint.fixed_s
+        kill = self.kill_s if self.kill_s is not None else last.fixed_s - savepoint.fixed_s
+        return rc.step_costs(
+            start_s=start,
+            write_mb_per_s=self.savepoint_mb_per_s or savepoint.write_mb_per_s,
+            read_mb_per_s=self.restore_mb_per_s or savepoint.read_mb_per_s,
+            kill_s=kill,
+            in_place_s=(self.in_place_s if self.in_place_s is not None
+                        else measured[Enactment.IN_PLACE].fixed_s),
+            # A ForSt checkpoint names files already in the remote store: nothing is read.
+            last_state_reads=last.read_mb_per_s is not None)
+
+
+class ForSt(Strict):
+    """Flink 2.x's ForSt with asynchronous state (State V2): the state lives in a remote
+    store; the block cache (managed memory, RocksDB's rule) and a local file cache of fixed
+    size per TaskManager sit in front of it. The job's `rocksdb` block keeps the LSM terms
+    ForSt shares with RocksDB (hits, MemTable, index/filter blocks); a block-cache miss is
+    read from the file cache or, past it, from the remote store. Defaults: the fit to
+    Flink 2.2.0 on this machine (bench/results/forst-fig4-fit.json; the "remote" store was a
+    local directory, so a real object store's misses cost more: set remote_miss_us)."""
+
+    file_cache_mib: float = Field(
+        32.0, ge=0, description="local file cache of one TaskManager "
+                                "(state.backend.forst.cache.size-based-limit), MiB")
+    stateful_tasks_per_taskmanager: float = Field(
+        4.0, gt=0, description="stateful tasks sharing one TaskManager's file cache (the "
+                               "twin's TaskManager has 4 slots)")
+    file_footprint_factor: float = Field(
+        1.0, gt=0, description="file-cache bytes per byte of state (SST files, not blocks)")
+    file_hit_us: float = Field(233.0, ge=0, description="a block read from the local file cache")
+    remote_miss_us: float = Field(
+        233.0, ge=0, description="a block read from the remote store (measured with a local "
+                                 "directory as the store: no dearer than the file cache)")
+    async_cpu_overhead: float = Field(
+        0.246, ge=0, description="extra CPU per record of a stateful operator (the asynchronous "
+                                 "execution model's bookkeeping), relative")
+    io_parallelism: float = Field(
+        16.7, ge=1, description="state accesses of one task served concurrently (ForSt's I/O "
+                                "threads, batched requests)")
+    in_flight_limit: int = Field(
+        6000, ge=1, description="records in flight per task at most "
+                                "(execution.async-state.in-flight-records-limit)")
+    buffer_size: int = Field(
+        1000, ge=1, description="records a batch of state requests waits for "
+                                "(execution.async-state.buffer-size)")
+    buffer_timeout_ms: float = Field(
+        1000.0, gt=0, description="longest a batch waits (execution.async-state.buffer-timeout)")
 
 
 class JobModel(Strict):
@@ -385,6 +438,9 @@ class JobModel(Strict):
     load: Load
     operators: tuple[Operator, ...] = Field(min_length=1)
     rocksdb: RocksDB = Field(default_factory=RocksDB)
+    # The state backend: RocksDB (Flink 1.20) or ForSt (Flink 2.x, asynchronous state).
+    engine: Engine = Engine.ROCKSDB
+    forst: ForSt = Field(default_factory=ForSt, description="ForSt's terms (engine forst)")
     reconfiguration: Reconfiguration = Field(default_factory=Reconfiguration)
     noise: Noise = Field(default_factory=Noise)
     scaling: Scaling = Field(default_factory=Scaling)
@@ -435,6 +491,11 @@ class JobModel(Strict):
         shared = [s for s in self.sources() if s.load is None]
         total = sum(s.rate_share or 1.0 for s in shared)
         return (op.rate_share or 1.0) / total if op in shared else 0.0
+
+    @property
+    def forst_engine(self) -> ForSt | None:
+        """ForSt's terms when the job runs on ForSt, None on RocksDB."""
+        return self.forst if self.engine == Engine.FORST else None
 
     @property
     def state_bytes(self) -> float:

@@ -24,7 +24,7 @@ from dataclasses import dataclass, replace
 import mmh3
 
 from policies.model import ShipStrategy
-from simulator.model import JobModel, Operator, RocksDB, Scaling, State, Uniform
+from simulator.model import ForSt, JobModel, Operator, RocksDB, Scaling, State, Uniform
 
 MIB = 1024 * 1024
 FULL_MEMTABLE_MB = 64.0
@@ -100,6 +100,16 @@ class TaskCost:
     # Share of each second spent on per-second overheads (network buffers), not records.
     overhead: float = 0.0
     get_sd_ns: float = 0.0  # sd of one get's latency (hits and misses mixed)
+    # ForSt only (None on RocksDB): the local file cache's hits and misses per record (a
+    # file-cache miss reads the remote store).
+    file_hits_per_record: float | None = None
+    file_misses_per_record: float | None = None
+    # Share of a task's time its task thread works: what busyTimeMsPerSecond reports below
+    # saturation. 1 on RocksDB; lower with asynchronous state, whose reads and writes run
+    # on ForSt's I/O threads (docs/flink-2.md).
+    thread_share: float = 1.0
+    # µs one record waits for its state (asynchronous state: how long it stays in flight).
+    state_us: float = 0.0
 
     @property
     def capacity(self) -> float:
@@ -109,12 +119,15 @@ class TaskCost:
 
 def task_cost(
     op: Operator, parallelism: int, managed_mib: float | None, rocksdb: RocksDB,
-    fill: float = 1.0,
+    fill: float = 1.0, forst: ForSt | None = None,
 ) -> TaskCost:
     """Per-record cost of one task of `op` at this parallelism and managed memory (MiB);
-    `fill`: the share of its block cache filled so far (a restart empties it)."""
+    `fill`: the share of its caches filled so far (a restart empties them); `forst`: the
+    job runs on ForSt (forst_cost), None: on RocksDB."""
     if op.state is None:
         return TaskCost(op.cpu_us, None, 0.0, 0.0, None, None, 0.0)
+    if forst is not None:
+        return forst_cost(op, parallelism, managed_mib, rocksdb, forst, fill)
     state = op.state
     managed = managed_mib if managed_mib else 0.0
     capacity = (cache_bytes(managed, rocksdb) if managed > 0
@@ -132,10 +145,7 @@ def task_cost(
         + data_hit * rocksdb.hit_us
         + (1.0 - data_hit) * rocksdb.miss_us
     )
-    # Smaller MemTables flush smaller L0 files and compact more often: the extra
-    # work grows ~4x per halving (bench/results/rocksdb-fig4.json: 8 MB costs ~4x 32 MB).
-    halvings = max(0.0, math.log2(FULL_MEMTABLE_MB / memtable_mb(managed)))
-    put_us = rocksdb.put_us * (1.0 + rocksdb.small_memtable_penalty * (4.0**halvings - 1) / 3)
+    put_us = memtable_put_us(managed, rocksdb)
 
     gets = state.access.gets_per_record
     puts = state.access.puts_per_record
@@ -157,6 +167,94 @@ def task_cost(
         put_latency_ns=put_us * 1000.0 if puts > 0 else None,
         cache_bytes=capacity,
         get_sd_ns=math.sqrt(get_var) * 1000.0 if gets > 0 else 0.0,
+    )
+
+
+def memtable_put_us(managed: float, rocksdb: RocksDB) -> float:
+    """A put: a MemTable insert, dearer as the MemTable shrinks below 64 MB.
+
+    Smaller MemTables flush smaller L0 files and compact more often: the extra work grows
+    ~4x per halving (bench/results/rocksdb-fig4.json: 8 MB costs ~4x 32 MB)."""
+    halvings = max(0.0, math.log2(FULL_MEMTABLE_MB / memtable_mb(managed)))
+    penalty: float = rocksdb.small_memtable_penalty * (4.0**halvings - 1) / 3
+    return rocksdb.put_us * (1.0 + penalty)
+
+
+def file_cache_bytes(forst: ForSt) -> float:
+    """One task's share of its TaskManager's local file cache."""
+    return forst.file_cache_mib * MIB / forst.stateful_tasks_per_taskmanager
+
+
+def forst_cost(op: Operator, parallelism: int, managed_mib: float | None, rocksdb: RocksDB,
+               forst: ForSt, fill: float = 1.0) -> TaskCost:
+    """One task's cost on ForSt with asynchronous state.
+
+    Three tiers: the block cache (as on RocksDB), then the local file cache, then the
+    remote store. The file cache holds SST files, a superset of the cached blocks, so a
+    key is local when it is among the hottest the larger of the two holds. The task
+    thread runs the operator plus the asynchronous model's bookkeeping; state accesses run
+    on ForSt's I/O threads, `io_parallelism` at a time. Both count against the task's
+    core (one per task, as the paper counts), so a record costs the thread's time plus its
+    share of the I/O. Busy time reports the task thread only, and no state latency exists.
+    """
+    assert op.state is not None
+    state = op.state
+    managed = managed_mib if managed_mib else 0.0
+    capacity = (cache_bytes(managed, rocksdb) if managed > 0
+                else rocksdb.unmanaged_cache_mib * MIB)
+    filled = min(1.0, max(0.0, fill))
+    cache = capacity * filled
+    files = file_cache_bytes(forst) * filled
+    index_bytes = rocksdb.index_fraction * state.total_bytes / parallelism
+    pool = rocksdb.high_priority_ratio * cache
+    index_hit = 1.0 if index_bytes <= 0 else min(1.0, pool / index_bytes)
+    index_local = 1.0 if index_bytes <= 0 else min(
+        1.0, max(index_hit, files / (index_bytes * forst.file_footprint_factor)))
+    data_cache = cache - min(index_bytes, pool)
+    data_hit = data_hit_rate(state, parallelism, data_cache, rocksdb)
+    # The file cache's bytes as block-cache bytes: what it holds, in the cache's units.
+    as_blocks = files * rocksdb.footprint_factor / forst.file_footprint_factor
+    data_local = max(data_hit, data_hit_rate(state, parallelism, as_blocks, rocksdb))
+
+    def tier(hit: float, local: float, scale: float = 1.0) -> float:
+        """Mean µs of one block lookup with these hit (memory) and local (disk) shares;
+        `scale`: how much dearer this block's read is than a data block's."""
+        return (hit * rocksdb.hit_us + (local - hit) * forst.file_hit_us * scale
+                + (1.0 - local) * forst.remote_miss_us * scale)
+
+    n_index = rocksdb.index_accesses_per_get
+    # An index/filter block is larger than a data block: its read costs what it costs
+    # RocksDB relative to a data block (the fitted cliff, index_miss_us / miss_us).
+    index_scale = rocksdb.index_miss_us / rocksdb.miss_us if rocksdb.miss_us > 0 else 1.0
+    get_us = (n_index * tier(index_hit, index_local, index_scale)
+              + tier(data_hit, data_local))
+    put_us = memtable_put_us(managed, rocksdb)
+    gets = state.access.gets_per_record
+    puts = state.access.puts_per_record
+    # Flushes and compactions read past the block cache but not through the file cache
+    # (bench/results/forst-fig4.json: a write-only operator shows block-cache misses and
+    # neither file-cache hits nor misses).
+    misses = (gets * (n_index * (1.0 - index_hit) + 1.0 - data_hit)
+              + puts * rocksdb.misses_per_put)
+    file_hits = gets * (n_index * (index_local - index_hit) + data_local - data_hit)
+    file_misses = gets * (n_index * (1.0 - index_local) + 1.0 - data_local)
+    hits = gets * (n_index * index_hit + data_hit)
+    lookups = hits + misses
+    state_us = gets * get_us + puts * put_us
+    thread_us = op.cpu_us * (1.0 + forst.async_cpu_overhead)
+    us = thread_us + state_us / forst.io_parallelism
+    return TaskCost(
+        us_per_record=us,
+        hit_rate=1.0 if lookups <= 0 else hits / lookups,
+        hits_per_record=hits,
+        misses_per_record=misses,
+        get_latency_ns=None,  # Flink tracks the latency of synchronous state only
+        put_latency_ns=None,
+        cache_bytes=capacity,
+        file_hits_per_record=file_hits,
+        file_misses_per_record=file_misses,
+        thread_share=thread_us / us,
+        state_us=state_us,
     )
 
 
@@ -291,10 +389,11 @@ def vertex_shares(model: JobModel, op: Operator, parallelism: int, seed: int
 
 def vertex_limit(op: Operator, parallelism: int, managed_mib: float | None,
                  rocksdb: RocksDB, scaling: Scaling | None = None, channels_in: int = 0,
-                 channels_out: int = 0, shares: tuple[float, ...] | None = None) -> float:
+                 channels_out: int = 0, shares: tuple[float, ...] | None = None,
+                 forst: ForSt | None = None) -> float:
     """Most records/s a vertex of `parallelism` tasks absorbs: its hottest subtask
     saturates first."""
-    cost = task_cost(op, parallelism, managed_mib, rocksdb)
+    cost = task_cost(op, parallelism, managed_mib, rocksdb, forst=forst)
     if scaling is not None:
         cost = scaled(cost, parallelism, scaling, channels_in, channels_out)
     if shares is None:

@@ -57,7 +57,8 @@ def _limit(model: JobModel, op: Operator, vc: VertexConfig, parallelism: dict[st
            base: float, seed: int) -> float:
     return vertex_limit(op, vc.parallelism, managed_mib(vc.memory_level, base), model.rocksdb,
                         model.scaling, *channels(model, parallelism, op.vertex_id),
-                        shares=vertex_shares(model, op, vc.parallelism, seed))
+                        shares=vertex_shares(model, op, vc.parallelism, seed),
+                        forst=model.forst_engine)
 
 
 def unit_loads(model: JobModel) -> dict[str, float]:

@@ -1,12 +1,13 @@
-"""The twin: a Flink job on RocksDB stepped in virtual time.
+"""The twin: a Flink job on RocksDB (or Flink 2.x's ForSt) stepped in virtual time.
 
 Each tick is a bottleneck analysis of the job graph: sources offer their target
 rate plus whatever lag they can catch up on, every vertex can absorb at most
 what its hottest subtask processes, and the sources are throttled (backpressure)
 to what the tightest vertex sustains. Busyness, backpressure and idle time per
 subtask follow; the unproduced records become source lag (pendingRecords).
-A reconfiguration stops the job for a savepoint + restore whose length grows with
-the state size; lag builds meanwhile and drains afterwards.
+A reconfiguration stops the job for as long as the engine's measured step costs say
+(policies/restart_cost.py; a savepoint's grows with the state, a last-state restart on
+ForSt reads none); lag builds meanwhile and drains afterwards.
 """
 
 from __future__ import annotations
@@ -86,6 +87,8 @@ class SubtaskSample:
     records_in: float
     records_out: float
     share: float = 1.0  # of the vertex's records
+    # Records in flight (asynchronous state on ForSt; 0 elsewhere).
+    in_flight: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -126,6 +129,9 @@ class Counters:
     misses: list[float]
     gets: list[float]
     puts: list[float]
+    # ForSt's file cache (zeros on RocksDB).
+    file_hits: list[float]
+    file_misses: list[float]
 
 
 @dataclass
@@ -254,7 +260,7 @@ class Twin:
     def downtime_s(self, kind: Enactment = Enactment.SAVEPOINT) -> float:
         """The step's downtime for the model's state, enacted as `kind` (the model's
         `reconfiguration`, by default what real Flink measured; policies/restart_cost.py)."""
-        costs = self.model.reconfiguration.costs()
+        costs = self.model.reconfiguration.costs(self.model.engine)
         return costs[kind].downtime_s(self.model.state_bytes) * self.downtime_scale
 
     def apply(self, configuration: Configuration, *, restart: bool = False,
@@ -306,7 +312,7 @@ class Twin:
 
     def _reset_counters(self) -> None:
         self.counters = {
-            vid: Counters(*([0.0] * self._config[vid].parallelism for _ in range(4)))
+            vid: Counters(*([0.0] * self._config[vid].parallelism for _ in range(6)))
             for vid in self._config
         }
         self.io = {vid: IoCounters.zeros(vc.parallelism) for vid, vc in self._config.items()}
@@ -333,6 +339,7 @@ class Twin:
                 managed_mib(vc.memory_level, self.base_managed_mib),
                 self.model.rocksdb,
                 self._filling.get(vertex_id, 1.0),
+                self.model.forst_engine,
             )
             parallelism = {vid: c.parallelism for vid, c in self._config.items()}
             self._costs[vertex_id] = scaled(base, vc.parallelism, self.model.scaling,
@@ -450,7 +457,14 @@ class Twin:
             for i, share in enumerate(self._shares(vid)):
                 if i == 0 or share != subtasks[-1].share:
                     # A stalled task counts the stall as busy time, as a GC pause does.
-                    busy = min(1.0, rate * share / cost.capacity + 1.0 - available[vid])
+                    work = rate * share / cost.capacity
+                    busy = min(1.0, work + 1.0 - available[vid])
+                    saturated = busy >= 1.0 - 1e-9
+                    if not saturated:
+                        # Only the task thread's work shows (asynchronous state runs on
+                        # ForSt's I/O threads); a saturated task blocks on its full
+                        # in-flight buffer, and that is busy time.
+                        busy = work * cost.thread_share + 1.0 - available[vid]
                     free = 1.0 - busy
                     bp = free if vid in blocked else 0.0
                     records = rate * share
@@ -461,6 +475,7 @@ class Twin:
                         records_in=0.0 if op.is_source else records,
                         records_out=records * (1.0 if op.is_source else op.selectivity),
                         share=share,
+                        in_flight=self._in_flight(cost, records, saturated),
                     )
                 subtasks.append(sample)
                 self._count(vid, i, rate * share * dt, cost)
@@ -473,11 +488,27 @@ class Twin:
             samples[vid] = VertexSample(tuple(subtasks), cost, pending)
         return samples
 
+    def _in_flight(self, cost: TaskCost, records_per_s: float, saturated: bool) -> float:
+        """Records in flight in one task with asynchronous state: each waits for its
+        batch (ForSt's active buffer runs when `buffer_size` records are in it or after
+        `buffer_timeout_ms`) and then for its state (Little's law); a saturated task keeps
+        its in-flight buffer full."""
+        forst = self.model.forst_engine
+        if forst is None or cost.file_hits_per_record is None:
+            return 0.0
+        if saturated:
+            return float(forst.in_flight_limit)
+        batch = min(records_per_s * forst.buffer_timeout_ms / 1000.0, forst.buffer_size) / 2.0
+        return min(float(forst.in_flight_limit), batch + records_per_s * cost.state_us / 1e6)
+
     def _count(self, vid: str, subtask: int, records: float, cost: TaskCost) -> None:
         op = self._ops[vid]
         if op.state is None:
             return
         c = self.counters[vid]
+        if cost.file_hits_per_record is not None and cost.file_misses_per_record is not None:
+            c.file_hits[subtask] += records * cost.file_hits_per_record
+            c.file_misses[subtask] += records * cost.file_misses_per_record
         c.hits[subtask] += records * cost.hits_per_record
         c.misses[subtask] += records * cost.misses_per_record
         c.gets[subtask] += records * op.state.access.gets_per_record
@@ -600,10 +631,17 @@ class Twin:
             pending = last
             span = ticks[-1].time - ticks[0].time
             growth = (last - first) / span if len(ticks) > 1 and span > 0 else 0.0
-        hits = misses = latency = None
+        hits = misses = latency = file_hits = file_misses = in_flight = None
         if op.state is not None:
             hits = mean([self.noisy(v.records_in * v.cost.hits_per_record) for v in samples])
             misses = mean([self.noisy(v.records_in * v.cost.misses_per_record) for v in samples])
+            if self.model.forst_engine is not None:
+                file_hits = mean([self.noisy(v.records_in * (v.cost.file_hits_per_record or 0.0))
+                                  for v in samples])
+                file_misses = mean([self.noisy(v.records_in
+                                               * (v.cost.file_misses_per_record or 0.0))
+                                    for v in samples])
+                in_flight = mean([mean([s.in_flight for s in v.subtasks]) for v in samples])
             sampled = [self.sampled_latency_ns(v.cost) for v in samples]
             known = [x for x in sampled if x is not None]
             latency = mean(known) if known else None
@@ -622,6 +660,9 @@ class Twin:
             records_in_per_s_max=r_in_max,
             # RocksDB's estimate-live-data-size summed over subtasks (flink_format emits it).
             state_bytes=None if op.state is None else op.state.total_bytes,
+            file_cache_hits_per_s=file_hits,
+            file_cache_misses_per_s=file_misses,
+            async_in_flight_records=in_flight,
         )
 
     def achieved_rate(self, window_s: float) -> float:

@@ -26,7 +26,9 @@ from controller.ports import (
     ResizeFailed,
 )
 from controller.realize import (
+    FORST_WRITE_BUFFER_RATIO_KEY,
     RESIZABLE_BACKEND,
+    RESIZABLE_FORST_BACKEND,
     STATE_BACKEND_KEY,
     WRITE_BUFFER_RATIO_KEY,
     cache_bytes,
@@ -35,6 +37,7 @@ from controller.realize import (
 from policies.levels import level_of, managed_mib
 from policies.model import JobGraph, VertexConfig
 from policies.quantity import MIB
+from policies.restart_cost import Enactment, Engine
 from simulator.model import JobModel
 from simulator.serve import (
     JOB_MODEL_KEY,
@@ -64,8 +67,16 @@ def flink_deployment(model: JobModel, name: str, namespace: str,
         },
         "status": {"lifecycleState": "STABLE", "jobStatus": {"state": "RUNNING"}},
     }
-    if resizable:
-        deployment["spec"]["flinkConfiguration"][STATE_BACKEND_KEY] = RESIZABLE_BACKEND
+    conf = deployment["spec"]["flinkConfiguration"]
+    if model.engine == Engine.FORST:
+        # Flink 2.x on ForSt (resizable: flink-plugin's ForSt backend): its own ratio key;
+        # last-state, whose restart reads no state (policies/restart_cost.py).
+        del conf[WRITE_BUFFER_RATIO_KEY]
+        conf[STATE_BACKEND_KEY] = RESIZABLE_FORST_BACKEND if resizable else "forst"
+        conf[FORST_WRITE_BUFFER_RATIO_KEY] = str(model.rocksdb.write_buffer_ratio)
+        deployment["spec"]["job"]["upgradeMode"] = "last-state"
+    elif resizable:
+        conf[STATE_BACKEND_KEY] = RESIZABLE_BACKEND
     return deployment
 
 
@@ -97,10 +108,13 @@ class TwinDeployments:
         if "replicas" in tm:
             spec["taskManager"]["replicas"] = tm["replicas"]
         self.deployment["metadata"]["generation"] += 1
-        # A stateful upgrade: savepoint, new TaskManagers, restore (the twin's downtime).
+        # A stateful upgrade: savepoint (or the latest checkpoint, which the running twin
+        # always has), new TaskManagers, restore (the twin's downtime).
         configuration = configuration_from_flink(self.twin.model, conf, self.base_managed_mib)
         self.twin.groups = slot_sharing_groups(self.twin.model, conf)
-        self.downtimes.append(self.twin.apply(configuration, restart=True))
+        kind = (Enactment.LAST_STATE if spec["job"].get("upgradeMode") == "last-state"
+                else Enactment.SAVEPOINT)
+        self.downtimes.append(self.twin.apply(configuration, restart=True, kind=kind))
         return ""
 
 
