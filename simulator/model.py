@@ -424,12 +424,13 @@ class ForSt(Strict):
                                 "threads, batched requests)")
     in_flight_limit: int = Field(
         6000, ge=1, description="records in flight per task at most "
-                                "(execution.async-state.in-flight-records-limit)")
+                                "(execution.async-state.total-buffer-size)")
     buffer_size: int = Field(
         1000, ge=1, description="records a batch of state requests waits for "
-                                "(execution.async-state.buffer-size)")
+                                "(execution.async-state.active-buffer-size)")
     buffer_timeout_ms: float = Field(
-        1000.0, gt=0, description="longest a batch waits (execution.async-state.buffer-timeout)")
+        1000.0, gt=0,
+        description="longest a batch waits (execution.async-state.active-buffer-timeout)")
 
 
 class JobModel(Strict):

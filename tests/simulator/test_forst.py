@@ -121,7 +121,8 @@ def test_busy_time_is_under_reported_until_the_task_saturates():
 def test_in_flight_records_match_the_golden_asynchronous_counter():
     """Flink 2.2's async counter (tests/golden/flink-2.2) held 551 records in flight per
     subtask on average (409 and 693) at 1,587 records/s: mostly records waiting for their
-    batch (execution.async-state.buffer-size 1000, buffer-timeout 1 s, Flink's defaults)."""
+    batch (execution.async-state.active-buffer-size 1000, active-buffer-timeout 1 s: Flink
+    2.2's defaults)."""
     store = json.loads((FLINK_2_2 / "subtasks-metrics-async.json").read_text())
     by_id = {m["id"]: m for m in store}
     rate = by_id["numRecordsInPerSecond"]["avg"]
