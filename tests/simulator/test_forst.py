@@ -5,11 +5,14 @@ policy layer's measured ForSt costs (policies/restart_cost.py)."""
 from __future__ import annotations
 
 import json
+import tempfile
 from collections import defaultdict
+from pathlib import Path
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from bench.calibrate_forst import FIT as FORST_FIT
 from controller.adapters.twin import TwinDeployments, flink_deployment
 from controller.realize import configured_engine
 from policies.model import VertexConfig
@@ -45,10 +48,7 @@ def test_a_model_says_its_engine_and_the_builtins_on_forst_differ_from_theirs_on
         load_model_text("engine: leveldb")
 
 
-def load_model_text(extra: str, tmp: list[str] | None = None) -> JobModel:
-    import tempfile
-    from pathlib import Path
-
+def load_model_text(extra: str) -> JobModel:
     text = ("name: x\nload: {pattern: constant, rate: 10}\n" + extra
             + "\noperators:\n  - {uid: s, name: s, cpu_us: 1}\n")
     with tempfile.TemporaryDirectory() as d:
@@ -225,8 +225,7 @@ def test_the_twins_forst_deployment_restarts_from_its_last_checkpoint():
 
 
 def test_forst_defaults_are_the_fit():
-    fit = json.loads((FLINK_2_2.parents[2] / "bench" / "results" / "forst-fig4-fit.json")
-                     .read_text())
+    fit = json.loads(FORST_FIT.read_text())
     defaults = ForSt()
     for key, value in fit["forst"].items():
         assert getattr(defaults, key) == pytest.approx(value, rel=0.01), key
