@@ -2,7 +2,8 @@
  * Resizes a live RocksDB block cache (and, where the library exports it, a write-buffer manager)
  * owned by RocksJava, through the RocksDB C API that is compiled into, and exported by, the
  * RocksDB JNI library Flink has already loaded (frocksdbjni 6.20.3 for Flink 1.20, 8.10.0 for
- * Flink 2.x). No RocksDB header is needed: docs/flink-plugin.md, "Resizing in place", says why
+ * Flink 2.x, or ForSt's forstjni 0.1.8 for Flink 2.2's ForSt backend, which exports the same C API
+ * for its org.forstdb objects). No RocksDB header is needed: docs/flink-plugin.md, "Resizing in place", says why
  * the handle conversion below is sound and how the Java side checks it at start-up.
  *
  * Handles. RocksJava's LRUCache/WriteBufferManager constructors return, as the Java object's
@@ -46,14 +47,19 @@ static destroy_cache_fn destroy_cache;
 static char library[4096];
 static char error[4096 + 512]; /* room for a full path */
 
-/* The RocksDB JNI libraries a process may have loaded: RocksDB, FRocksDB and ForSt. */
-static int is_rocksdb_jni(const char *path) {
+/*
+ * Whether a loaded object is the JNI library of the flavour asked for: "librocksdbjni" (RocksDB,
+ * FRocksDB) or "libforstjni" (ForSt). A ForSt TaskManager may also have RocksDB's loaded: each
+ * handle belongs to its own flavour's library, so only that one is looked for.
+ */
+static int is_jni_of(const char *path, const char *prefix) {
     const char *base = strrchr(path, '/');
     base = base ? base + 1 : path;
-    return strncmp(base, "librocksdbjni", 13) == 0 || strncmp(base, "libforstjni", 11) == 0;
+    return strncmp(base, prefix, strlen(prefix)) == 0;
 }
 
 struct found {
+    const char *prefix;
     int count;
     char path[4096];
 };
@@ -61,7 +67,7 @@ struct found {
 static int visit(struct dl_phdr_info *info, size_t size, void *data) {
     (void) size;
     struct found *f = data;
-    if (info->dlpi_name != NULL && info->dlpi_name[0] != '\0' && is_rocksdb_jni(info->dlpi_name)) {
+    if (info->dlpi_name != NULL && info->dlpi_name[0] != '\0' && is_jni_of(info->dlpi_name, f->prefix)) {
         if (f->count == 0) {
             snprintf(f->path, sizeof f->path, "%s", info->dlpi_name);
         }
@@ -75,18 +81,38 @@ static int visit(struct dl_phdr_info *info, size_t size, void *data) {
  * else why not. The library is looked up, never loaded: RTLD_NOLOAD fails unless it is resident,
  * so the shim cannot pull in a second, different RocksDB.
  */
-JNIEXPORT jstring JNICALL Java_dev_hybridscaler_flink_resize_NativeResize_bind(JNIEnv *env, jclass cls) {
+JNIEXPORT jstring JNICALL Java_dev_hybridscaler_flink_resize_NativeResize_bind(
+        JNIEnv *env, jclass cls, jstring library_prefix) {
     (void) cls;
+    if (library_prefix == NULL) {
+        return (*env)->NewStringUTF(env, "no JNI library named");
+    }
+    char prefix[64];
+    jsize n = (*env)->GetStringUTFLength(env, library_prefix);
+    if (n <= 0 || (size_t) n >= sizeof prefix) {
+        return (*env)->NewStringUTF(env, "the JNI library's name is empty or too long");
+    }
+    (*env)->GetStringUTFRegion(env, library_prefix, 0, (*env)->GetStringLength(env, library_prefix), prefix);
+    prefix[n] = '\0';
+    if (library[0] != '\0') {
+        if (is_jni_of(library, prefix)) {
+            return NULL; /* already bound to this flavour's library */
+        }
+        snprintf(error, sizeof error, "the shim is bound to %s already, not to a %s* library",
+                 library, prefix);
+        return (*env)->NewStringUTF(env, error);
+    }
     struct found f = {0};
+    f.prefix = prefix;
     dl_iterate_phdr(visit, &f);
     if (f.count == 0) {
-        snprintf(error, sizeof error, "no RocksDB JNI library (librocksdbjni*/libforstjni*) is loaded");
+        snprintf(error, sizeof error, "no %s* JNI library is loaded", prefix);
         return (*env)->NewStringUTF(env, error);
     }
     if (f.count > 1) {
         snprintf(error, sizeof error,
-                 "%d RocksDB JNI libraries are loaded (first %s); cannot tell which owns a handle",
-                 f.count, f.path);
+                 "%d %s* JNI libraries are loaded (first %s); cannot tell which owns a handle",
+                 f.count, prefix, f.path);
         return (*env)->NewStringUTF(env, error);
     }
     void *lib = dlopen(f.path, RTLD_NOW | RTLD_NOLOAD);

@@ -19,10 +19,14 @@ final class NativeResize {
 
     private NativeResize() {}
 
-    /** Binds the C API of the loaded RocksDB JNI library: null on success, else why not. */
-    static native String bind();
+    /**
+     * Binds the C API of the loaded JNI library whose file name starts with {@code library}
+     * ({@code librocksdbjni} or {@code libforstjni}): null on success, else why not. Binds once
+     * per JVM; a later call for another library is refused.
+     */
+    static native String bind(String library);
 
-    /** The path of the bound RocksDB JNI library, null before {@link #bind()} succeeded. */
+    /** The path of the bound JNI library, null before {@link #bind(String)} succeeded. */
     static native String library();
 
     /** Whether the bound library exports write-buffer-manager resizing (not 6.20.3). */

@@ -109,7 +109,8 @@ public final class ResizableRocksDBStateBackendFactory implements StateBackendFa
             switch (method.getName()) {
                 case "createCache": {
                     long capacity = (Long) args[0];
-                    Cache cache = agent.register(new ResizableCache(capacity, (Double) args[1], agent), capacity);
+                    ResizableCache cache = new ResizableCache(capacity, (Double) args[1], agent);
+                    agent.register(cache, cache.getNativeHandle(), capacity, ResizeAgent.ROCKSDB);
                     ControlServer.startOnce(agent);
                     return cache;
                 }
@@ -117,7 +118,7 @@ public final class ResizableRocksDBStateBackendFactory implements StateBackendFa
                     long bytes = (Long) args[0];
                     Cache cache = (Cache) args[1];
                     ResizableWriteBufferManager wbm = new ResizableWriteBufferManager(bytes, cache, agent);
-                    agent.attach(wbm, bytes, cache);
+                    agent.attach(wbm, wbm.getNativeHandle(), bytes, cache);
                     return wbm;
                 }
                 case "hashCode":

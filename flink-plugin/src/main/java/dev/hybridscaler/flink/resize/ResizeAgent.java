@@ -1,6 +1,5 @@
 package dev.hybridscaler.flink.resize;
 
-import org.rocksdb.Cache;
 import org.rocksdb.LRUCache;
 import org.rocksdb.WriteBufferManager;
 import org.slf4j.Logger;
@@ -17,9 +16,10 @@ import java.util.regex.Matcher;
 import java.util.regex.Pattern;
 
 /**
- * The TaskManager-side registry of every RocksDB block cache and write-buffer manager Flink
- * creates for a slot (through {@link ResizableRocksDBStateBackendFactory}), and the one place that
- * resizes them. One per TaskManager JVM.
+ * The TaskManager-side registry of every RocksDB (or ForSt) block cache and write-buffer manager
+ * Flink creates for a slot (through {@link ResizableRocksDBStateBackendFactory}, or on Flink 2.x
+ * {@code ResizableForStStateBackendFactory}), and the one place that resizes them. One per
+ * TaskManager JVM; it binds to the JNI library of the first slot's flavour.
  *
  * <p>Safety rules (docs/flink-plugin.md, "Resizing in place"):
  *
@@ -40,13 +40,70 @@ public final class ResizeAgent {
     /** Flink's task thread name: {@code <vertex name> (<subtask>/<parallelism>)#<attempt>}. */
     private static final Pattern TASK_THREAD = Pattern.compile("^(.*) \\((\\d+)/(\\d+)\\)#(\\d+)$");
     private static final long MIB = 1024 * 1024;
-    /** The shim binds to the RocksDB library Flink loads with the first slot's RocksDB. */
-    static final String NOT_YET = "no RocksDB slot has been created on this TaskManager yet";
+    /** The shim binds to the JNI library Flink loads with the first slot's RocksDB (or ForSt). */
+    static final String NOT_YET = "no RocksDB or ForSt slot has been created on this TaskManager yet";
+
+    /**
+     * Whose RocksJava a slot's objects are: RocksDB's ({@code org.rocksdb}, librocksdbjni) or
+     * ForSt's ({@code org.forstdb}, libforstjni, Flink 2.x). Both export the same C API; the shim
+     * binds the one library of the TaskManager's flavour and self-tests on that flavour's objects.
+     */
+    interface Flavour {
+        /** The file-name prefix of its JNI library, as the shim looks it up among loaded objects. */
+        String library();
+
+        /** A scratch LRU cache of this flavour, for the self-test. */
+        NativeObject newCache(long bytes);
+
+        /** A scratch write-buffer manager charged to a scratch cache of this flavour. */
+        NativeObject newWriteBufferManager(long bytes, NativeObject cache);
+    }
+
+    /** A RocksJava object and its native handle. */
+    interface NativeObject extends AutoCloseable {
+        long handle();
+
+        @Override
+        void close();
+    }
+
+    /** RocksDB's RocksJava (Flink 1.20 and 2.x's EmbeddedRocksDBStateBackend). */
+    static final Flavour ROCKSDB = new Flavour() {
+        @Override
+        public String library() {
+            return "librocksdbjni";
+        }
+
+        @Override
+        public NativeObject newCache(long bytes) {
+            LRUCache cache = new LRUCache(bytes);
+            return new Scratch(cache, cache.getNativeHandle(), cache::close);
+        }
+
+        @Override
+        public NativeObject newWriteBufferManager(long bytes, NativeObject cache) {
+            WriteBufferManager wbm = new WriteBufferManager(bytes, (LRUCache) ((Scratch) cache).object());
+            return new Scratch(wbm, wbm.getNativeHandle(), wbm::close);
+        }
+
+        @Override
+        public String toString() {
+            return "RocksDB";
+        }
+    };
+
+    /** A flavour's scratch object for the self-test. */
+    record Scratch(Object object, long handle, Runnable closer) implements NativeObject {
+        @Override
+        public void close() {
+            closer.run();
+        }
+    }
 
     /** The native calls, a port so the ordering and budget rules can be unit-tested. */
     interface Ops {
-        /** Null when resizing works, else why not (binding and self-test). */
-        String bind();
+        /** Null when resizing works for this flavour's library, else why not (binding and self-test). */
+        String bind(Flavour flavour);
 
         String library();
 
@@ -66,6 +123,7 @@ public final class ResizeAgent {
     private final Map<Long, Slot> slots = new LinkedHashMap<>();
     private long nextId = 1;
     private boolean bound;
+    private Flavour flavour;
     private String disabled;
     private Long grantedBudget;
     private long resizes;
@@ -87,14 +145,17 @@ public final class ResizeAgent {
         final int subtask;
         final int parallelism;
         final int attempt;
-        final Cache cache;
+        /** The RocksJava cache object (its close is what removes the slot) and its handle. */
+        final Object cache;
+        final long cacheHandle;
         final long initialCache;
-        WriteBufferManager writeBuffers;
+        Object writeBuffers;
+        long writeBufferHandle;
         long writeBufferBytes;
         long cacheBytes;
 
         Slot(long id, String jobId, String task, int subtask, int parallelism, int attempt,
-             Cache cache, long capacity) {
+             Object cache, long cacheHandle, long capacity) {
             this.id = id;
             this.jobId = jobId;
             this.task = task;
@@ -102,6 +163,7 @@ public final class ResizeAgent {
             this.parallelism = parallelism;
             this.attempt = attempt;
             this.cache = cache;
+            this.cacheHandle = cacheHandle;
             this.initialCache = capacity;
             this.cacheBytes = capacity;
         }
@@ -125,32 +187,43 @@ public final class ResizeAgent {
 
     // ---- registration, from the memory factory on Flink's task thread ----
 
-    Cache register(Cache cache, long capacity) {
+    /**
+     * A slot's cache (RocksJava object of the given flavour, and its native handle), from the
+     * memory factory. A TaskManager resizes one flavour, that of its first slot: a slot of the
+     * other is not registered (it keeps its size; a memory step for it restarts).
+     */
+    void register(Object cache, long handle, long capacity, Flavour of) {
         lock.lock();
         try {
+            if (flavour != null && flavour != of) {
+                LOG.warn("hybridscaler resize: a {} cache is not registered: this TaskManager resizes {}",
+                        of, flavour);
+                return;
+            }
             String name = Thread.currentThread().getName();
             Matcher m = TASK_THREAD.matcher(name);
             String job = MDC.get("flink-job-id");
             Slot s = m.matches()
                     ? new Slot(nextId++, job, m.group(1), Integer.parseInt(m.group(2)) - 1,
-                            Integer.parseInt(m.group(3)), Integer.parseInt(m.group(4)), cache, capacity)
-                    : new Slot(nextId++, job, name, -1, 0, 0, cache, capacity);
+                            Integer.parseInt(m.group(3)), Integer.parseInt(m.group(4)), cache, handle, capacity)
+                    : new Slot(nextId++, job, name, -1, 0, 0, cache, handle, capacity);
             slots.put(s.id, s);
-            ensureBound(); // RocksDB's JNI library is loaded now: the cache above needed it
+            ensureBound(of); // the flavour's JNI library is loaded now: the cache above needed it
             LOG.info("hybridscaler resize: slot {} registered: job {}, task '{}', subtask {}, cache {} B",
                     s.id, s.jobId, s.task, s.subtask, capacity);
-            return cache;
         } finally {
             lock.unlock();
         }
     }
 
-    void attach(WriteBufferManager wbm, long bytes, Cache cache) {
+    /** A slot's write-buffer manager (and its handle), charged to a registered cache. */
+    void attach(Object wbm, long handle, long bytes, Object cache) {
         lock.lock();
         try {
             for (Slot s : slots.values()) {
                 if (s.cache == cache) {
                     s.writeBuffers = wbm;
+                    s.writeBufferHandle = handle;
                     s.writeBufferBytes = bytes;
                 }
             }
@@ -242,9 +315,9 @@ public final class ResizeAgent {
 
     private SlotView view(Slot s) {
         boolean on = bound && disabled == null;
-        long cache = on ? ops.cacheCapacity(s.cache.getNativeHandle()) : -1;
+        long cache = on ? ops.cacheCapacity(s.cacheHandle) : -1;
         long wb = on && s.writeBuffers != null && ops.canResizeWriteBuffers()
-                ? ops.writeBufferSize(s.writeBuffers.getNativeHandle()) : -1;
+                ? ops.writeBufferSize(s.writeBufferHandle) : -1;
         return new SlotView(s.id, s.jobId, s.task, s.subtask, s.parallelism, s.attempt,
                 s.cacheBytes, cache, s.writeBufferBytes, wb);
     }
@@ -356,7 +429,7 @@ public final class ResizeAgent {
     }
 
     private void setCache(Slot s, long bytes) throws Refused {
-        long h = s.cache.getNativeHandle();
+        long h = s.cacheHandle;
         if (!ops.setCacheCapacity(h, bytes) || ops.cacheCapacity(h) != bytes) {
             throw failed("slot " + s.id + ": cache capacity reads " + ops.cacheCapacity(h)
                     + " B after setting " + bytes + " B");
@@ -365,7 +438,7 @@ public final class ResizeAgent {
     }
 
     private void setWriteBuffers(Slot s, long bytes) throws Refused {
-        long h = s.writeBuffers.getNativeHandle();
+        long h = s.writeBufferHandle;
         if (!ops.setWriteBufferSize(h, bytes) || ops.writeBufferSize(h) != bytes) {
             throw failed("slot " + s.id + ": write buffers read " + ops.writeBufferSize(h)
                     + " B after setting " + bytes + " B");
@@ -383,10 +456,29 @@ public final class ResizeAgent {
         return new Refused(disabled);
     }
 
-    private void ensureBound() {
+    /**
+     * Disables resizing on this TaskManager for its life, with the reason every request is then
+     * refused with (e.g. the ForSt hook is not what the plugin was built for).
+     */
+    void disable(String reason) {
+        lock.lock();
+        try {
+            bound = true;
+            if (disabled == null) {
+                disabled = reason;
+                LOG.error("hybridscaler resize: in-place resizing DISABLED on this TaskManager: {}",
+                        reason);
+            }
+        } finally {
+            lock.unlock();
+        }
+    }
+
+    private void ensureBound(Flavour of) {
         if (!bound) {
             bound = true;
-            disabled = ops.bind();
+            flavour = of;
+            disabled = ops.bind(of);
             if (disabled != null) {
                 LOG.error("hybridscaler resize: in-place resizing DISABLED on this TaskManager: {}",
                         disabled);
@@ -415,20 +507,20 @@ public final class ResizeAgent {
     /** The real shim: load, bind, then the self-test on a scratch cache of our own. */
     static final class NativeOps implements Ops {
         @Override
-        public String bind() {
+        public String bind(Flavour flavour) {
             String why = NativeResize.load();
             if (why == null) {
-                why = NativeResize.bind();
+                why = NativeResize.bind(flavour.library());
             }
-            return why != null ? why : selfTest();
+            return why != null ? why : selfTest(flavour);
         }
 
         /** A capacity RocksJava set, read through the shim, proves the handle layout. */
-        private String selfTest() {
+        private String selfTest(Flavour flavour) {
             long before = 3 * MIB + 4096;
             long after = 5 * MIB + 8192;
-            try (LRUCache scratch = new LRUCache(before)) {
-                long h = scratch.getNativeHandle();
+            try (NativeObject scratch = flavour.newCache(before)) {
+                long h = scratch.handle();
                 String layout = NativeResize.verifyCacheHandle(h);
                 if (layout != null) {
                     return "self-test: " + layout + " (" + NativeResize.library() + ")";
@@ -445,8 +537,8 @@ public final class ResizeAgent {
                     return "self-test: set " + after + " B, read back " + read + " B";
                 }
                 if (NativeResize.canResizeWriteBuffers()) {
-                    try (WriteBufferManager wbm = new WriteBufferManager(MIB, scratch)) {
-                        long wh = wbm.getNativeHandle();
+                    try (NativeObject wbm = flavour.newWriteBufferManager(MIB, scratch)) {
+                        long wh = wbm.handle();
                         long wb = NativeResize.writeBufferSize(wh);
                         if (wb != MIB) {
                             return "self-test: write buffers created with " + MIB + " B read "

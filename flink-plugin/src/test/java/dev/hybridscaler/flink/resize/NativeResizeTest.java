@@ -34,7 +34,7 @@ class NativeResizeTest {
     @BeforeAll
     static void bind() {
         RocksDB.loadLibrary(); // as Flink does before it creates a slot's cache
-        assertNull(new ResizeAgent.NativeOps().bind(), "the shim binds and passes its self-test");
+        assertNull(new ResizeAgent.NativeOps().bind(ResizeAgent.ROCKSDB), "the shim binds and passes its self-test");
         assertTrue(NativeResize.library().contains("librocksdbjni"), NativeResize.library());
     }
 

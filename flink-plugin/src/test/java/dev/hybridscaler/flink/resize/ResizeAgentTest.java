@@ -41,12 +41,14 @@ class ResizeAgentTest {
         final Map<Long, String> names = new HashMap<>();
         boolean writeBuffers = true;
         String bindResult;
+        final List<ResizeAgent.Flavour> bound = new ArrayList<>();
         RuntimeException onRead; // thrown by every capacity read, when set
         CountDownLatch inResize;
         CountDownLatch release;
 
         @Override
-        public String bind() {
+        public String bind(ResizeAgent.Flavour flavour) {
+            bound.add(flavour);
             return bindResult;
         }
 
@@ -107,11 +109,11 @@ class ResizeAgentTest {
         MDC.put("flink-job-id", JOB);
         try {
             ResizableCache cache = new ResizableCache(cacheMb * MIB, 0.1, agent);
-            agent.register(cache, cacheMb * MIB);
+            agent.register(cache, cache.getNativeHandle(), cacheMb * MIB, ResizeAgent.ROCKSDB);
             ops.bytes.put(cache.getNativeHandle(), cacheMb * MIB);
             ops.names.put(cache.getNativeHandle(), task + subtask);
             WriteBufferManager wbm = new ResizableWriteBufferManager(wbMb * MIB, cache, agent);
-            agent.attach(wbm, wbMb * MIB, cache);
+            agent.attach(wbm, wbm.getNativeHandle(), wbMb * MIB, cache);
             ops.bytes.put(wbm.getNativeHandle(), wbMb * MIB);
             ops.names.put(wbm.getNativeHandle(), task + subtask);
             return cache;
@@ -137,6 +139,40 @@ class ResizeAgentTest {
         assertEquals(2, v.parallelism());
         assertEquals(80 * MIB, v.observedCacheBytes());
         assertEquals(16 * MIB, v.observedWriteBufferBytes());
+    }
+
+    /**
+     * The shim binds one JNI library, that of the first slot's flavour: a cache of the other
+     * flavour (RocksDB's and ForSt's in one TaskManager) is not registered, so no resize can
+     * pass its handle to the wrong library.
+     */
+    @Test
+    void aTaskManagerResizesTheFlavourOfItsFirstSlotOnly() {
+        Recording ops = new Recording();
+        ResizeAgent agent = new ResizeAgent(ops);
+        slot(agent, ops, "a", 0, 64, 16);
+        ResizeAgent.Flavour other = new ResizeAgent.Flavour() {
+            @Override
+            public String library() {
+                return "libforstjni";
+            }
+
+            @Override
+            public ResizeAgent.NativeObject newCache(long bytes) {
+                throw new AssertionError("not bound: no self-test");
+            }
+
+            @Override
+            public ResizeAgent.NativeObject newWriteBufferManager(long bytes, ResizeAgent.NativeObject cache) {
+                throw new AssertionError("not bound: no self-test");
+            }
+        };
+        try (ResizableCache foreign = new ResizableCache(8 * MIB, 0.1, agent)) {
+            agent.register(foreign, foreign.getNativeHandle(), 8 * MIB, other);
+            assertEquals(1, agent.slots().size());
+            assertEquals(64 * MIB, agent.budgetBytes(), "the other flavour's cache is not in the budget");
+        }
+        assertEquals(List.of(ResizeAgent.ROCKSDB), ops.bound);
     }
 
     @Test
