@@ -20,7 +20,8 @@ processing rate):
   the cache that holds everything. Two points with different caches fit both (a
   line in log-log); before that, the prior takes `full` from the state size W
   (RocksDB's estimate-live-data-size × the cache bytes one state byte needs) and
-  calibrates e on the observed θ; without W, e = 0.5.
+  calibrates e on the observed θ; without W, e = 0.5. A point whose cache holds W and
+  hits `HELD` or more holds the working set: it bounds `full` rather than tilting the line.
 - `b` is what misses cost per record: from two points with different miss ratios,
   a least-squares fit; before that, a prior from τ (the mean state access latency
   above a cache hit's, times the gets per record). Write-dominated vertices touch
@@ -63,6 +64,9 @@ CACHE_BYTES_PER_STATE_BYTE = 2.7
 # θ = (T/full)^e: e = 1 is uniform keys, Zipf s gives e ≈ 1 − s. Without the state size
 # the prior is a moderately skewed key space.
 PRIOR_HIT_EXPONENT = 0.5
+# A configuration whose block cache holds the whole state and hits this share of accesses
+# or more: what it still misses, no cache removes.
+HELD = 0.99
 MIN_HIT_EXPONENT, MAX_HIT_EXPONENT = 0.05, 1.5
 MIN_CPU_SHARE = 0.05  # of the cheapest point's service time: a record's CPU
 MAX_CONTENTION = 0.05  # γ: at most 5 % more per record for each added task
@@ -295,32 +299,63 @@ def fit(points: Sequence[CapacityPoint], anchor: CapacityPoint, base_mib: float)
 
 
 def _miss_curve(pts: Sequence[CapacityPoint], anchor: CapacityPoint, base_mib: float) -> MissCurve:
-    """θ = (T / full)^e: a log-log line through the points once two caches differ; before
-    that, through the anchor with `full` from the state size (or e from the prior)."""
-    seen = [(math.log(block_cache_bytes(p.memory_level, base_mib) * p.parallelism),
-             math.log(1.0 - p.miss_ratio))
-            for p in pts if p.miss_ratio is not None and 0.0 < p.miss_ratio < 1.0
-            and block_cache_bytes(p.memory_level, base_mib) > 0]
+    """θ = (T / full)^e: a log-log line through the points that still miss once two caches
+    differ; before that, through one such point (the anchor if it is one) with `full` from
+    the state size (or e from the prior). A point that hits `HELD` or more holds the working
+    set: `full` is no larger than its cache."""
+    def cache(p: CapacityPoint) -> float:
+        return block_cache_bytes(p.memory_level, base_mib) * p.parallelism
+
+    hits = [(p, cache(p), 1.0 - p.miss_ratio) for p in pts
+            if p.miss_ratio is not None and cache(p) > 0]
+    size = anchor.state_bytes or max((p.state_bytes or 0.0 for p in pts), default=0.0)
+    # A cache that holds the whole state and hits `HELD` or more: its few misses are ones
+    # no cache removes (first reads of new keys, flushes and compactions). Fitted as the
+    # curve's slope they would have it rise long after the cache holds everything, and
+    # promise gains from memory that are not there.
+    held = [t for _, t, theta in hits
+            if theta >= HELD and size and t >= CACHE_BYTES_PER_STATE_BYTE * size]
+    bound = min(held, default=math.inf)
+    rising = [(p, t, theta) for p, t, theta in hits if 0.0 < theta < 1.0 and t not in held]
+    seen = [(math.log(t), math.log(theta)) for _, t, theta in rising]
     line = _line(seen)
     if line is not None and line[1] > 0:
-        e = line[1]
-        e = min(MAX_HIT_EXPONENT, max(MIN_HIT_EXPONENT, e))
+        e = min(MAX_HIT_EXPONENT, max(MIN_HIT_EXPONENT, line[1]))
         mean_x = sum(x for x, _ in seen) / len(seen)
         mean_y = sum(y for _, y in seen) / len(seen)
-        return MissCurve(e, math.exp(mean_x - mean_y / e))
-    t0 = block_cache_bytes(anchor.memory_level, base_mib) * anchor.parallelism
-    theta0 = 1.0 - (anchor.miss_ratio if anchor.miss_ratio is not None else 1.0)
-    size = anchor.state_bytes or max((p.state_bytes or 0.0 for p in pts), default=0.0)
-    if t0 <= 0 or not 0.0 < theta0 < 1.0:
+        full = math.exp(mean_x - mean_y / e)
+        if full > bound:
+            # Through the held point instead: the slope of the rising points towards it.
+            d = [(x - math.log(bound), y) for x, y in seen]
+            sxx = sum(x * x for x, _ in d)
+            if sxx > 0:
+                e = min(MAX_HIT_EXPONENT, max(MIN_HIT_EXPONENT,
+                                              sum(x * y for x, y in d) / sxx))
+                full = bound
+        return MissCurve(e, full)
+    # Calibrated on the anchor, or on a point that still misses when the anchor holds it all.
+    own = [(p, t, theta) for p, t, theta in hits if p == anchor and 0.0 < theta < 1.0]
+    ref = next((r for r in rising if r[0] == anchor), rising[-1] if rising else
+               (own[0] if own else None))
+    if ref is None:
         # Nothing to calibrate on (no cache, or all hits/all misses): the state size
-        # alone, uniform keys; without it, everything cached at ten times this cache.
+        # alone, uniform keys; without it, everything cached at ten times this cache
+        # (or where a point already held it).
+        t0 = cache(anchor) if anchor.miss_ratio is not None else 0.0
         full = CACHE_BYTES_PER_STATE_BYTE * size if size else max(t0, 1.0) * 10.0
-        return MissCurve(1.0, full)
+        return MissCurve(1.0, min(full, bound))
+    _, t0, theta0 = ref
+    exponent: float | None = None
     if size and t0 < CACHE_BYTES_PER_STATE_BYTE * size:
         full = CACHE_BYTES_PER_STATE_BYTE * size
-        e = math.log(theta0) / math.log(t0 / full)
-        return MissCurve(min(MAX_HIT_EXPONENT, max(MIN_HIT_EXPONENT, e)), full)
-    return MissCurve(PRIOR_HIT_EXPONENT, t0 * math.pow(theta0, -1.0 / PRIOR_HIT_EXPONENT))
+    else:
+        full, exponent = t0 * math.pow(theta0, -1.0 / PRIOR_HIT_EXPONENT), PRIOR_HIT_EXPONENT
+    if t0 < bound < full:
+        full, exponent = bound, None
+    if exponent is None:
+        exponent = min(MAX_HIT_EXPONENT, max(MIN_HIT_EXPONENT,
+                                             math.log(theta0) / math.log(t0 / full)))
+    return MissCurve(exponent, full)
 
 
 def _prior_split(anchor: CapacityPoint, miss: float) -> tuple[float, float]:

@@ -363,6 +363,19 @@ def test_the_fit_is_exact_where_it_measured() -> None:
     assert math.isclose(surface.service_us(6, 1), world.service_us(6, 1), rel_tol=1e-9)
 
 
+def test_a_cache_that_holds_the_state_promises_no_gain_from_more_memory() -> None:
+    """72 MB of state, uniform keys: one task's cache (level 0) misses 12 %, nine tasks'
+    hit all but the 0.2 % that flushes and compactions read (no cache removes those).
+    Seven tasks' caches hold the state too: no memory level is worth more there. A miss
+    curve fitted through the 0.2 % as if it still rose had everything cached only near
+    nine tasks and promised the scale-up a quarter more capacity."""
+    pts = [point(p, 0, service, miss, t=120.0 * p).model_copy(update={"state_bytes": 72e6})
+           for p, service, miss in ((1, 150.0, 0.124), (9, 54.0, 0.002))]
+    surface = fit(pts, pts[-1], BASE)
+    assert surface.capacity(7, 1) == pytest.approx(surface.capacity(7, 0), rel=0.01)
+    assert surface.capacity(7, 0) == pytest.approx(7 / 9 * surface.capacity(9, 0), rel=0.01)
+
+
 def test_gains_shrink_to_the_share_the_last_step_confirmed() -> None:
     """A step that measured a third of its predicted gain: the surface's gains over the
     current configuration count a third from then on; losses and the anchor stay."""
