@@ -1,7 +1,6 @@
 package dev.hybridscaler.flink;
 
 import org.apache.flink.api.common.JobID;
-import org.apache.flink.api.common.JobStatus;
 import org.apache.flink.api.common.functions.OpenContext;
 import org.apache.flink.api.common.state.v2.ValueState;
 import org.apache.flink.api.common.typeinfo.Types;
@@ -29,6 +28,13 @@ import java.util.Map;
 import java.util.Random;
 import java.util.concurrent.TimeUnit;
 
+import static dev.hybridscaler.flink.RocksDbFig4.ints;
+import static dev.hybridscaler.flink.RocksDbFig4.options;
+import static dev.hybridscaler.flink.RocksDbFig4.status;
+import static dev.hybridscaler.flink.RocksDbFig4.total;
+
+import dev.hybridscaler.flink.RocksDbFig4.Workload;
+
 /**
  * RocksDbFig4 on Flink 2.x with ForSt: Read, Write and Update on one keyed operator for several
  * managed-memory sizes, with a local directory standing in for the remote primary store and a
@@ -43,8 +49,6 @@ public final class ForStFig4 {
     private static final String OPERATOR = "workload";
     private static final String OP = "flink_taskmanager_job_task_operator_";
     private static final ObjectMapper JSON = new ObjectMapper();
-
-    enum Workload { READ, WRITE, UPDATE }
 
     private ForStFig4() {}
 
@@ -126,7 +130,7 @@ public final class ForStFig4 {
                     .uid(OPERATOR).name(OPERATOR).setParallelism(1)
                     .sinkTo(new DiscardingSink<>()).uid("sink").name("sink").setParallelism(1);
         } else {
-            keyed.process(new SyncAccess(w, keys, valueBytes))
+            keyed.process(new RocksDbFig4.StateAccess(w, keys, valueBytes))
                     .uid(OPERATOR).name(OPERATOR).setParallelism(1)
                     .sinkTo(new DiscardingSink<>()).uid("sink").name("sink").setParallelism(1);
         }
@@ -214,23 +218,11 @@ public final class ForStFig4 {
                 .toList();
     }
 
-    private static double total(List<PromSample> all, String name) {
-        return all.stream().filter(s -> s.name().equals(name)).mapToDouble(PromSample::value).sum();
-    }
-
     private static double sum(FlinkCluster flink, JobID job, String metric) {
         try {
             return total(ours(flink, job), OP + metric);
         } catch (Exception e) {
             return 0;
-        }
-    }
-
-    private static JobStatus status(FlinkCluster flink, JobID job) {
-        try {
-            return flink.mini().getJobStatus(job).get();
-        } catch (Exception e) {
-            return JobStatus.FAILED;
         }
     }
 
@@ -244,7 +236,8 @@ public final class ForStFig4 {
         return payloads;
     }
 
-    /** The measured operator on State V2: loads every key, then reads, writes or updates one. */
+    /** The measured operator on State V2: loads every key, then reads, writes or updates one
+     * (the synchronous baseline is RocksDbFig4.StateAccess, on ForSt here). */
     static final class AsyncAccess extends KeyedProcessFunction<Long, long[], Long> {
         private final Workload workload;
         private final long keys;
@@ -290,64 +283,5 @@ public final class ForStFig4 {
                 System.out.print("");
             }
         }
-    }
-
-    /** The same with the classic synchronous API on ForSt. */
-    static final class SyncAccess extends KeyedProcessFunction<Long, long[], Long> {
-        private final Workload workload;
-        private final long keys;
-        private final int valueBytes;
-        private transient org.apache.flink.api.common.state.ValueState<byte[]> value;
-        private transient byte[][] payloads;
-        private transient long checksum;
-
-        SyncAccess(Workload workload, long keys, int valueBytes) {
-            this.workload = workload;
-            this.keys = keys;
-            this.valueBytes = valueBytes;
-        }
-
-        @Override
-        public void open(OpenContext context) {
-            value = getRuntimeContext().getState(
-                    new org.apache.flink.api.common.state.ValueStateDescriptor<>("value", byte[].class));
-            payloads = payloads(getRuntimeContext().getTaskInfo().getIndexOfThisSubtask(), valueBytes);
-        }
-
-        @Override
-        public void processElement(long[] in, Context ctx, Collector<Long> out) throws Exception {
-            byte[] payload = payloads[(int) (in[1] & 63)];
-            if (in[1] < keys || workload == Workload.WRITE) {
-                value.update(payload);
-                return;
-            }
-            byte[] current = value.value();
-            checksum += current == null ? 0 : current[0];
-            if (workload == Workload.UPDATE) {
-                value.update(payload);
-            }
-        }
-
-        @Override
-        public void close() {
-            if (checksum == 42) {
-                System.out.print("");
-            }
-        }
-    }
-
-    private static int[] ints(String csv) {
-        return Arrays.stream(csv.split(",")).map(String::trim).mapToInt(Integer::parseInt).toArray();
-    }
-
-    private static Map<String, String> options(String[] args) {
-        Map<String, String> out = new LinkedHashMap<>();
-        for (int i = 0; i < args.length; i++) {
-            if (!args[i].startsWith("--") || i + 1 >= args.length) {
-                throw new IllegalArgumentException("usage: --name value ...; got " + args[i]);
-            }
-            out.put(args[i].substring(2), args[++i]);
-        }
-        return out;
     }
 }

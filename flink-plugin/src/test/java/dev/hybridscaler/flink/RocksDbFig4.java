@@ -225,7 +225,7 @@ public final class RocksDbFig4 {
                 .toList();
     }
 
-    private static double total(List<PromSample> all, String name) {
+    static double total(List<PromSample> all, String name) {
         return all.stream().filter(s -> s.name().equals(name)).mapToDouble(PromSample::value).sum();
     }
 
@@ -248,7 +248,7 @@ public final class RocksDbFig4 {
         }
     }
 
-    private static JobStatus status(FlinkCluster flink, JobID job) {
+    static JobStatus status(FlinkCluster flink, JobID job) {
         try {
             return flink.mini().getJobStatus(job).get();
         } catch (Exception e) {
@@ -328,11 +328,11 @@ public final class RocksDbFig4 {
         }
     }
 
-    private static int[] ints(String csv) {
+    static int[] ints(String csv) {
         return Arrays.stream(csv.split(",")).map(String::trim).mapToInt(Integer::parseInt).toArray();
     }
 
-    private static Map<String, String> options(String[] args) {
+    static Map<String, String> options(String[] args) {
         Map<String, String> out = new LinkedHashMap<>();
         for (int i = 0; i < args.length; i++) {
             if (!args[i].startsWith("--") || i + 1 >= args.length) {
