@@ -41,7 +41,8 @@ class PodBill:
     def describe(self) -> str:
         """'5 TaskManagers: 20 cores, 10 GiB, 21.34/h'."""
         pods = "TaskManager" if self.task_managers == 1 else "TaskManagers"
-        return (f"{self.task_managers} {pods}: {_number(self.cpu_cores)} cores, "
+        cores = "core" if self.cpu_cores == 1 else "cores"
+        return (f"{self.task_managers} {pods}: {_number(self.cpu_cores)} {cores}, "
                 f"{_gib(self.memory_mib)}, {self.price:,.2f}/h")
 
 

@@ -41,3 +41,4 @@ def test_the_change_says_before_after_and_the_price_difference() -> None:
     assert describe_change(pod_bill(2, 0, 2, **PRICES), pod_bill(4, 0, 1, **PRICES)).endswith(
         "the same price")
     assert pod_bill(1.5, 512, 1, **PRICES).describe() == "1 TaskManager: 1.5 cores, 512 MiB, 1.57/h"
+    assert pod_bill(1, 1024, 1, **PRICES).describe().startswith("1 TaskManager: 1 core, 1 GiB")
