@@ -31,15 +31,22 @@ Rate = Annotated[float, typer.Option(help="records/s offered")]
 ManagedMb = Annotated[int, typer.Option(help="managed MB of the counter")]
 Out = Annotated[Path, typer.Option(help="JSON to write")]
 JobModule = Annotated[Path | None, typer.Option(
-    help="the job module whose target/ to run (default flink-job/)")]
+    help="the job module whose build to run (default flink-job/)")]
+Flink = Annotated[str, typer.Option(
+    help="the Flink to run: the job module's 1.20 build (target/) or its 2.2 build "
+         "(-P flink-2, target-flink2/)")]
 
 
-def start(prefix: str, job_module: Path | None = None) -> tuple[realflink.RealFlink, str]:
+def start(prefix: str, job_module: Path | None = None, flink: str = realflink.DEFAULT_FLINK
+          ) -> tuple[realflink.RealFlink, str]:
     """A RealFlink engine in a fresh run directory (every JVM it starts stops with it, also
-    on SIGTERM), and the Flink version on the job's classpath. `job_module`: a copy of
-    flink-job/ to run instead (e.g. built with -P flink-2)."""
+    on SIGTERM) that runs every deployment on `flink`, and the Flink version on the job's
+    classpath. `job_module`: a copy of flink-job/ to run instead (e.g. pinned to a jar)."""
     if job_module is not None:
         realflink.JOB_MODULE = job_module.resolve()
+    if flink not in realflink.BUILDS:
+        raise typer.BadParameter(f"--flink: one of {', '.join(realflink.BUILDS)}")
+    realflink.DEFAULT_FLINK = flink
     classpath, _ = realflink.job_build()
     runtime = next((p for p in classpath.split(os.pathsep)
                     if Path(p).name.startswith("flink-runtime-")), "flink-runtime-?.jar")

@@ -3,7 +3,7 @@ savepoint upgrade, a last-state upgrade and an in-place rescale (adaptive schedu
 the repository's StateJob run by e2e/realflink.py (no Kubernetes needed).
 
     python -m bench.realflink_steps [--keys 100000] [--rate 1500] [--out FILE.json]
-        [--job-module DIR]   (a copy of flink-job/ built with -P flink-2: Flink 2.x)
+        [--flink 2.2]   (the job module's -P flink-2 build: Flink 2.2)
         [--state-backend forst]   (Flink 2.x's ForSt, a local directory as the remote store)
         [--job-class dev.hybridscaler.job.AsyncStateJob]   (State V2: ForSt's remote mode)
 
@@ -24,6 +24,7 @@ from typing import Annotated, Any
 import typer
 
 from bench.realflink_common import (
+    Flink,
     JobModule,
     Keys,
     ManagedMb,
@@ -46,6 +47,7 @@ def main(
     warmup_s: Annotated[float, typer.Option(help="run this long before the first step")] = 90,
     out: Out = Path("bench/results/realflink-steps.json"),
     job_module: JobModule = None,
+    flink: Flink = realflink.DEFAULT_FLINK,
     state_backend: Annotated[str, typer.Option(
         help="rocksdb, or forst (Flink 2.x; a local directory as the remote store)")] = "rocksdb",
     job_class: Annotated[str, typer.Option(
@@ -54,7 +56,7 @@ def main(
     ] = realflink.DEFAULT_JOB_CLASS,
 ) -> None:
     """Measure the three ways a step can be enacted on real Flink."""
-    engine, flink = start("realflink-steps-", job_module)
+    engine, flink = start("realflink-steps-", job_module, flink)
     key = ("bench", "state")
     conf, task_manager = state_job(key, managed_mb=managed_mb, keys=keys, rate=rate, extra={
         "jobmanager.scheduler": "adaptive", "state.backend.type": state_backend,

@@ -60,6 +60,12 @@ log = logging.getLogger("realflink")
 
 ENGINE_KEY = "hybridscaler.standin.engine"
 JOB_CLASS_KEY = "hybridscaler.standin.job-class"
+# Which Flink runs the cluster: the job module's build for it (`mvn -f flink-job/pom.xml
+# package` writes target/, with `-P flink-2` target-flink2/). The FlinkDeployment CRD of
+# operator 1.10.0 has no 2.x flinkVersion to say it with.
+FLINK_KEY = "hybridscaler.standin.flink"
+BUILDS = {"1.20": "target", "2.2": "target-flink2"}
+DEFAULT_FLINK = "1.20"  # the benches' --flink sets it for every deployment they start
 OPERATOR_RESOURCES_KEY = "hybridscaler.operator-resources"
 OVERRIDES_KEY = "pipeline.jobvertex-parallelism-overrides"
 SAVEPOINT_FORMAT_KEY = "kubernetes.operator.savepoint.format.type"
@@ -135,15 +141,27 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def job_build() -> tuple[str, Path]:
-    """The cluster classpath and job jar `mvn -f flink-job/pom.xml package` wrote."""
-    classpath = JOB_MODULE / "target" / "flink.classpath"
-    jars = sorted((JOB_MODULE / "target").glob("flink-hybrid-scaler-e2e-job-*.jar"))
-    if not classpath.exists() or not jars:
+def job_build(flink: str | None = None) -> tuple[str, Path]:
+    """The cluster classpath and job jar the job module's build for `flink` wrote. A 2.x
+    cluster runs flink-plugin's own 2.x build, not the 1.20 jar Maven resolves from ~/.m2."""
+    flink = flink or DEFAULT_FLINK
+    target = JOB_MODULE / BUILDS[flink]
+    classpath = target / "flink.classpath"
+    jars = sorted(target.glob("flink-hybrid-scaler-e2e-job-*.jar"))
+    plugins = sorted((REPO / "flink-plugin" / "target-flink2").glob(
+        "flink-hybrid-scaler-plugin-*.jar")) if flink != "1.20" else []
+    if not classpath.exists() or not jars or (flink != "1.20" and not plugins):
+        profile = "" if flink == "1.20" else " -P flink-2"
         raise FileNotFoundError(
-            "the real-Flink job is not built: run `mvn -B -q -f flink-plugin/pom.xml install "
-            "-DskipTests && mvn -B -q -f flink-job/pom.xml package` (scripts/test.sh does)")
-    return classpath.read_text().strip() + os.pathsep + str(jars[-1]), jars[-1]
+            f"the real-Flink job is not built for Flink {flink}: run `mvn -B -q -f "
+            f"flink-plugin/pom.xml{profile} {'install' if not profile else 'package'} "
+            f"-DskipTests && mvn -B -q -f flink-job/pom.xml{profile} package` "
+            "(scripts/test.sh does)")
+    entries = classpath.read_text().strip().split(os.pathsep)
+    if plugins:
+        entries = [str(plugins[-1]) if Path(e).name.startswith("flink-hybrid-scaler-plugin-")
+                   else e for e in entries]
+    return os.pathsep.join([*entries, str(jars[-1])]), jars[-1]
 
 
 def build_job() -> None:
@@ -509,7 +527,7 @@ class RealFlink:
 
     def launch(self, deployment: Deployment, conf: Mapping[str, str],
                task_manager: Mapping[str, Any], restore_from: str | None) -> Cluster:
-        classpath, _ = job_build()
+        classpath, _ = job_build(conf.get(FLINK_KEY))
         attempt = len(deployment.steps)
         directory = deployment.directory / (f"attempt-{attempt}" + (
             f"-{deployment.relaunches}" if deployment.relaunches else ""))
@@ -538,6 +556,7 @@ class RealFlink:
         }
         config.update(forst_settings(config, directory))
         config.pop(ENGINE_KEY, None)
+        config.pop(FLINK_KEY, None)
         job_class = config.pop(JOB_CLASS_KEY, DEFAULT_JOB_CLASS)
         if restore_from:
             config["execution.savepoint.path"] = restore_from
@@ -619,6 +638,10 @@ def _validate(conf: Mapping[str, str]) -> None:
     text = conf.get(OPERATOR_RESOURCES_KEY)
     if text is not None and text.strip():
         operator_resources(text)
+    flink = conf.get(FLINK_KEY)
+    if flink is not None and flink not in BUILDS:
+        raise ConfigError(f"{FLINK_KEY}: Flink {str(flink)[:20]!r} is not one of the builds "
+                          f"({', '.join(BUILDS)})")
     for pair in filter(None, str(conf.get(OVERRIDES_KEY, "")).split(",")):
         vertex, _, parallelism = pair.partition(":")
         if len(vertex.strip()) != 32 or not parallelism.strip().isdigit() or int(parallelism) < 1:

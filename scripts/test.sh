@@ -38,18 +38,18 @@ if [ -f flink-plugin/pom.xml ]; then
   # install: the real-Flink e2e job (flink-job/) depends on the plugin's jar.
   mvn -B -q -f flink-plugin/pom.xml install
   section "flink-plugin on Flink 2.2 with ForSt (MiniCluster)"
-  # Only the ForSt tests, and `test`, not `install`: ~/.m2 keeps the 1.20 build.
-  mvn -B -q -f flink-plugin/pom.xml -P flink-2 test -Dtest='ForSt*Test' \
+  # Only the ForSt tests, and `package`, not `install`: ~/.m2 keeps the 1.20 build; the
+  # 2.x jar in target-flink2/ is what a 2.2 cluster of the e2e runs.
+  mvn -B -q -f flink-plugin/pom.xml -P flink-2 package -Dtest='ForSt*Test' \
     -Dsurefire.failIfNoSpecifiedTests=false
 fi
 if [ -f flink-job/pom.xml ]; then
   section "flink-job on Flink 2.2 (AsyncStateJob on ForSt: state survives a restore)"
-  # Only its test: both profiles build into flink-job/target, so the 1.20 build below
-  # starts clean and the e2e gets the 1.20 jar.
-  mvn -B -q -f flink-job/pom.xml -P flink-2 clean test -Dtest='AsyncStateJobTest' \
+  # Its 2.x build (target-flink2/): the e2e's ForSt clusters run it.
+  mvn -B -q -f flink-job/pom.xml -P flink-2 package -Dtest='AsyncStateJobTest' \
     -Dsurefire.failIfNoSpecifiedTests=false
   section "flink-job (Maven: the real-Flink e2e job and its cluster classpath)"
-  mvn -B -q -f flink-job/pom.xml clean package
+  mvn -B -q -f flink-job/pom.xml package
 fi
 
 if [ -f bench/peer/pom.xml ]; then
