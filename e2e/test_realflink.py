@@ -37,6 +37,7 @@ pytestmark = [pytest.mark.e2e, pytest.mark.realflink]
 GROUP, VERSION, PLURAL = "hybridscaler.dev", "v1alpha1", "hybridscalingpolicies"
 OPERATOR = "flink_taskmanager_job_task_operator_"
 COUNTER_VERTEX = "0da08f51eaa85fc298e176a139b3649a"  # Murmur3-128 of uid "counter"
+FORST_START_MB = 256  # the ForSt test's counter starts over-provisioned (its docstring)
 
 
 def _hsp(cluster: Cluster, namespace: str, name: str) -> dict[str, Any]:
@@ -146,31 +147,8 @@ def test_the_controller_converges_a_real_rocksdb_job_memory_first_keeping_its_st
     assert {v["name"] for v in detail["vertices"]} >= {"events", "counter -> sink: Writer"} or (
         len(detail["vertices"]) == 2), detail["vertices"]
 
-    def converged(status: dict[str, Any]) -> bool:
-        verifier.sample()
-        reasons = [r for r, _ in _events(cluster, namespace, "state")]
-        flink = cluster.flink(namespace, "state").get("status") or {}
-        stable = (flink.get("lifecycleState") == "STABLE"
-                  and (flink.get("jobStatus") or {}).get("state") == "RUNNING")
-        ready = any(c["type"] == "Ready" and c["status"] == "True"
-                    for c in status.get("conditions") or [])
-        scaling: dict[str, Any] = next((c for c in status.get("conditions") or []
-                        if c["type"] == "Scaling"), {})
-        done = (stable and ready and "ScaledUp" in reasons
-                and scaling.get("reason") not in ("Reconfiguring", "Stabilizing"))
-        # Only once every key was read back at least twice does the cache cliff show:
-        # the first round writes new keys, which needs no cache.
-        loaded = bool(verifier.samples) and verifier.samples[-1][2] >= 3
-        met = _rate_met(prometheus, namespace)
-        # What is still missing, so a timeout says which condition never held.
-        missing.clear()
-        missing.update({"flink": flink.get("lifecycleState"), "ready": ready,
-                        "scaling": scaling.get("reason"), "events": reasons[-6:],
-                        "rounds": verifier.samples[-1][2] if verifier.samples else 0,
-                        "rate met": met})
-        return done and loaded and met
-
     missing: dict[str, Any] = {}
+    converged = _converged(cluster, prometheus, namespace, verifier, missing, ("ScaledUp",))
     status = _steer(e2e_stack, real_flink, cluster, controller_kubeconfig, tmp_path, namespace,
                     realflink.state_job_policy(namespace, "state", "state"), converged,
                     "the real job at its target rate", missing)
@@ -209,6 +187,39 @@ def test_the_controller_converges_a_real_rocksdb_job_memory_first_keeping_its_st
     print("history:", yaml.safe_dump(history))
     print("enactments:", yaml.safe_dump(enactments))
     print("events:", *events, sep="\n  ")
+
+
+def _converged(cluster: Cluster, prometheus: Prometheus, namespace: str, verifier: Verifier,
+               missing: dict[str, Any], steps: tuple[str, ...]
+               ) -> Callable[[dict[str, Any]], bool]:
+    """Whether the job has converged, by a status: stable and running after a step whose
+    Event reason is one of `steps`, no step under way, and at its rate once every key was
+    read back (`missing` says which condition has not held yet)."""
+
+    def converged(status: dict[str, Any]) -> bool:
+        verifier.sample()
+        reasons = [r for r, _ in _events(cluster, namespace, "state")]
+        flink = cluster.flink(namespace, "state").get("status") or {}
+        stable = (flink.get("lifecycleState") == "STABLE"
+                  and (flink.get("jobStatus") or {}).get("state") == "RUNNING")
+        ready = any(c["type"] == "Ready" and c["status"] == "True"
+                    for c in status.get("conditions") or [])
+        scaling: dict[str, Any] = next((c for c in status.get("conditions") or []
+                                        if c["type"] == "Scaling"), {})
+        done = (stable and ready and any(r in reasons for r in steps)
+                and scaling.get("reason") not in ("Reconfiguring", "Stabilizing"))
+        # Only once every key was read back at least twice does the cache cliff show:
+        # the first round writes new keys, which needs no cache.
+        loaded = bool(verifier.samples) and verifier.samples[-1][2] >= 3
+        met = _rate_met(prometheus, namespace)
+        missing.clear()
+        missing.update({"flink": flink.get("lifecycleState"), "ready": ready,
+                        "scaling": scaling.get("reason"), "events": reasons[-6:],
+                        "rounds": verifier.samples[-1][2] if verifier.samples else 0,
+                        "rate met": met})
+        return done and loaded and met
+
+    return converged
 
 
 def _epoch(timestamp: str) -> float:
@@ -304,4 +315,71 @@ def test_the_controller_grows_a_real_jobs_cache_in_place_without_a_restart(
     described = cluster.kubectl("describe", "hsp", "-n", namespace, "state").stdout
     assert "Expected Cache Bytes" in described and "ScaledUp" in described
     print("enactments:", yaml.safe_dump(status["enactments"]))
+    print("events:", *events, sep="\n  ")
+
+
+@pytest.mark.timeout(1500)
+def test_the_controller_converges_a_real_forst_job_on_flink_2(
+    e2e_stack: StackInfo, real_flink: RealFlinkStack, cluster: Cluster,
+    prometheus: Prometheus, namespace: str, controller_kubeconfig: Path,
+    tmp_path: Path,
+) -> None:
+    """Issue 24: the same job with asynchronous state (AsyncStateJob, State V2) on Flink 2.2
+    with ForSt, its state in the "remote" primary directory. The controller reads ForSt's
+    block cache, steps, prices each step as a ForSt one, and the job keeps its rate with no
+    state lost.
+
+    The job starts over-provisioned (256 MB for the counter) and the loop converges down to
+    what it needs, on a smaller TaskManager. The RocksDB test's premise,
+    a job short of memory at 32 MB, does not hold on ForSt at this scale: asynchronous
+    state overlaps its reads, and with the "remote" store on local disk the counter kept
+    3,000 and 12,000 records/s at 32 MB with its task thread 12 % busy, so nothing was
+    decided in 15 minutes (measured on this 2-core machine)."""
+    deployment = realflink.state_job_deployment(namespace, "state", managed_mb=FORST_START_MB)
+    deployment["spec"]["flinkConfiguration"].update({
+        realflink.FLINK_KEY: "2.2", "state.backend.type": "forst",
+        realflink.JOB_CLASS_KEY: "dev.hybridscaler.job.AsyncStateJob"})
+    job, verifier = _start_job(cluster, prometheus, namespace, deployment)
+    # Flink 2.2's REST API, and ForSt's own cache metrics in the scrape.
+    assert real_flink.rest(namespace, "state", "config")["flink-version"] == "2.2.0"
+    selector = f'namespace="{namespace}",flinkdeployment="state"'
+    wait_until(lambda: prometheus.query(
+        f'{{__name__=~".*block_cache_capacity",{selector}}}'), 120, "ForSt's cache metrics")
+
+    policy = realflink.state_job_policy(namespace, "state", "state")
+    # TaskManagers sized to their slots (the default): the memory the counter gives back
+    # comes back as a smaller pod, so the step pays. (A menu shape keeps Flink's managed
+    # fraction, 0.4 of its Flink memory whatever its slots use: no shape there holds the
+    # slots' heap with less managed memory than the counter has now.)
+    del policy["spec"]["taskManager"]["shapes"]
+    policy["spec"]["cpu"]["scaleDownDelay"] = "60s"
+    missing: dict[str, Any] = {}
+    converged = _converged(cluster, prometheus, namespace, verifier, missing,
+                           ("ScaledIn", "MemoryRolledBack", "MemoryStripped"))
+    status = _steer(e2e_stack, real_flink, cluster, controller_kubeconfig, tmp_path, namespace,
+                    policy, converged, "the ForSt job converged down at its rate", missing)
+    verifier.sample()
+    verifier.check()
+
+    events = _events(cluster, namespace, "state")
+    history = status.get("history") or []
+    assert history and history[0]["step"] >= 1, status
+    counter = [v for r in history for v in r["vertices"] if v["vertexId"] == COUNTER_VERTEX]
+    # ForSt's block cache, as the collect stage read it.
+    assert any(v.get("cacheHitRate") is not None for v in counter), history
+    # The counter ends with less memory than it started with, and the pods cost less.
+    final = next(v for v in (status.get("operators") or []) if v["vertexId"] == COUNTER_VERTEX)
+    assert final["managedMib"] < FORST_START_MB, final
+    pods = status["placement"]
+    assert pods["pods"]["price"] < pods["podsBefore"]["price"], pods
+    # Each step was a real upgrade priced as a ForSt one (policies/restart_cost.py).
+    enactments = status.get("enactments") or []
+    assert enactments and all(e["kind"] == "savepoint" and e.get("observedDowntimeS")
+                              for e in enactments), enactments
+    forst = restart_cost.measured_costs(restart_cost.Engine.FORST)[
+        restart_cost.Enactment.SAVEPOINT]
+    assert all(e["expectedDowntimeS"] >= forst.fixed_s for e in enactments), enactments
+    assert cluster.flink(namespace, "state")["status"]["jobStatus"]["jobId"] != job
+    print("history:", yaml.safe_dump(history))
+    print("enactments:", yaml.safe_dump(enactments))
     print("events:", *events, sep="\n  ")
