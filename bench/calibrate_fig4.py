@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import math
 import random
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -65,33 +66,46 @@ def score(measured: dict[str, Any], fit: dict[str, Any]) -> float:
     return math.sqrt(sum(e * e for e in errors) / len(errors))
 
 
+def log_uniform(rng: random.Random, low: float, high: float) -> float:
+    return math.exp(rng.uniform(math.log(low), math.log(high)))
+
+
+def fit_search(score: Callable[[dict[str, Any]], float],
+               candidate: Callable[[], dict[str, Any]],
+               perturb: Callable[[dict[str, Any]], dict[str, Any]],
+               samples: int, refine: int) -> dict[str, Any]:
+    """The best of `samples` random candidates, then `refine` perturbations of the best so
+    far, each kept if it scores lower (calibrate_forst.py searches this way too)."""
+    best = min((candidate() for _ in range(samples)), key=score)
+    best_score = score(best)
+    for _ in range(refine):
+        trial = perturb(json.loads(json.dumps(best)))
+        s = score(trial)
+        if s < best_score:
+            best, best_score = trial, s
+    return best
+
+
 def search(measured: dict[str, Any], samples: int = 20000, refine: int = 8000,
            seed: int = 1) -> dict[str, Any]:
     rng = random.Random(seed)
 
-    def log_uniform(low: float, high: float) -> float:
-        return math.exp(rng.uniform(math.log(low), math.log(high)))
-
     def candidate() -> dict[str, Any]:
         return {
-            "rocksdb": {k: log_uniform(*r) for k, r in RANGES.items()},
-            "cpu_us": {w: log_uniform(5.0, 150.0) for w in WORKLOADS},
+            "rocksdb": {k: log_uniform(rng, *r) for k, r in RANGES.items()},
+            "cpu_us": {w: log_uniform(rng, 5.0, 150.0) for w in WORKLOADS},
             "parallel_efficiency": rng.uniform(0.6, 1.0),
         }
 
-    best = min((candidate() for _ in range(samples)), key=lambda f: score(measured, f))
-    best_score = score(measured, best)
-    for _ in range(refine):
-        trial = json.loads(json.dumps(best))
+    def perturb(trial: dict[str, Any]) -> dict[str, Any]:
         for group in ("rocksdb", "cpu_us"):
             for k in trial[group]:
                 trial[group][k] *= math.exp(rng.gauss(0.0, 0.1))
         trial["parallel_efficiency"] = min(
             1.0, trial["parallel_efficiency"] * math.exp(rng.gauss(0.0, 0.05)))
-        s = score(measured, trial)
-        if s < best_score:
-            best, best_score = trial, s
-    return best
+        return trial
+
+    return fit_search(lambda f: score(measured, f), candidate, perturb, samples, refine)
 
 
 def main() -> None:

@@ -23,6 +23,7 @@ whose misses cost a local file read.
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import random
@@ -30,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.calibrate_fig4 import FIT as ROCKSDB_FIT
-from bench.calibrate_fig4 import bench_operator
+from bench.calibrate_fig4 import bench_operator, fit_search, log_uniform
 from simulator.model import ForSt, RocksDB
 from simulator.perf import TaskCost, task_cost
 
@@ -68,11 +69,17 @@ def async_cpu_overhead(measured: dict[str, Any]) -> float:
     return float(at_top("async")["cpuUsPerRecord"] / at_top("sync")["cpuUsPerRecord"] - 1.0)
 
 
+@functools.cache
+def rocksdb_fit() -> dict[str, float]:
+    """The RocksDB fit's terms (read once: the search prices thousands of fits)."""
+    return dict(json.loads(ROCKSDB_FIT.read_text())["rocksdb"])
+
+
 def engines(measured: dict[str, Any], fit: dict[str, Any]) -> tuple[RocksDB, ForSt, RocksDB]:
     """(ForSt's LSM terms, ForSt's own, the synchronous runs' RocksDB) under the fit.
 
     The benchmark's TaskManager runs one stateful task: it has the whole file cache."""
-    base = json.loads(ROCKSDB_FIT.read_text())["rocksdb"]
+    base = rocksdb_fit()
     index_scale = base["index_miss_us"] / base["miss_us"]
     forst = ForSt(file_cache_mib=file_cache_mib(measured), stateful_tasks_per_taskmanager=1,
                   async_cpu_overhead=async_cpu_overhead(measured), **fit["forst"])
@@ -84,51 +91,65 @@ def engines(measured: dict[str, Any], fit: dict[str, Any]) -> tuple[RocksDB, For
     return lsm, forst, local
 
 
+def costs(measured: dict[str, Any], fit: dict[str, Any],
+          runs: list[dict[str, Any]] | None = None) -> list[TaskCost]:
+    """The twin's cost of each measured run's task (or of `runs`) under the fit."""
+    lsm, forst, local = engines(measured, fit)
+    out = []
+    for run in measured["runs"] if runs is None else runs:
+        op = bench_operator(measured, run["workload"], fit["cpu_us"][run["workload"]])
+        if run["mode"] == "async":
+            out.append(task_cost(op, run["parallelism"], run["managedMemoryMb"], lsm,
+                                 forst=forst))
+        else:
+            out.append(task_cost(op, run["parallelism"], run["managedMemoryMb"], local))
+    return out
+
+
 def cost(measured: dict[str, Any], fit: dict[str, Any], run: dict[str, Any]) -> TaskCost:
     """The twin's cost of one measured run's task under the fit."""
-    lsm, forst, local = engines(measured, fit)
-    op = bench_operator(measured, run["workload"], fit["cpu_us"][run["workload"]])
-    if run["mode"] == "async":
-        return task_cost(op, run["parallelism"], run["managedMemoryMb"], lsm, forst=forst)
-    return task_cost(op, run["parallelism"], run["managedMemoryMb"], local)
+    return costs(measured, fit, [run])[0]
+
+
+def rate(run: dict[str, Any], cost: TaskCost) -> float:
+    """Records/s of one run's tasks at this cost (p = 1: one task)."""
+    return float(run["parallelism"]) * cost.capacity
 
 
 def predict(measured: dict[str, Any], fit: dict[str, Any], run: dict[str, Any]) -> float:
-    """Records/s the twin predicts for one measured run (p = 1: one task)."""
-    return float(run["parallelism"]) * cost(measured, fit, run).capacity
+    """Records/s the twin predicts for one measured run."""
+    return rate(run, cost(measured, fit, run))
 
 
-def log_errors(measured: dict[str, Any], fit: dict[str, Any]) -> list[float]:
-    return [math.log(predict(measured, fit, r) / r["recordsPerSecond"]) for r in measured["runs"]]
+def log_errors(measured: dict[str, Any], fit: dict[str, Any],
+               priced: list[TaskCost] | None = None) -> list[float]:
+    """log(predicted/measured) records/s per run; `priced`: costs(measured, fit), if known."""
+    priced = costs(measured, fit) if priced is None else priced
+    return [math.log(rate(r, c) / r["recordsPerSecond"])
+            for r, c in zip(measured["runs"], priced, strict=True)]
 
 
 def rms(errors: list[float]) -> float:
     return math.sqrt(sum(e * e for e in errors) / len(errors))
 
 
-def hit_errors(measured: dict[str, Any], fit: dict[str, Any]) -> list[float]:
+def hit_errors(measured: dict[str, Any], fit: dict[str, Any],
+               priced: list[TaskCost] | None = None) -> list[float]:
     """Twin minus measured block-cache hit ratio, for the runs that read."""
-    return [(cost(measured, fit, r).hit_rate or 0.0) - r["cacheHitRatio"]
-            for r in measured["runs"] if r["workload"] != "write"]
+    priced = costs(measured, fit) if priced is None else priced
+    return [(c.hit_rate or 0.0) - r["cacheHitRatio"]
+            for r, c in zip(measured["runs"], priced, strict=True) if r["workload"] != "write"]
 
 
 def score(measured: dict[str, Any], fit: dict[str, Any]) -> float:
-    return math.sqrt(rms(log_errors(measured, fit)) ** 2
-                     + HIT_WEIGHT * rms(hit_errors(measured, fit)) ** 2)
+    priced = costs(measured, fit)
+    return math.sqrt(rms(log_errors(measured, fit, priced)) ** 2
+                     + HIT_WEIGHT * rms(hit_errors(measured, fit, priced)) ** 2)
 
 
 def search(measured: dict[str, Any], samples: int = 6000, refine: int = 4000,
            seed: int = 1) -> dict[str, Any]:
     rng = random.Random(seed)
-
-    def log_uniform(low: float, high: float) -> float:
-        return math.exp(rng.uniform(math.log(low), math.log(high)))
-
-    def candidate() -> dict[str, Any]:
-        forst = {k: log_uniform(*r) for k, r in FORST_RANGES.items()}
-        return {"forst": forst,
-                "rocksdb": {k: log_uniform(*r) for k, r in ROCKSDB_RANGES.items()},
-                "cpu_us": {w: log_uniform(2.0, 150.0) for w in WORKLOADS}}
 
     def ordered(fit: dict[str, Any]) -> dict[str, Any]:
         """The remote store is behind the file cache: a read there is no cheaper."""
@@ -137,18 +158,19 @@ def search(measured: dict[str, Any], samples: int = 6000, refine: int = 4000,
         f["io_parallelism"] = max(1.0, f["io_parallelism"])
         return fit
 
-    best = min((ordered(candidate()) for _ in range(samples)),
-               key=lambda f: score(measured, f))
-    best_score = score(measured, best)
-    for _ in range(refine):
-        trial = json.loads(json.dumps(best))
+    def candidate() -> dict[str, Any]:
+        return ordered({
+            "forst": {k: log_uniform(rng, *r) for k, r in FORST_RANGES.items()},
+            "rocksdb": {k: log_uniform(rng, *r) for k, r in ROCKSDB_RANGES.items()},
+            "cpu_us": {w: log_uniform(rng, 2.0, 150.0) for w in WORKLOADS}})
+
+    def perturb(trial: dict[str, Any]) -> dict[str, Any]:
         for group in ("forst", "rocksdb", "cpu_us"):
             for k in trial[group]:
                 trial[group][k] *= math.exp(rng.gauss(0.0, 0.1))
-        s = score(measured, ordered(trial))
-        if s < best_score:
-            best, best_score = trial, s
-    return best
+        return ordered(trial)
+
+    return fit_search(lambda f: score(measured, f), candidate, perturb, samples, refine)
 
 
 def main() -> None:

@@ -23,6 +23,7 @@ from bench.calibrate_forst import (
     hit_errors,
     log_errors,
     predict,
+    rms,
 )
 
 
@@ -40,12 +41,11 @@ def runs_of(measured, mode, workload):
 def test_the_fitted_twin_explains_the_measurements(data):
     measured, fit = data
     errors = log_errors(measured, fit)
-    rms = math.sqrt(sum(e * e for e in errors) / len(errors))
-    assert rms == pytest.approx(fit["rmsLogError"], abs=1e-3)  # the model did not drift
-    assert rms < math.log(1.3)
+    assert rms(errors) == pytest.approx(fit["rmsLogError"], abs=1e-3)  # the model did not drift
+    assert rms(errors) < math.log(1.3)
     assert all(abs(e) < math.log(2) for e in errors)
-    hits = hit_errors(measured, fit)
-    assert math.sqrt(sum(e * e for e in hits) / len(hits)) < 0.25
+    assert rms(hit_errors(measured, fit)) == pytest.approx(fit["rmsHitRatioError"], abs=1e-3)
+    assert rms(hit_errors(measured, fit)) < 0.25
 
 
 @pytest.mark.parametrize("source", ["measured", "twin"])
