@@ -117,6 +117,35 @@ class TaskCost:
         return (1.0 - self.overhead) * 1e6 / self.us_per_record
 
 
+@dataclass(frozen=True)
+class BlockCache:
+    """One task's block cache (managed memory, or RocksDB's own without it): its size, the
+    share filled so far, its index/filter blocks and the hit rates of theirs and data's."""
+
+    capacity: float
+    filled: float
+    index_bytes: float
+    index_hit: float
+    data_hit: float
+
+
+def block_cache(state: State, parallelism: int, managed: float, rocksdb: RocksDB,
+                fill: float) -> BlockCache:
+    """The block cache of one of `parallelism` tasks with `managed` MiB (0: none), `fill`
+    of it filled: index/filter blocks sit in its high-priority pool, data blocks in the
+    rest (RocksDB's and ForSt's alike)."""
+    capacity = (cache_bytes(managed, rocksdb) if managed > 0
+                else rocksdb.unmanaged_cache_mib * MIB)
+    filled = min(1.0, max(0.0, fill))
+    cache = capacity * filled
+    index_bytes = rocksdb.index_fraction * state.total_bytes / parallelism
+    pool = rocksdb.high_priority_ratio * cache
+    index_hit = 1.0 if index_bytes <= 0 else min(1.0, pool / index_bytes)
+    data_cache = cache - min(index_bytes, pool)
+    return BlockCache(capacity, filled, index_bytes, index_hit,
+                      data_hit_rate(state, parallelism, data_cache, rocksdb))
+
+
 def task_cost(
     op: Operator, parallelism: int, managed_mib: float | None, rocksdb: RocksDB,
     fill: float = 1.0, forst: ForSt | None = None,
@@ -130,14 +159,8 @@ def task_cost(
         return forst_cost(op, parallelism, managed_mib, rocksdb, forst, fill)
     state = op.state
     managed = managed_mib if managed_mib else 0.0
-    capacity = (cache_bytes(managed, rocksdb) if managed > 0
-                else rocksdb.unmanaged_cache_mib * MIB)
-    cache = capacity * min(1.0, max(0.0, fill))
-    index_bytes = rocksdb.index_fraction * state.total_bytes / parallelism
-    pool = rocksdb.high_priority_ratio * cache
-    index_hit = 1.0 if index_bytes <= 0 else min(1.0, pool / index_bytes)
-    data_cache = cache - min(index_bytes, pool)
-    data_hit = data_hit_rate(state, parallelism, data_cache, rocksdb)
+    block = block_cache(state, parallelism, managed, rocksdb, fill)
+    capacity, index_hit, data_hit = block.capacity, block.index_hit, block.data_hit
 
     n_index = rocksdb.index_accesses_per_get
     get_us = (
@@ -200,18 +223,12 @@ def forst_cost(op: Operator, parallelism: int, managed_mib: float | None, rocksd
     assert op.state is not None
     state = op.state
     managed = managed_mib if managed_mib else 0.0
-    capacity = (cache_bytes(managed, rocksdb) if managed > 0
-                else rocksdb.unmanaged_cache_mib * MIB)
-    filled = min(1.0, max(0.0, fill))
-    cache = capacity * filled
-    files = file_cache_bytes(forst) * filled
-    index_bytes = rocksdb.index_fraction * state.total_bytes / parallelism
-    pool = rocksdb.high_priority_ratio * cache
-    index_hit = 1.0 if index_bytes <= 0 else min(1.0, pool / index_bytes)
+    block = block_cache(state, parallelism, managed, rocksdb, fill)
+    capacity, index_bytes = block.capacity, block.index_bytes
+    index_hit, data_hit = block.index_hit, block.data_hit
+    files = file_cache_bytes(forst) * block.filled
     index_local = 1.0 if index_bytes <= 0 else min(
         1.0, max(index_hit, files / (index_bytes * forst.file_footprint_factor)))
-    data_cache = cache - min(index_bytes, pool)
-    data_hit = data_hit_rate(state, parallelism, data_cache, rocksdb)
     # The file cache's bytes as block-cache bytes: what it holds, in the cache's units.
     as_blocks = files * rocksdb.footprint_factor / forst.file_footprint_factor
     data_local = max(data_hit, data_hit_rate(state, parallelism, as_blocks, rocksdb))

@@ -16,7 +16,7 @@ import math
 import random
 from collections import deque
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from types import MappingProxyType
 
 from policies import levels
@@ -132,6 +132,10 @@ class Counters:
     # ForSt's file cache (zeros on RocksDB).
     file_hits: list[float]
     file_misses: list[float]
+
+    @classmethod
+    def zeros(cls, subtasks: int) -> Counters:
+        return cls(*([0.0] * subtasks for _ in fields(cls)))
 
 
 @dataclass
@@ -312,8 +316,7 @@ class Twin:
 
     def _reset_counters(self) -> None:
         self.counters = {
-            vid: Counters(*([0.0] * self._config[vid].parallelism for _ in range(6)))
-            for vid in self._config
+            vid: Counters.zeros(vc.parallelism) for vid, vc in self._config.items()
         }
         self.io = {vid: IoCounters.zeros(vc.parallelism) for vid, vc in self._config.items()}
 
