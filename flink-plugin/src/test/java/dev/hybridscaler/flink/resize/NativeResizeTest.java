@@ -73,6 +73,21 @@ class NativeResizeTest {
         }
     }
 
+    /**
+     * The shim binds one JNI library per JVM: asked again for the same flavour it stays bound,
+     * asked for the other (ForSt's, whose handles RocksDB's functions must never see) it refuses
+     * and keeps the binding it has.
+     */
+    @Test
+    void theBoundLibraryIsKeptAndAnotherFlavoursIsRefused() {
+        String bound = NativeResize.library();
+        assertNull(NativeResize.bind("librocksdbjni"));
+        assertEquals("the shim is bound to " + bound + " already, not to a libforstjni* library",
+                NativeResize.bind("libforstjni"));
+        assertEquals("the JNI library's name is empty or too long", NativeResize.bind(""));
+        assertEquals(bound, NativeResize.library());
+    }
+
     /** The layout check reads through the kernel: a wrong handle is refused, not a crash. */
     @Test
     void handlesOfAnotherKindAreRefusedWithoutCrashing() {
