@@ -1,5 +1,6 @@
 package dev.hybridscaler.flink;
 
+import static dev.hybridscaler.flink.MiniClusterResizeTest.target;
 import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertFalse;
 import static org.junit.jupiter.api.Assertions.assertTrue;
@@ -24,8 +25,6 @@ import org.junit.jupiter.api.io.TempDir;
 import java.io.IOException;
 import java.net.ServerSocket;
 import java.net.URI;
-import java.net.http.HttpClient;
-import java.net.http.HttpRequest;
 import java.net.http.HttpResponse;
 import java.nio.file.Files;
 import java.nio.file.Path;
@@ -56,7 +55,6 @@ class ForStResizeTest {
     private static final String ASYNC_CAPACITY = OP + "blob_async_rocksdb_block_cache_capacity";
     private static final String SYNC_CAPACITY = OP + "blob_sync_rocksdb_block_cache_capacity";
     private static final ObjectMapper JSON = new ObjectMapper();
-    private static final HttpClient HTTP = HttpClient.newHttpClient();
     private static Path token;
     private static int port;
     private static URI agent;
@@ -264,19 +262,8 @@ class ForStResizeTest {
                 .orElseThrow(() -> new AssertionError("no " + name + " for " + job));
     }
 
-    private static String target(JobID job, String task, Integer subtask, long bytes) throws IOException {
-        return "{\"jobId\": \"" + job.toHexString() + "\", \"task\": " + JSON.writeValueAsString(task)
-                + (subtask == null ? "" : ", \"subtask\": " + subtask) + ", \"cacheBytes\": " + bytes + "}";
-    }
-
     private static HttpResponse<String> call(String method, String path, String body, String token)
             throws IOException, InterruptedException {
-        HttpRequest.Builder b = HttpRequest.newBuilder(agent.resolve(path)).timeout(Duration.ofSeconds(10))
-                .method(method, body == null ? HttpRequest.BodyPublishers.noBody()
-                        : HttpRequest.BodyPublishers.ofString(body));
-        if (token != null) {
-            b.header("Authorization", "Bearer " + token);
-        }
-        return HTTP.send(b.build(), HttpResponse.BodyHandlers.ofString());
+        return MiniClusterResizeTest.call(agent, method, path, body, token);
     }
 }

@@ -368,12 +368,19 @@ class MiniClusterResizeTest {
         return "{\"targets\": [" + target(job, task, subtask, bytes) + "]}";
     }
 
-    private static String target(JobID job, String task, Integer subtask, long bytes) throws IOException {
+    /** One resize target of the endpoint's request body (ForStResizeTest's too). */
+    static String target(JobID job, String task, Integer subtask, long bytes) throws IOException {
         return "{\"jobId\": \"" + job.toHexString() + "\", \"task\": " + JSON.writeValueAsString(task)
                 + (subtask == null ? "" : ", \"subtask\": " + subtask) + ", \"cacheBytes\": " + bytes + "}";
     }
 
     private static HttpResponse<String> call(String method, String path, String body, String token)
+            throws IOException, InterruptedException {
+        return call(agent, method, path, body, token);
+    }
+
+    /** A request to a TaskManager's resize endpoint at {@code agent} (ForStResizeTest's too). */
+    static HttpResponse<String> call(URI agent, String method, String path, String body, String token)
             throws IOException, InterruptedException {
         HttpRequest.Builder b = HttpRequest.newBuilder(agent.resolve(path)).timeout(Duration.ofSeconds(10))
                 .method(method, body == null ? HttpRequest.BodyPublishers.noBody()
