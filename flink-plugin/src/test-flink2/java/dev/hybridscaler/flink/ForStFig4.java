@@ -21,15 +21,14 @@ import java.nio.file.Files;
 import java.nio.file.Path;
 import java.time.Duration;
 import java.util.Arrays;
-import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Locale;
 import java.util.Map;
-import java.util.Random;
 import java.util.concurrent.TimeUnit;
 
 import static dev.hybridscaler.flink.RocksDbFig4.ints;
 import static dev.hybridscaler.flink.RocksDbFig4.options;
+import static dev.hybridscaler.flink.RocksDbFig4.payloads;
 import static dev.hybridscaler.flink.RocksDbFig4.status;
 import static dev.hybridscaler.flink.RocksDbFig4.total;
 
@@ -66,18 +65,8 @@ public final class ForStFig4 {
         Path out = Path.of(opt.getOrDefault("out", "bench/results/forst-fig4.json"));
         Path work = Files.createTempDirectory("forst-fig4");
 
-        Map<String, String> flinkConf = new LinkedHashMap<>();
-        flinkConf.put("state.backend.type", "forst");
-        flinkConf.put("state.backend.forst.primary-dir", work.resolve("remote").toUri().toString());
-        flinkConf.put("state.backend.forst.local-dir", work.resolve("local").toString());
-        flinkConf.put("state.backend.forst.cache.dir", work.resolve("cache").toString());
-        flinkConf.put("state.backend.forst.cache.size-based-limit", fileCache);
-        flinkConf.put("state.backend.forst.memory.managed", "true");
-        for (String m : List.of("block-cache-hit", "block-cache-miss", "block-cache-capacity",
-                "estimate-live-data-size")) {
-            flinkConf.put("state.backend.forst.metrics." + m, "true");
-        }
-        flinkConf.put("state.latency-track.keyed-state-enabled", "true");
+        Map<String, String> flinkConf = ForStGoldenRecorder.forstBackend(work, fileCache, List.of(
+                "block-cache-hit", "block-cache-miss", "block-cache-capacity", "estimate-live-data-size"));
 
         ObjectNode doc = JSON.createObjectNode()
                 .put("description", "Justin Fig. 4 at small scale on ForSt: one keyed operator"
@@ -224,16 +213,6 @@ public final class ForStFig4 {
         } catch (Exception e) {
             return 0;
         }
-    }
-
-    /** Incompressible payloads, so the caches hold what the data really weighs. */
-    static byte[][] payloads(int subtask, int valueBytes) {
-        Random random = new Random(subtask);
-        byte[][] payloads = new byte[64][valueBytes];
-        for (byte[] p : payloads) {
-            random.nextBytes(p);
-        }
-        return payloads;
     }
 
     /** The measured operator on State V2: loads every key, then reads, writes or updates one

@@ -44,20 +44,31 @@ class ForStGoldenRecorder {
 
     /** The Flink settings a ForSt job needs for the metrics docs/metrics.md maps. */
     static Map<String, String> forstConfig(Path work) {
+        Map<String, String> c = forstBackend(work, FILE_CACHE_LIMIT, List.of("block-cache-hit",
+                "block-cache-miss", "block-cache-capacity", "block-cache-usage", "bytes-read",
+                "estimate-live-data-size"));
+        c.put("execution.checkpointing.interval", "10s");
+        c.put("execution.checkpointing.dir", work.resolve("checkpoints").toUri().toString());
+        return c;
+    }
+
+    /**
+     * ForSt with a local directory as the remote primary store, a local file cache of the given
+     * limit in front of it, managed memory, these ForSt metrics and state latency tracking (also
+     * ForStFig4's setup).
+     */
+    static Map<String, String> forstBackend(Path work, String fileCacheLimit, List<String> metrics) {
         Map<String, String> c = new LinkedHashMap<>();
         c.put("state.backend.type", "forst");
         c.put("state.backend.forst.primary-dir", work.resolve("remote").toUri().toString());
         c.put("state.backend.forst.local-dir", work.resolve("local").toString());
         c.put("state.backend.forst.cache.dir", work.resolve("cache").toString());
-        c.put("state.backend.forst.cache.size-based-limit", FILE_CACHE_LIMIT);
+        c.put("state.backend.forst.cache.size-based-limit", fileCacheLimit);
         c.put("state.backend.forst.memory.managed", "true");
-        for (String m : List.of("block-cache-hit", "block-cache-miss", "block-cache-capacity",
-                "block-cache-usage", "bytes-read", "estimate-live-data-size")) {
+        for (String m : metrics) {
             c.put("state.backend.forst.metrics." + m, "true");
         }
         c.put("state.latency-track.keyed-state-enabled", "true");
-        c.put("execution.checkpointing.interval", "10s");
-        c.put("execution.checkpointing.dir", work.resolve("checkpoints").toUri().toString());
         return c;
     }
 

@@ -278,6 +278,16 @@ public final class RocksDbFig4 {
         }
     }
 
+    /** Incompressible payloads, so the caches hold what the data really weighs. */
+    static byte[][] payloads(int subtask, int valueBytes) {
+        Random random = new Random(subtask);
+        byte[][] payloads = new byte[64][valueBytes];
+        for (byte[] p : payloads) {
+            random.nextBytes(p);
+        }
+        return payloads;
+    }
+
     /** The measured operator: loads every key, then reads, writes or updates one per record. */
     static final class StateAccess extends KeyedProcessFunction<Long, long[], Long> {
         private final Workload workload;
@@ -297,12 +307,7 @@ public final class RocksDbFig4 {
         public void open(OpenContext context) {
             value = getRuntimeContext().getState(
                     new ValueStateDescriptor<>("value", byte[].class));
-            // Random bytes do not compress, so the cache holds what the data really weighs.
-            Random random = new Random(getRuntimeContext().getTaskInfo().getIndexOfThisSubtask());
-            payloads = new byte[64][valueBytes];
-            for (byte[] p : payloads) {
-                random.nextBytes(p);
-            }
+            payloads = payloads(getRuntimeContext().getTaskInfo().getIndexOfThisSubtask(), valueBytes);
         }
 
         @Override
