@@ -301,26 +301,26 @@ def fit(points: Sequence[CapacityPoint], anchor: CapacityPoint, base_mib: float)
 def _miss_curve(pts: Sequence[CapacityPoint], anchor: CapacityPoint, base_mib: float) -> MissCurve:
     """θ = (T / full)^e: a log-log line through the points that still miss once two caches
     differ; before that, through one such point (the anchor if it is one) with `full` from
-    the state size (or e from the prior). A point that hits `HELD` or more holds the working
-    set: `full` is no larger than its cache."""
+    the state size (or e from the prior). A point whose cache holds the state and hits
+    `HELD` or more is left out: it bounds the line's `full` instead."""
     def cache(p: CapacityPoint) -> float:
         return block_cache_bytes(p.memory_level, base_mib) * p.parallelism
 
+    size = anchor.state_bytes or max((p.state_bytes or 0.0 for p in pts), default=0.0)
+    holds_state = CACHE_BYTES_PER_STATE_BYTE * size if size else math.inf
     hits = [(p, cache(p), 1.0 - p.miss_ratio) for p in pts
             if p.miss_ratio is not None and cache(p) > 0]
-    size = anchor.state_bytes or max((p.state_bytes or 0.0 for p in pts), default=0.0)
     # A cache that holds the whole state and hits `HELD` or more: its few misses are ones
     # no cache removes (first reads of new keys, flushes and compactions). Fitted as the
     # curve's slope they would have it rise long after the cache holds everything, and
     # promise gains from memory that are not there.
-    held = [t for _, t, theta in hits
-            if theta >= HELD and size and t >= CACHE_BYTES_PER_STATE_BYTE * size]
+    held = [t for _, t, theta in hits if theta >= HELD and t >= holds_state]
     bound = min(held, default=math.inf)
     rising = [(p, t, theta) for p, t, theta in hits if 0.0 < theta < 1.0 and t not in held]
     seen = [(math.log(t), math.log(theta)) for _, t, theta in rising]
     line = _line(seen)
     if line is not None and line[1] > 0:
-        e = min(MAX_HIT_EXPONENT, max(MIN_HIT_EXPONENT, line[1]))
+        e = _hit_exponent(line[1])
         mean_x = sum(x for x, _ in seen) / len(seen)
         mean_y = sum(y for _, y in seen) / len(seen)
         full = math.exp(mean_x - mean_y / e)
@@ -329,33 +329,31 @@ def _miss_curve(pts: Sequence[CapacityPoint], anchor: CapacityPoint, base_mib: f
             d = [(x - math.log(bound), y) for x, y in seen]
             sxx = sum(x * x for x, _ in d)
             if sxx > 0:
-                e = min(MAX_HIT_EXPONENT, max(MIN_HIT_EXPONENT,
-                                              sum(x * y for x, y in d) / sxx))
-                full = bound
+                return MissCurve(_hit_exponent(sum(x * y for x, y in d) / sxx), bound)
         return MissCurve(e, full)
-    # Calibrated on the anchor, or on a point that still misses when the anchor holds it all.
-    own = [(p, t, theta) for p, t, theta in hits if p == anchor and 0.0 < theta < 1.0]
-    ref = next((r for r in rising if r[0] == anchor), rising[-1] if rising else
-               (own[0] if own else None))
+    # One point: the anchor if it still misses, else the newest that does (the anchor may
+    # hold the state), else a held anchor.
+    ref = (next((r for r in rising if r[0] == anchor), None) or (rising[-1] if rising else None)
+           or next((r for r in hits if r[0] == anchor and 0.0 < r[2] < 1.0), None))
     if ref is None:
         # Nothing to calibrate on (no cache, or all hits/all misses): the state size
-        # alone, uniform keys; without it, everything cached at ten times this cache
-        # (or where a point already held it).
-        t0 = cache(anchor) if anchor.miss_ratio is not None else 0.0
-        full = CACHE_BYTES_PER_STATE_BYTE * size if size else max(t0, 1.0) * 10.0
-        return MissCurve(1.0, min(full, bound))
+        # alone, uniform keys; without it, everything cached at ten times this cache.
+        return MissCurve(1.0, holds_state if size else max(cache(anchor), 1.0) * 10.0)
     _, t0, theta0 = ref
-    exponent: float | None = None
-    if size and t0 < CACHE_BYTES_PER_STATE_BYTE * size:
-        full = CACHE_BYTES_PER_STATE_BYTE * size
+    if size and t0 < holds_state:
+        full = holds_state
     else:
-        full, exponent = t0 * math.pow(theta0, -1.0 / PRIOR_HIT_EXPONENT), PRIOR_HIT_EXPONENT
-    if t0 < bound < full:
-        full, exponent = bound, None
-    if exponent is None:
-        exponent = min(MAX_HIT_EXPONENT, max(MIN_HIT_EXPONENT,
-                                             math.log(theta0) / math.log(t0 / full)))
-    return MissCurve(exponent, full)
+        # This cache holds the state's size already: the prior exponent, unless a held
+        # point shows everything cached sooner than it says.
+        full = t0 * math.pow(theta0, -1.0 / PRIOR_HIT_EXPONENT)
+        if not t0 < bound < full:
+            return MissCurve(PRIOR_HIT_EXPONENT, full)
+        full = bound
+    return MissCurve(_hit_exponent(math.log(theta0) / math.log(t0 / full)), full)
+
+
+def _hit_exponent(e: float) -> float:
+    return min(MAX_HIT_EXPONENT, max(MIN_HIT_EXPONENT, e))
 
 
 def _prior_split(anchor: CapacityPoint, miss: float) -> tuple[float, float]:

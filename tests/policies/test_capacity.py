@@ -376,6 +376,17 @@ def test_a_cache_that_holds_the_state_promises_no_gain_from_more_memory() -> Non
     assert surface.capacity(7, 0) == pytest.approx(7 / 9 * surface.capacity(9, 0), rel=0.01)
 
 
+def test_a_window_without_cache_metrics_keeps_the_curve_at_its_own_cache() -> None:
+    """The current window reported no cache ticker and the older point hit everything:
+    nothing calibrates the miss curve, so (without a state size) all is cached at ten
+    times the current cache, not at ten bytes (which would promise all hits anywhere)."""
+    old = point(2, 1, 80.0, 0.0, t=120.0).model_copy(update={"state_bytes": None})
+    now = point(4, 0, 90.0, None, t=240.0)
+    curve = fit([old, now], now, BASE).curve
+    assert curve is not None
+    assert curve.full == pytest.approx(10 * 4 * block_cache_bytes(0, BASE))
+
+
 def test_gains_shrink_to_the_share_the_last_step_confirmed() -> None:
     """A step that measured a third of its predicted gain: the surface's gains over the
     current configuration count a third from then on; losses and the anchor stay."""
