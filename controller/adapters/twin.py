@@ -26,13 +26,12 @@ from controller.ports import (
     ResizeFailed,
 )
 from controller.realize import (
-    FORST_WRITE_BUFFER_RATIO_KEY,
     RESIZABLE_BACKEND,
     RESIZABLE_FORST_BACKEND,
     STATE_BACKEND_KEY,
-    WRITE_BUFFER_RATIO_KEY,
     cache_bytes,
     write_buffer_ratio,
+    write_buffer_ratio_key,
 )
 from policies.levels import level_of, managed_mib
 from policies.model import JobGraph, VertexConfig
@@ -54,29 +53,24 @@ def flink_deployment(model: JobModel, name: str, namespace: str,
                      resizable: bool = False) -> dict[str, Any]:
     """A FlinkDeployment of the model as the paper's runs start: one 4-slot TaskManager;
     `resizable`: with flink-plugin's resizable backend (memory steps in place)."""
+    forst = model.engine == Engine.FORST
+    conf: dict[str, Any] = {JOB_MODEL_KEY: model.name, SLOTS_KEY: "4"}
+    if forst:  # Flink 2.x on ForSt (resizable: flink-plugin's ForSt backend)
+        conf[STATE_BACKEND_KEY] = RESIZABLE_FORST_BACKEND if resizable else "forst"
+    elif resizable:
+        conf[STATE_BACKEND_KEY] = RESIZABLE_BACKEND
+    conf[write_buffer_ratio_key(conf)] = str(model.rocksdb.write_buffer_ratio)
     deployment: dict[str, Any] = {
         "apiVersion": "flink.apache.org/v1beta1", "kind": "FlinkDeployment",
         "metadata": {"name": name, "namespace": namespace, "generation": 1},
         "spec": {
-            "job": {"upgradeMode": "savepoint"},
-            "flinkConfiguration": {
-                JOB_MODEL_KEY: model.name, SLOTS_KEY: "4",
-                WRITE_BUFFER_RATIO_KEY: str(model.rocksdb.write_buffer_ratio),
-            },
+            # On ForSt last-state, whose restart reads no state (policies/restart_cost.py).
+            "job": {"upgradeMode": "last-state" if forst else "savepoint"},
+            "flinkConfiguration": conf,
             "taskManager": {"resource": {"cpu": 4.0, "memory": "2048m"}, "replicas": 1},
         },
         "status": {"lifecycleState": "STABLE", "jobStatus": {"state": "RUNNING"}},
     }
-    conf = deployment["spec"]["flinkConfiguration"]
-    if model.engine == Engine.FORST:
-        # Flink 2.x on ForSt (resizable: flink-plugin's ForSt backend): its own ratio key;
-        # last-state, whose restart reads no state (policies/restart_cost.py).
-        del conf[WRITE_BUFFER_RATIO_KEY]
-        conf[STATE_BACKEND_KEY] = RESIZABLE_FORST_BACKEND if resizable else "forst"
-        conf[FORST_WRITE_BUFFER_RATIO_KEY] = str(model.rocksdb.write_buffer_ratio)
-        deployment["spec"]["job"]["upgradeMode"] = "last-state"
-    elif resizable:
-        conf[STATE_BACKEND_KEY] = RESIZABLE_BACKEND
     return deployment
 
 
