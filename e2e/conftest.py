@@ -245,10 +245,11 @@ def twin(e2e_stack: StackInfo) -> Twin:
 
 @pytest.fixture(scope="session")
 def real_flink(e2e_stack: StackInfo) -> RealFlinkStack:
-    try:
-        realflink.job_build()
-    except FileNotFoundError:
-        realflink.build_job()
+    for flink in realflink.BUILDS:  # the tests run clusters on each
+        try:
+            realflink.job_build(flink)
+        except FileNotFoundError:
+            realflink.build_job(flink)
     return RealFlinkStack(e2e_stack)
 
 

@@ -60,11 +60,11 @@ log = logging.getLogger("realflink")
 
 ENGINE_KEY = "hybridscaler.standin.engine"
 JOB_CLASS_KEY = "hybridscaler.standin.job-class"
-# Which Flink runs the cluster: the job module's build for it (`mvn -f flink-job/pom.xml
-# package` writes target/, with `-P flink-2` target-flink2/). The FlinkDeployment CRD of
-# operator 1.10.0 has no 2.x flinkVersion to say it with.
+# Which Flink runs the cluster: where the job module's and flink-plugin's builds for it are,
+# and the Maven profile that writes them. The FlinkDeployment CRD of operator 1.10.0 has no
+# 2.x flinkVersion to say it with.
 FLINK_KEY = "hybridscaler.standin.flink"
-BUILDS = {"1.20": "target", "2.2": "target-flink2"}
+BUILDS = {"1.20": ("target", ()), "2.2": ("target-flink2", ("-P", "flink-2"))}
 DEFAULT_FLINK = "1.20"  # the benches' --flink sets it for every deployment they start
 OPERATOR_RESOURCES_KEY = "hybridscaler.operator-resources"
 OVERRIDES_KEY = "pipeline.jobvertex-parallelism-overrides"
@@ -142,34 +142,39 @@ def free_port() -> int:
 
 
 def job_build(flink: str | None = None) -> tuple[str, Path]:
-    """The cluster classpath and job jar the job module's build for `flink` wrote. A 2.x
-    cluster runs flink-plugin's own 2.x build, not the 1.20 jar Maven resolves from ~/.m2."""
-    flink = flink or DEFAULT_FLINK
-    target = JOB_MODULE / BUILDS[flink]
-    classpath = target / "flink.classpath"
-    jars = sorted(target.glob("flink-hybrid-scaler-e2e-job-*.jar"))
-    plugins = sorted((REPO / "flink-plugin" / "target-flink2").glob(
-        "flink-hybrid-scaler-plugin-*.jar")) if flink != "1.20" else []
-    if not classpath.exists() or not jars or (flink != "1.20" and not plugins):
-        profile = "" if flink == "1.20" else " -P flink-2"
+    """The cluster classpath and job jar of the job module's build for `flink`. The cluster
+    runs flink-plugin's own build for that Flink, not the jar Maven resolved from ~/.m2 (the
+    one `install` put there, a 1.20 build)."""
+    directory, _ = BUILDS[flink or DEFAULT_FLINK]
+    classpath = JOB_MODULE / directory / "flink.classpath"
+    jars = sorted((JOB_MODULE / directory).glob("flink-hybrid-scaler-e2e-job-*.jar"))
+    plugins = sorted((REPO / "flink-plugin" / directory).glob("flink-hybrid-scaler-plugin-*.jar"))
+    if not classpath.exists() or not jars or not plugins:
         raise FileNotFoundError(
-            f"the real-Flink job is not built for Flink {flink}: run `mvn -B -q -f "
-            f"flink-plugin/pom.xml{profile} {'install' if not profile else 'package'} "
-            f"-DskipTests && mvn -B -q -f flink-job/pom.xml{profile} package` "
+            f"the real-Flink job is not built for Flink {flink or DEFAULT_FLINK}: run "
+            f"{' && '.join('`' + ' '.join(argv) + '`' for argv in _maven(flink))} "
             "(scripts/test.sh does)")
-    entries = classpath.read_text().strip().split(os.pathsep)
-    if plugins:
-        entries = [str(plugins[-1]) if Path(e).name.startswith("flink-hybrid-scaler-plugin-")
-                   else e for e in entries]
+    entries = [str(plugins[-1]) if Path(e).name.startswith("flink-hybrid-scaler-plugin-") else e
+               for e in classpath.read_text().strip().split(os.pathsep)]
     return os.pathsep.join([*entries, str(jars[-1])]), jars[-1]
 
 
-def build_job() -> None:
-    """`mvn install` flink-plugin and `mvn package` the job module (a few minutes the first
-    time: Maven Central's Flink artifacts are downloaded into ~/.m2)."""
-    for argv in (["-f", str(REPO / "flink-plugin" / "pom.xml"), "install", "-DskipTests"],
-                 ["-f", str(JOB_MODULE / "pom.xml"), "package", "-DskipTests"]):
-        subprocess.run(["mvn", "-B", "-q", *argv], check=True, timeout=1800)
+def _maven(flink: str | None) -> list[list[str]]:
+    """The builds job_build(flink) needs: flink-plugin installed (the job module depends on
+    it), then both modules' builds for that Flink."""
+    _, profile = BUILDS[flink or DEFAULT_FLINK]
+    plugin, job = str(REPO / "flink-plugin" / "pom.xml"), str(JOB_MODULE / "pom.xml")
+    return [["mvn", "-B", "-q", "-f", plugin, "install", "-DskipTests"],
+            *([["mvn", "-B", "-q", "-f", plugin, *profile, "package", "-DskipTests"]]
+              if profile else []),
+            ["mvn", "-B", "-q", "-f", job, *profile, "package", "-DskipTests"]]
+
+
+def build_job(flink: str | None = None) -> None:
+    """Build what job_build(flink) needs (a few minutes the first time: Maven Central's
+    Flink artifacts are downloaded into ~/.m2)."""
+    for argv in _maven(flink):
+        subprocess.run(argv, check=True, timeout=1800)
 
 
 def flink_memory(value: Any, default: str) -> str:

@@ -3,6 +3,7 @@ exercised on real JVMs by e2e/test_realflink.py."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -127,3 +128,25 @@ def test_a_forst_cluster_gets_its_metric_switches_and_a_primary_directory(
                                    tmp_path)
     assert own["state.backend.forst.primary-dir"] == "s3://b/p"
     assert own["state.backend.forst.metrics.block-cache-hit"] == "false"
+
+
+def test_a_cluster_runs_flink_plugins_own_build_for_its_flink(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The job module's classpath names the plugin jar Maven resolved (~/.m2, a 1.20 build);
+    a 2.2 cluster must run flink-plugin's 2.x build instead, and a missing build is named
+    with the commands that make it."""
+    m2 = tmp_path / "m2" / "flink-hybrid-scaler-plugin-0.1.0.jar"
+    for directory, _ in realflink.BUILDS.values():
+        (tmp_path / "job" / directory).mkdir(parents=True)
+        (tmp_path / "job" / directory / "flink.classpath").write_text(os.pathsep.join(["/a.jar", str(m2), "/b.jar"]))
+        (tmp_path / "job" / directory / "flink-hybrid-scaler-e2e-job-0.1.0.jar").touch()
+    monkeypatch.setattr(realflink, "JOB_MODULE", tmp_path / "job")
+    monkeypatch.setattr(realflink, "REPO", tmp_path)
+    with pytest.raises(FileNotFoundError, match="-P flink-2 package"):
+        realflink.job_build("2.2")
+    plugin = tmp_path / "flink-plugin" / "target-flink2" / "flink-hybrid-scaler-plugin-0.1.0.jar"
+    plugin.parent.mkdir(parents=True)
+    plugin.touch()
+    classpath, jar = realflink.job_build("2.2")
+    assert classpath.split(os.pathsep) == ["/a.jar", str(plugin), "/b.jar", str(jar)]
+    assert jar.parent.name == "target-flink2"
