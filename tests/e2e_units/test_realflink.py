@@ -138,7 +138,8 @@ def test_a_cluster_runs_flink_plugins_own_build_for_its_flink(
     m2 = tmp_path / "m2" / "flink-hybrid-scaler-plugin-0.1.0.jar"
     for directory, _ in realflink.BUILDS.values():
         (tmp_path / "job" / directory).mkdir(parents=True)
-        (tmp_path / "job" / directory / "flink.classpath").write_text(os.pathsep.join(["/a.jar", str(m2), "/b.jar"]))
+        classpath = os.pathsep.join(["/a.jar", str(m2), "/b.jar"])
+        (tmp_path / "job" / directory / "flink.classpath").write_text(classpath)
         (tmp_path / "job" / directory / "flink-hybrid-scaler-e2e-job-0.1.0.jar").touch()
     monkeypatch.setattr(realflink, "JOB_MODULE", tmp_path / "job")
     monkeypatch.setattr(realflink, "REPO", tmp_path)
