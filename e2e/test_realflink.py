@@ -376,9 +376,13 @@ def test_the_controller_converges_a_real_forst_job_on_flink_2(
     enactments = status.get("enactments") or []
     assert enactments and all(e["kind"] == "savepoint" and e.get("observedDowntimeS")
                               for e in enactments), enactments
-    forst = restart_cost.measured_costs(restart_cost.Engine.FORST)[
-        restart_cost.Enactment.SAVEPOINT]
-    assert all(e["expectedDowntimeS"] >= forst.fixed_s for e in enactments), enactments
+    # The first step, before any observed downtime was learned, is priced by ForSt's model
+    # for the state it recorded (RocksDB's would be ~15 s dearer at this size).
+    first = enactments[0]
+    forst, rocksdb = (restart_cost.measured_costs(engine)[restart_cost.Enactment.SAVEPOINT]
+                      .downtime_s(first["stateBytes"])
+                      for engine in (restart_cost.Engine.FORST, restart_cost.Engine.ROCKSDB))
+    assert first["expectedDowntimeS"] == pytest.approx(forst, abs=0.06), (first, forst, rocksdb)
     assert cluster.flink(namespace, "state")["status"]["jobStatus"]["jobId"] != job
     print("history:", yaml.safe_dump(history))
     print("enactments:", yaml.safe_dump(enactments))
