@@ -91,6 +91,24 @@ def step_costs(*, start_s: float, write_mb_per_s: float, read_mb_per_s: float, k
     })
 
 
+@dataclass(frozen=True)
+class StepTerms:
+    """An engine's measured terms, which `costs` composes into each enactment's cost (the
+    twin overrides single terms: simulator.model.Reconfiguration)."""
+
+    start_s: float
+    write_mb_per_s: float
+    read_mb_per_s: float
+    kill_s: float
+    in_place_s: float
+    last_state_reads: bool = True
+
+    def costs(self) -> Mapping[Enactment, RestartCost]:
+        return step_costs(start_s=self.start_s, write_mb_per_s=self.write_mb_per_s,
+                          read_mb_per_s=self.read_mb_per_s, kill_s=self.kill_s,
+                          in_place_s=self.in_place_s, last_state_reads=self.last_state_reads)
+
+
 # Fitted above; the source is bench/results/realflink-steps.json.
 START_S = 42.8  # a new JobManager + TaskManager, the job's main(), RocksDB opening
 WRITE_MB_PER_S = 46.7  # a NATIVE savepoint, taken while stopping
@@ -100,8 +118,9 @@ IN_PLACE_S = 3.5  # the adaptive scheduler's rescale, restore included
 # A resize by flink-plugin's agent: the job never stops (bench/results/realflink-resize*.json:
 # downtime 0 s, the same job, attempts and numRestarts; the request took 16 ms).
 RESIZE_S = 0.0
-MEASURED = step_costs(start_s=START_S, write_mb_per_s=WRITE_MB_PER_S,
-                      read_mb_per_s=READ_MB_PER_S, kill_s=KILL_S, in_place_s=IN_PLACE_S)
+ROCKSDB_TERMS = StepTerms(start_s=START_S, write_mb_per_s=WRITE_MB_PER_S,
+                          read_mb_per_s=READ_MB_PER_S, kill_s=KILL_S, in_place_s=IN_PLACE_S)
+MEASURED = ROCKSDB_TERMS.costs()
 
 
 class Engine(StrEnum):
@@ -136,9 +155,12 @@ FORST_WRITE_MB_PER_S = 68.9
 FORST_READ_MB_PER_S = 116.0
 FORST_KILL_S = 0.44
 FORST_IN_PLACE_S = 17.0
-MEASURED_FORST = step_costs(start_s=FORST_START_S, write_mb_per_s=FORST_WRITE_MB_PER_S,
-                            read_mb_per_s=FORST_READ_MB_PER_S, kill_s=FORST_KILL_S,
-                            in_place_s=FORST_IN_PLACE_S, last_state_reads=False)
+FORST_TERMS = StepTerms(start_s=FORST_START_S, write_mb_per_s=FORST_WRITE_MB_PER_S,
+                        read_mb_per_s=FORST_READ_MB_PER_S, kill_s=FORST_KILL_S,
+                        in_place_s=FORST_IN_PLACE_S, last_state_reads=False)
+MEASURED_FORST = FORST_TERMS.costs()
+TERMS: Mapping[Engine, StepTerms] = MappingProxyType({
+    Engine.ROCKSDB: ROCKSDB_TERMS, Engine.FORST: FORST_TERMS})
 BY_ENGINE: Mapping[Engine, Mapping[Enactment, RestartCost]] = MappingProxyType({
     Engine.ROCKSDB: MEASURED, Engine.FORST: MEASURED_FORST,
 })

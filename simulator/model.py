@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
+from dataclasses import replace
 from importlib import resources
 from pathlib import Path
 from typing import Any, Literal
@@ -375,24 +376,14 @@ class Reconfiguration(Strict):
 
     def costs(self, engine: Engine = Engine.ROCKSDB) -> Mapping[Enactment, RestartCost]:
         """The policy layer's measured step costs for `engine` (one source of truth), with
-        this job's own terms, if any, composed as the policy layer composes them."""
-        measured = rc.measured_costs(engine)
-        if all(v is None for v in self.model_dump().values()):
-            return measured
-        savepoint, last = measured[Enactment.SAVEPOINT], measured[Enactment.LAST_STATE]
-        # The engine's terms, read back from its composition (restart_cost.step_costs).
-        assert savepoint.write_mb_per_s is not None and savepoint.read_mb_per_s is not None
-        start = self.fixed_s if self.fixed_s is not None else savepoint.fixed_s
-        kill = self.kill_s if self.kill_s is not None else last.fixed_s - savepoint.fixed_s
-        return rc.step_costs(
-            start_s=start,
-            write_mb_per_s=self.savepoint_mb_per_s or savepoint.write_mb_per_s,
-            read_mb_per_s=self.restore_mb_per_s or savepoint.read_mb_per_s,
-            kill_s=kill,
-            in_place_s=(self.in_place_s if self.in_place_s is not None
-                        else measured[Enactment.IN_PLACE].fixed_s),
-            # A ForSt checkpoint names files already in the remote store: nothing is read.
-            last_state_reads=last.read_mb_per_s is not None)
+        this job's own terms, if any, in place of the engine's."""
+        own = {"start_s": self.fixed_s, "write_mb_per_s": self.savepoint_mb_per_s,
+               "read_mb_per_s": self.restore_mb_per_s, "kill_s": self.kill_s,
+               "in_place_s": self.in_place_s}
+        overrides = {term: value for term, value in own.items() if value is not None}
+        if not overrides:
+            return rc.measured_costs(engine)
+        return replace(rc.TERMS[engine], **overrides).costs()
 
 
 class ForSt(Strict):
