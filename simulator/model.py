@@ -377,13 +377,19 @@ class Reconfiguration(Strict):
     def costs(self, engine: Engine = Engine.ROCKSDB) -> Mapping[Enactment, RestartCost]:
         """The policy layer's measured step costs for `engine` (one source of truth), with
         this job's own terms, if any, in place of the engine's."""
-        own = {"start_s": self.fixed_s, "write_mb_per_s": self.savepoint_mb_per_s,
-               "read_mb_per_s": self.restore_mb_per_s, "kill_s": self.kill_s,
-               "in_place_s": self.in_place_s}
-        overrides = {term: value for term, value in own.items() if value is not None}
-        if not overrides:
+        if all(v is None for v in self.model_dump().values()):
             return rc.measured_costs(engine)
-        return replace(rc.TERMS[engine], **overrides).costs()
+        terms = rc.TERMS[engine]
+
+        def own(value: float | None, engines: float) -> float:
+            return engines if value is None else value
+
+        return replace(
+            terms, start_s=own(self.fixed_s, terms.start_s),
+            write_mb_per_s=own(self.savepoint_mb_per_s, terms.write_mb_per_s),
+            read_mb_per_s=own(self.restore_mb_per_s, terms.read_mb_per_s),
+            kill_s=own(self.kill_s, terms.kill_s),
+            in_place_s=own(self.in_place_s, terms.in_place_s)).costs()
 
 
 class ForSt(Strict):
