@@ -7,7 +7,6 @@ import org.apache.flink.api.common.typeinfo.Types;
 import org.apache.flink.configuration.Configuration;
 import org.apache.flink.streaming.api.datastream.KeyedStream;
 import org.apache.flink.streaming.api.environment.StreamExecutionEnvironment;
-import org.apache.flink.streaming.api.functions.KeyedProcessFunction;
 import org.apache.flink.streaming.api.functions.sink.v2.DiscardingSink;
 import org.apache.flink.runtime.util.EnvironmentInformation;
 import org.apache.flink.util.Collector;
@@ -28,7 +27,6 @@ import java.util.concurrent.TimeUnit;
 
 import static dev.hybridscaler.flink.RocksDbFig4.ints;
 import static dev.hybridscaler.flink.RocksDbFig4.options;
-import static dev.hybridscaler.flink.RocksDbFig4.payloads;
 import static dev.hybridscaler.flink.RocksDbFig4.status;
 import static dev.hybridscaler.flink.RocksDbFig4.total;
 
@@ -217,32 +215,25 @@ public final class ForStFig4 {
 
     /** The measured operator on State V2: loads every key, then reads, writes or updates one
      * (the synchronous baseline is RocksDbFig4.StateAccess, on ForSt here). */
-    static final class AsyncAccess extends KeyedProcessFunction<Long, long[], Long> {
-        private final Workload workload;
-        private final long keys;
-        private final int valueBytes;
+    static final class AsyncAccess extends RocksDbFig4.Access {
         private transient ValueState<byte[]> value;
-        private transient byte[][] payloads;
-        private transient long checksum;
 
         AsyncAccess(Workload workload, long keys, int valueBytes) {
-            this.workload = workload;
-            this.keys = keys;
-            this.valueBytes = valueBytes;
+            super(workload, keys, valueBytes);
         }
 
         @Override
-        public void open(OpenContext context) {
+        public void open(OpenContext context) throws Exception {
+            super.open(context);
             value = getRuntimeContext().getState(
                     new org.apache.flink.api.common.state.v2.ValueStateDescriptor<>(
                             "value", ForStJob.BLOB_TYPE));
-            payloads = payloads(getRuntimeContext().getTaskInfo().getIndexOfThisSubtask(), valueBytes);
         }
 
         @Override
         public void processElement(long[] in, Context ctx, Collector<Long> out) {
-            byte[] payload = payloads[(int) (in[1] & 63)];
-            if (in[1] < keys || workload == Workload.WRITE) {
+            byte[] payload = payload(in);
+            if (writesOnly(in)) {
                 value.asyncUpdate(payload);
                 return;
             }
@@ -253,13 +244,6 @@ public final class ForStFig4 {
                 });
             } else {
                 value.asyncValue().thenAccept(current -> checksum += current == null ? 0 : current[0]);
-            }
-        }
-
-        @Override
-        public void close() {
-            if (checksum == 42) {
-                System.out.print("");
             }
         }
     }

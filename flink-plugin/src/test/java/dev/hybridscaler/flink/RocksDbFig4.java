@@ -288,40 +288,36 @@ public final class RocksDbFig4 {
         return payloads;
     }
 
-    /** The measured operator: loads every key, then reads, writes or updates one per record. */
-    static final class StateAccess extends KeyedProcessFunction<Long, long[], Long> {
-        private final Workload workload;
-        private final long keys;
+    /**
+     * A measured operator's common part (this synchronous one and ForStFig4's on State V2): it
+     * loads every key, then reads, writes or updates one per record with these payloads.
+     */
+    abstract static class Access extends KeyedProcessFunction<Long, long[], Long> {
+        final Workload workload;
+        final long keys;
         private final int valueBytes;
-        private transient ValueState<byte[]> value;
-        private transient byte[][] payloads;
-        private transient long checksum;
+        transient byte[][] payloads;
+        transient long checksum;
 
-        StateAccess(Workload workload, long keys, int valueBytes) {
+        Access(Workload workload, long keys, int valueBytes) {
             this.workload = workload;
             this.keys = keys;
             this.valueBytes = valueBytes;
         }
 
         @Override
-        public void open(OpenContext context) {
-            value = getRuntimeContext().getState(
-                    new ValueStateDescriptor<>("value", byte[].class));
+        public void open(OpenContext context) throws Exception {
             payloads = payloads(getRuntimeContext().getTaskInfo().getIndexOfThisSubtask(), valueBytes);
         }
 
-        @Override
-        public void processElement(long[] in, Context ctx, Collector<Long> out) throws Exception {
-            byte[] payload = payloads[(int) (in[1] & 63)];
-            if (in[1] < keys || workload == Workload.WRITE) {
-                value.update(payload);
-                return;
-            }
-            byte[] current = value.value();
-            checksum += current == null ? 0 : current[0];
-            if (workload == Workload.UPDATE) {
-                value.update(payload);
-            }
+        /** The record's payload. */
+        final byte[] payload(long[] in) {
+            return payloads[(int) (in[1] & 63)];
+        }
+
+        /** Whether the record only writes: it loads its key, or the workload is Write. */
+        final boolean writesOnly(long[] in) {
+            return in[1] < keys || workload == Workload.WRITE;
         }
 
         @Override
@@ -329,6 +325,36 @@ public final class RocksDbFig4 {
             // Keeps the reads observable so the JIT cannot drop them.
             if (checksum == 42) {
                 System.out.print("");
+            }
+        }
+    }
+
+    /** The measured operator: loads every key, then reads, writes or updates one per record. */
+    static final class StateAccess extends Access {
+        private transient ValueState<byte[]> value;
+
+        StateAccess(Workload workload, long keys, int valueBytes) {
+            super(workload, keys, valueBytes);
+        }
+
+        @Override
+        public void open(OpenContext context) throws Exception {
+            super.open(context);
+            value = getRuntimeContext().getState(
+                    new ValueStateDescriptor<>("value", byte[].class));
+        }
+
+        @Override
+        public void processElement(long[] in, Context ctx, Collector<Long> out) throws Exception {
+            byte[] payload = payload(in);
+            if (writesOnly(in)) {
+                value.update(payload);
+                return;
+            }
+            byte[] current = value.value();
+            checksum += current == null ? 0 : current[0];
+            if (workload == Workload.UPDATE) {
+                value.update(payload);
             }
         }
     }
