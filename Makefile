@@ -2,10 +2,11 @@
 # every check CI runs. Both install what they need (see scripts/bootstrap.sh).
 .PHONY: demo test lint crds e2e-up e2e-down clean image test-kind kind-up kind-down
 
-# `make demo FLINK=real`: the same story on a real Flink 1.20 cluster (docs/e2e.md).
+# `make demo FLINK=real`: the same story on a real Flink 1.20 cluster with RocksDB
+# (docs/e2e.md); add FLINK_VERSION=2.2 for Flink 2.2 with ForSt (docs/flink-2.md).
 # `make demo KIND=1`: the controller's image in a real pod on a kind cluster built here.
 demo:
-	bash scripts/demo.sh $(if $(filter real,$(FLINK)),--real,)$(if $(KIND),--kind,)
+	bash scripts/demo.sh $(if $(filter real,$(FLINK)),--real$(if $(FLINK_VERSION), --flink $(FLINK_VERSION)),)$(if $(KIND),--kind,)
 
 test:
 	bash scripts/test.sh

@@ -1,12 +1,16 @@
 """`make demo FLINK=real`: the demo on real Flink instead of the twin.
 
-The e2e stack, the repository's RocksDB job (flink-job/, StateJob) as a real Flink 1.20
-application cluster of local JVMs (e2e/realflink.py), its HybridScalingPolicy, and the
-controller. Prints `kubectl get hsp` at every step and `kubectl describe hsp` at the end,
-and writes a PNG of the convergence (the counter's input rate against the target,
-parallelism and managed memory per operator, from the FlinkDeployment's spec).
+The e2e stack, the repository's job (flink-job/, StateJob) as a real Flink application
+cluster of local JVMs (e2e/realflink.py), its HybridScalingPolicy, and the controller:
+on Flink 1.20 with RocksDB, short of memory (the default), or with
+`make demo FLINK=real FLINK_VERSION=2.2` on Flink 2.2 with ForSt and asynchronous state,
+over-provisioned (realflink.state_job). Prints `kubectl get hsp` at every step and
+`kubectl describe hsp` at the end, and writes a PNG of the convergence (the counter's
+input rate against the target, parallelism and managed memory per operator, from the
+FlinkDeployment's spec).
 
-    python -m e2e.demo_real [--seconds 900] [--plot out/demo-real.png] [--keep]
+    python -m e2e.demo_real [--flink 2.2] [--build] [--seconds 900]
+                            [--plot out/demo-real.png] [--keep]
 """
 
 from __future__ import annotations
@@ -59,14 +63,19 @@ def surface(hsp: dict[str, Any], held: set[tuple[str | None, str | None]]) -> st
     return "\n".join(lines)
 
 
-def run(seconds: float, plot_path: Path, keep: bool) -> None:
+def run(flink: str, seconds: float, plot_path: Path, keep: bool, build: bool) -> None:
     from e2e import stack
 
-    try:
-        realflink.job_build()
-    except FileNotFoundError:
-        print("building the job (Maven)...", flush=True)
-        realflink.build_job()
+    namespace = f"demo-{uuid.uuid4().hex[:6]}"
+    deployment, policy = realflink.state_job(namespace, NAME, flink)
+    if not build:
+        try:
+            realflink.job_build(flink)
+        except FileNotFoundError:
+            build = True
+    if build:
+        print(f"building the job and flink-plugin for Flink {flink} (Maven)...", flush=True)
+        realflink.build_job(flink)
     info, started = stack.up(echo=lambda line: print(line, flush=True))
     kubectl = stack.find_tools().kubectl
 
@@ -83,18 +92,17 @@ def run(seconds: float, plot_path: Path, keep: bool) -> None:
         return float(result[0]["value"][1]) if result else 0.0
 
     rest_url = json.loads((Path(info.run_dir) / realflink.STATE_FILE).read_text())["restUrl"]
-    namespace = f"demo-{uuid.uuid4().hex[:6]}"
     k("create", "namespace", namespace)
-    k("apply", "-f", "-", stdin=yaml.safe_dump(realflink.state_job_deployment(namespace, NAME)))
+    k("apply", "-f", "-", stdin=yaml.safe_dump(deployment))
     print("waiting for the real Flink cluster (a minute or two on 2 cores)...", flush=True)
-    deadline = time.monotonic() + 300
+    deadline = time.monotonic() + 600
     while time.monotonic() < deadline:
         obj = yaml.safe_load(k("get", "flinkdeployment", "-n", namespace, NAME, "-o", "yaml"))
         if ((obj.get("status") or {}).get("jobStatus") or {}).get("state") == "RUNNING":
             break
         time.sleep(3)
     print(k("get", "flinkdeployment", "-n", namespace), flush=True)
-    k("apply", "-f", "-", stdin=yaml.safe_dump(realflink.state_job_policy(namespace, NAME, NAME)))
+    k("apply", "-f", "-", stdin=yaml.safe_dump(policy))
     log = Path(info.log_dir) / f"controller-{namespace}.log"
     controller = ControllerProcess(info.controller_kubeconfig, info.prometheus_url,
                                    stack.proxy_env(rest_url), log,
@@ -126,14 +134,16 @@ def run(seconds: float, plot_path: Path, keep: bool) -> None:
                 last_step = step
             running = ((deployment.get("status") or {}).get("jobStatus") or {}).get(
                 "state") == "RUNNING"
-            converged = running and achieved >= 0.95 * target
+            converged = (running and achieved >= 0.95 * target
+                         and realflink.settled(hsp.get("status") or {}))
             steady_since = (steady_since or time.monotonic()) if converged else None
             if steady_since is not None and time.monotonic() - steady_since > 60:
                 break
             time.sleep(5)
         print(k("describe", "hsp", "-n", namespace, NAME), flush=True)
         print(surface(hsp, held), flush=True)
-        plot(samples, plot_path, f"StateJob on real Flink 1.20: {last_step} reconfigurations")
+        plot(samples, plot_path,
+             f"StateJob on real Flink {flink}: {last_step} reconfigurations")
         print(f"convergence plot: {plot_path}", flush=True)
     finally:
         controller.stop()
@@ -144,13 +154,18 @@ def run(seconds: float, plot_path: Path, keep: bool) -> None:
 
 
 def main(
+    flink: Annotated[str, typer.Option(help="the Flink to run: 1.20 (RocksDB) or 2.2 (ForSt)")]
+        = realflink.DEFAULT_FLINK,
+    build: Annotated[bool, typer.Option(help="build the job and flink-plugin first")] = False,
     seconds: Annotated[float, typer.Option(help="stop after this long at the latest")] = 900,
     plot_path: Annotated[Path, typer.Option("--plot", help="PNG to write")]
         = Path("out/demo-real.png"),
     keep: Annotated[bool, typer.Option(help="leave the stack and namespace running")] = False,
 ) -> None:
     """Run the demo on real Flink: deploy StateJob and its policy, watch the controller."""
-    run(seconds, plot_path, keep)
+    if flink not in realflink.BUILDS:
+        raise typer.BadParameter(f"one of {', '.join(realflink.BUILDS)}", param_hint="--flink")
+    run(flink, seconds, plot_path, keep, build)
 
 
 if __name__ == "__main__":

@@ -37,7 +37,6 @@ pytestmark = [pytest.mark.e2e, pytest.mark.realflink]
 GROUP, VERSION, PLURAL = "hybridscaler.dev", "v1alpha1", "hybridscalingpolicies"
 OPERATOR = "flink_taskmanager_job_task_operator_"
 COUNTER_VERTEX = "0da08f51eaa85fc298e176a139b3649a"  # Murmur3-128 of uid "counter"
-FORST_START_MB = 256  # the ForSt test's counter starts over-provisioned (its docstring)
 
 
 def _hsp(cluster: Cluster, namespace: str, name: str) -> dict[str, Any]:
@@ -329,16 +328,9 @@ def test_the_controller_converges_a_real_forst_job_on_flink_2(
     block cache, steps, prices each step as a ForSt one, and the job keeps its rate with no
     state lost.
 
-    The job starts over-provisioned (256 MB for the counter) and the loop converges down to
-    what it needs, on a smaller TaskManager. The RocksDB test's premise,
-    a job short of memory at 32 MB, does not hold on ForSt at this scale: asynchronous
-    state overlaps its reads, and with the "remote" store on local disk the counter kept
-    3,000 and 12,000 records/s at 32 MB with its task thread 12 % busy, so nothing was
-    decided in 15 minutes (measured on this 2-core machine)."""
-    deployment = realflink.state_job_deployment(namespace, "state", managed_mb=FORST_START_MB)
-    deployment["spec"]["flinkConfiguration"].update({
-        realflink.FLINK_KEY: "2.2", "state.backend.type": "forst",
-        realflink.JOB_CLASS_KEY: "dev.hybridscaler.job.AsyncStateJob"})
+    The job starts over-provisioned (256 MB for the counter; realflink.forst_state_job says
+    why) and the loop converges down to what it needs, on a smaller TaskManager."""
+    deployment, policy = realflink.forst_state_job(namespace, "state")
     job, verifier = _start_job(cluster, prometheus, namespace, deployment)
     # Flink 2.2's REST API, and ForSt's own cache metrics in the scrape.
     assert real_flink.rest(namespace, "state", "config")["flink-version"] == "2.2.0"
@@ -346,13 +338,6 @@ def test_the_controller_converges_a_real_forst_job_on_flink_2(
     wait_until(lambda: prometheus.query(
         f'{{__name__=~".*block_cache_capacity",{selector}}}'), 120, "ForSt's cache metrics")
 
-    policy = realflink.state_job_policy(namespace, "state", "state")
-    # TaskManagers sized to their slots (the default): the memory the counter gives back
-    # comes back as a smaller pod, so the step pays. (A menu shape keeps Flink's managed
-    # fraction, 0.4 of its Flink memory whatever its slots use: no shape there holds the
-    # slots' heap with less managed memory than the counter has now.)
-    del policy["spec"]["taskManager"]["shapes"]
-    policy["spec"]["cpu"]["scaleDownDelay"] = "60s"
     missing: dict[str, Any] = {}
     converged = _converged(cluster, prometheus, namespace, verifier, missing,
                            ("ScaledIn", "MemoryRolledBack", "MemoryStripped"))
@@ -369,7 +354,7 @@ def test_the_controller_converges_a_real_forst_job_on_flink_2(
     assert any(v.get("cacheHitRate") is not None for v in counter), history
     # The counter ends with less memory than it started with, and the pods cost less.
     final = next(v for v in (status.get("operators") or []) if v["vertexId"] == COUNTER_VERTEX)
-    assert final["managedMib"] < FORST_START_MB, final
+    assert final["managedMib"] < realflink.FORST_START_MB, final
     pods = status["placement"]
     assert pods["pods"]["price"] < pods["podsBefore"]["price"], pods
     # Each step was a real upgrade priced as a ForSt one (policies/restart_cost.py).

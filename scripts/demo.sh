@@ -6,11 +6,10 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/bootstrap.sh all
 if [ "${1:-}" = --real ]; then
-  # Real Flink (make demo FLINK=real): the job module and its classpath, then the demo.
+  # Real Flink (make demo FLINK=real [FLINK_VERSION=2.2]): flink-plugin and the job
+  # module built for that Flink (e2e/realflink.py, build_job), then the demo.
   shift
-  mvn -B -q -f flink-plugin/pom.xml install -DskipTests
-  mvn -B -q -f flink-job/pom.xml package -DskipTests
-  exec .venv/bin/python -m e2e.demo_real "$@"
+  exec .venv/bin/python -m e2e.demo_real --build "$@"
 fi
 if [ "${1:-}" = --kind ]; then
   # make demo KIND=1: the controller's image in real pods on a kind cluster built
