@@ -1,10 +1,12 @@
-"""The twin against real Flink (issue 15.7): the same policy steers the repository's StateJob
-on real Flink 1.20 (the e2e stack's real mode, as `make demo FLINK=real`) and its twin
-model (`simulator/jobs/statejob.yaml`, through the controller's own passes as
-`hybrid-scaler simulate` runs them). Prints steps, final configuration, rate and each
-step's downtime side by side, and writes them to JSON.
+"""The twin against real Flink (issues 15.7 and 24): the same policy steers the
+repository's StateJob on real Flink (the e2e stack's real mode, as `make demo FLINK=real`)
+and its twin model (through the controller's own passes as `hybrid-scaler simulate` runs
+them): on Flink 1.20 with RocksDB (`simulator/jobs/statejob.yaml`), or with `--flink 2.2`
+on Flink 2.2 with ForSt and asynchronous state (`statejob-forst.yaml`;
+realflink.state_job). Prints steps, final configuration, rate and each step's downtime
+side by side, and writes them to JSON.
 
-    python -m bench.twin_vs_real [--seconds 900] [--out bench/results/twin-vs-real.json]
+    python -m bench.twin_vs_real [--flink 2.2] [--seconds 900] [--out FILE.json]
     python -m bench.twin_vs_real --twin-only [--model FILE.yaml]  # seconds, no Flink
     python -m bench.twin_vs_real --real-from bench/results/twin-vs-real.json  # the twin
         # again (say, recalibrated) beside the real run recorded there
@@ -16,6 +18,7 @@ run it alone. Numbers are printed, never asserted.
 from __future__ import annotations
 
 import json
+import math
 import os
 import signal
 import sys
@@ -32,14 +35,21 @@ from controller.adapters.twin import twin_ports
 from controller.api import Status, parse_policy
 from controller.loop import reconcile
 from e2e import realflink
+from policies.model import VertexConfig
 from simulator.model import JobModel, load_model
 from simulator.serve import JOB_MODEL_KEY
 from simulator.twin import Twin
 
 NAME = "state"
-REAL = "real Flink 1.20.5"
+# Per Flink: the real column's name, the twin's model and where the runs are written.
+REAL = {"1.20": "real Flink 1.20.5", "2.2": "real Flink 2.2.0, ForSt"}
+MODEL = {"1.20": "statejob", "2.2": "statejob-forst"}
+OUT = {"1.20": Path("bench/results/twin-vs-real.json"),
+       "2.2": Path("bench/results/twin-vs-real-forst.json")}
 COUNTER = "0da08f51eaa85fc298e176a139b3649a"  # Murmur3-128 of uid "counter"
 BASE_MIB = 32.0  # the policy's memory.baseManagedMemory: level 0
+# The counter before the first step where a recorded run does not say (the 1.20 job's).
+START = {"counterParallelism": 1, "counterManagedMib": BASE_MIB}
 TICK_S = 5.0
 
 
@@ -72,18 +82,23 @@ def _final(parallelism: int, level: int | None, rate: float) -> dict[str, Any]:
 
 # ---- the twin ---------------------------------------------------------------------------
 
-def run_twin(model: JobModel, seconds: float, seed: int = 0) -> dict[str, Any]:
+def run_twin(model: JobModel, seconds: float, flink: str = realflink.DEFAULT_FLINK,
+             seed: int = 0) -> dict[str, Any]:
     """The controller's passes on a twin of `model`, with the real run's policy and
-    deployment (managed memory written per operator, fineGrained, Active)."""
-    deployment = realflink.state_job_deployment("twin", NAME)
+    deployment (managed memory written per operator, fineGrained, Active), the counter
+    starting at the deployment's managed memory."""
+    deployment, policy_object = realflink.state_job("twin", NAME, flink)
     conf = deployment["spec"]["flinkConfiguration"]
     conf.pop(realflink.ENGINE_KEY)
     conf[JOB_MODEL_KEY] = model.name
     deployment["metadata"]["generation"] = 1
     deployment["status"] = {"lifecycleState": "STABLE", "jobStatus": {"state": "RUNNING"}}
-    twin = Twin(model, seed=seed, base_managed_mib=BASE_MIB)
+    start_mib = json.loads(conf[realflink.OPERATOR_RESOURCES_KEY])["counter"]["managedMemoryMb"]
+    start_level = round(math.log2(start_mib / BASE_MIB))
+    twin = Twin(model, seed=seed, base_managed_mib=BASE_MIB,
+                configuration={COUNTER: VertexConfig(1, start_level)})
     ports, deployments, _ = twin_ports(twin, deployment, base_managed_mib=BASE_MIB)
-    policy = parse_policy(realflink.state_job_policy("twin", NAME, NAME))
+    policy = parse_policy(policy_object)
     status, t0 = Status(), twin.time
     while twin.time - t0 < seconds:
         twin.advance(TICK_S)
@@ -93,8 +108,11 @@ def run_twin(model: JobModel, seconds: float, seed: int = 0) -> dict[str, Any]:
     for step, downtime in zip(steps, deployments.downtimes, strict=False):
         step["twinDowntimeS"] = round(downtime, 1)
     config = twin.configuration[COUNTER]
-    return {"steps": steps, "final": _final(config.parallelism, config.memory_level,
-                                            twin.achieved_rate(60.0)),
+    counter: dict[str, Any] = next(
+        (o for o in raw.get("operators") or [] if o["vertexId"] == COUNTER), {})
+    return {"steps": steps, "start": _final(1, start_level, 0.0),
+            "final": _final(config.parallelism, config.memory_level, twin.achieved_rate(60.0)),
+            "measured": _measured([], counter),
             "capacityAtLevel": {str(level): round(Twin(
                 model, base_managed_mib=BASE_MIB,
                 configuration={COUNTER: config.__class__(1, level)}).cost(COUNTER).capacity)
@@ -103,11 +121,11 @@ def run_twin(model: JobModel, seconds: float, seed: int = 0) -> dict[str, Any]:
 
 # ---- real Flink -------------------------------------------------------------------------
 
-def run_real(seconds: float) -> dict[str, Any]:
+def run_real(seconds: float, flink: str = realflink.DEFAULT_FLINK) -> dict[str, Any]:
     from e2e import stack
     from e2e.demo import ControllerProcess
 
-    realflink.job_build()
+    realflink.job_build(flink)
     info, started = stack.up(echo=lambda line: print(line, flush=True))
 
     def k(*args: str, stdin: str | None = None) -> str:
@@ -120,6 +138,7 @@ def run_real(seconds: float) -> dict[str, Any]:
 
     rest_url = json.loads((Path(info.run_dir) / realflink.STATE_FILE).read_text())["restUrl"]
     namespace = f"twinreal-{uuid.uuid4().hex[:6]}"
+    deployment, policy = realflink.state_job(namespace, NAME, flink)
     k("create", "namespace", namespace)
     controller = None
     selector = f'namespace="{namespace}",flinkdeployment="{NAME}"'
@@ -127,8 +146,7 @@ def run_real(seconds: float) -> dict[str, Any]:
                   f'{{{selector},operator_name="counter"}}[60s]))')
     samples: list[dict[str, Any]] = []
     try:
-        k("apply", "-f", "-", stdin=yaml.safe_dump(
-            realflink.state_job_deployment(namespace, NAME)))
+        k("apply", "-f", "-", stdin=yaml.safe_dump(deployment))
         deadline = time.monotonic() + 600
         while time.monotonic() < deadline:
             obj = yaml.safe_load(k("get", "flinkdeployment", "-n", namespace, NAME, "-o",
@@ -140,8 +158,7 @@ def run_real(seconds: float) -> dict[str, Any]:
             raise TimeoutError("the real job did not start in 10 min")
         # As the e2e test does: the cliff shows once every key was read back.
         time.sleep(90)
-        k("apply", "-f", "-", stdin=yaml.safe_dump(
-            realflink.state_job_policy(namespace, NAME, NAME)))
+        k("apply", "-f", "-", stdin=yaml.safe_dump(policy))
         log = Path(info.log_dir) / f"controller-{namespace}.log"
         controller = ControllerProcess(info.controller_kubeconfig, info.prometheus_url,
                                        stack.proxy_env(rest_url), log,
@@ -155,9 +172,7 @@ def run_real(seconds: float) -> dict[str, Any]:
             samples.append({"t": round(time.monotonic() - t0), "rate": round(rate, 1),
                             "step": status.get("step", 0)})
             print(json.dumps(samples[-1]), flush=True)
-            scaling: dict[str, Any] = next(
-                (c for c in status.get("conditions") or [] if c["type"] == "Scaling"), {})
-            settled = rate >= 0.95 * target and scaling.get("reason") in ("Steady", "Stable")
+            settled = rate >= 0.95 * target and realflink.settled(status)
             steady_since = (steady_since or time.monotonic()) if settled else None
             if steady_since is not None and time.monotonic() - steady_since > 90:
                 break
@@ -168,7 +183,10 @@ def run_real(seconds: float) -> dict[str, Any]:
         status = hsp.get("status") or {}
         counter: dict[str, Any] = next(
             (o for o in status.get("operators") or [] if o["vertexId"] == COUNTER), {})
+        start = json.loads(deployment["spec"]["flinkConfiguration"][
+            realflink.OPERATOR_RESOURCES_KEY])["counter"]["managedMemoryMb"]
         return {"steps": _history_steps(status), "measured": _measured(samples, counter),
+                "start": {"counterParallelism": 1, "counterManagedMib": start},
                 "final": _final(int(counter.get("parallelism", 1)), counter.get("memoryLevel"),
                                 prom(rate_query) or 0.0),
                 "operators": status.get("operators"), "samples": samples,
@@ -197,14 +215,21 @@ def _measured(samples: list[dict[str, Any]], counter: dict[str, Any]) -> dict[st
 
 # ---- the table ----------------------------------------------------------------------------
 
-def _describe_steps(steps: list[dict[str, Any]]) -> str:
+def _describe_steps(steps: list[dict[str, Any]], start: dict[str, Any]) -> str:
+    """Each step's change to the counter, against the configuration before it."""
     parts = []
+    parallelism, mib = start["counterParallelism"], start["counterManagedMib"]
     for s in steps:
         c = s["counter"]
-        what = "scale-up" if c.get("scaledUp") else "scale-out"
         level = c.get("memoryLevel")
-        mib = "⊥" if level is None else f"{BASE_MIB * 2**level:g}"
-        parts.append(f"{s['step']}: {what} → p{c.get('parallelism')}, {mib} MiB")
+        after = None if level is None else BASE_MIB * 2**level
+        what = [word for changed, word in (
+            ((after or 0) > (mib or 0), "scale-up"), ((after or 0) < (mib or 0), "memory down"),
+            (c.get("parallelism", parallelism) > parallelism, "scale-out"),
+            (c.get("parallelism", parallelism) < parallelism, "scale-in")) if changed]
+        parts.append(f"{s['step']}: {' + '.join(what) or 'no change'} → p{c.get('parallelism')}, "
+                     f"{'⊥' if after is None else f'{after:g}'} MiB")
+        parallelism, mib = c.get("parallelism", parallelism), after
     return "; ".join(parts) or "none"
 
 
@@ -216,7 +241,7 @@ def table(runs: dict[str, dict[str, Any]]) -> str:
         lines.append(f"| {label} | " + " | ".join(str(cell(runs[n])) for n in names) + " |")
 
     row("steps", lambda r: len(r["steps"]))
-    row("the steps (counter)", lambda r: _describe_steps(r["steps"]))
+    row("the steps (counter)", lambda r: _describe_steps(r["steps"], r.get("start", START)))
     row("counter cache hit rate before each step", lambda r: ", ".join(
         f"{s['counter']['cacheHitRateBefore']:.2f}" for s in r["steps"]
         if s["counter"].get("cacheHitRateBefore") is not None) or "-")
@@ -227,6 +252,9 @@ def table(runs: dict[str, dict[str, Any]]) -> str:
         str(s.get("expectedDowntimeS")) for s in r["steps"]) or "-")
     row("downtime per step (s): twin's / observed by the controller", lambda r: ", ".join(
         str(s.get("twinDowntimeS", s.get("observedDowntimeS"))) for s in r["steps"]) or "-")
+    row("counter's true processing rate as the controller read it, at the end (records/s)",
+        lambda r: ", ".join(f"{k} {v:,.0f}" for k, v in r.get("measured", {}).items()
+                            if k.endswith("true processing rate")) or "-")
     row("counter capacity at 32 / 64 / 128 / 256 MiB (records/s)", lambda r: " / ".join(
         f"{c:,}" for c in r["capacityAtLevel"].values()) if "capacityAtLevel" in r else
         "measured: " + ", ".join(f"{k} {v:,.0f}" for k, v in r.get("measured", {}).items()))
@@ -234,25 +262,31 @@ def table(runs: dict[str, dict[str, Any]]) -> str:
 
 
 def main(
+    flink: Annotated[str, typer.Option(help="1.20 (RocksDB) or 2.2 (ForSt)")]
+        = realflink.DEFAULT_FLINK,
     seconds: Annotated[float, typer.Option(help="longest closed-loop run, each side")] = 900,
     twin_only: Annotated[bool, typer.Option(help="run the twin side only")] = False,
-    model: Annotated[str, typer.Option(help="the twin's job model")] = "statejob",
-    out: Annotated[Path, typer.Option(help="JSON to write (real runs only)")]
-        = Path("bench/results/twin-vs-real.json"),
+    model: Annotated[str | None, typer.Option(
+        help="the twin's job model (default: statejob, or statejob-forst on 2.2)")] = None,
+    out: Annotated[Path | None, typer.Option(
+        help="JSON to write, real runs only (default: bench/results/twin-vs-real.json, or "
+             "twin-vs-real-forst.json on 2.2)")] = None,
     real_from: Annotated[Path | None, typer.Option(
         help="keep the runs recorded in this JSON; run only the twin (as `--label`)")] = None,
     label: Annotated[str, typer.Option(help="the twin run's column")] = "twin",
 ) -> None:
     """Run the StateJob's closed loop on the twin (and real Flink) and compare."""
+    if flink not in REAL:
+        raise typer.BadParameter(f"one of {', '.join(REAL)}", param_hint="--flink")
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))  # the `finally` stops the JVMs
-    job = load_model(model)
+    job, real, out = load_model(model or MODEL[flink]), REAL[flink], out or OUT[flink]
     runs: dict[str, dict[str, Any]] = (
         json.loads(real_from.read_text()) if real_from is not None else {})
-    runs[label] = run_twin(job, seconds)
+    runs[label] = run_twin(job, seconds, flink)
     if not twin_only and real_from is None:
-        runs[REAL] = run_real(seconds)
-    runs = {**{k: v for k, v in runs.items() if k != REAL}, **(
-        {REAL: runs[REAL]} if REAL in runs else {})}
+        runs[real] = run_real(seconds, flink)
+    runs = {**{k: v for k, v in runs.items() if k != real}, **(
+        {real: runs[real]} if real in runs else {})}
     print(table(runs))
     if not twin_only:
         out.parent.mkdir(parents=True, exist_ok=True)

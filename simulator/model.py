@@ -23,7 +23,7 @@ from policies.model import Edge, JobGraph, ShipStrategy, Vertex
 from policies.restart_cost import Enactment, Engine, RestartCost
 
 BUILTIN_JOBS = ("q1", "q2", "q3", "q5", "q8", "q11", "read", "write", "update", "read-cliff",
-                "statejob", "q11-forst", "read-forst")
+                "statejob", "q11-forst", "read-forst", "statejob-forst")
 
 
 class Strict(BaseModel):

@@ -1,0 +1,65 @@
+"""bench/twin_vs_real.py without real Flink: the twin side of each Flink's comparison, the
+step labels, the command line, and the StateJobs and convergence rule it shares with the
+real-Flink demo (e2e/realflink.py)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import typer
+from typer.testing import CliRunner
+
+from bench import twin_vs_real
+from e2e import realflink
+from simulator.model import load_model
+
+
+def test_each_flink_has_its_state_job_and_an_unknown_one_is_refused():
+    rocksdb, _ = realflink.state_job("ns", "state")
+    forst, policy = realflink.state_job("ns", "state", "2.2")
+    assert realflink.FLINK_KEY not in rocksdb["spec"]["flinkConfiguration"]
+    conf = forst["spec"]["flinkConfiguration"]
+    assert conf["state.backend.type"] == "forst" and conf[realflink.FLINK_KEY] == "2.2"
+    counter = json.loads(conf[realflink.OPERATOR_RESOURCES_KEY])["counter"]
+    assert counter["managedMemoryMb"] == realflink.FORST_START_MB
+    # Pods sized to their slots, so memory given back is a smaller pod.
+    assert "shapes" not in policy["spec"]["taskManager"]
+    with pytest.raises(ValueError, match=r"one of 1\.20, 2\.2"):
+        realflink.state_job("ns", "state", "3.0")
+
+
+@pytest.mark.parametrize(("status", "settled"), [
+    ({"conditions": [{"type": "Scaling", "reason": "Steady"}]}, True),
+    # A scale-down waiting out cpu.scaleDownDelay is not converged, though nothing changed.
+    ({"conditions": [{"type": "Scaling", "reason": "Steady"}],
+      "scaleDownWantedSince": [{"vertexId": "v", "since": 1.0}]}, False),
+    ({"conditions": [{"type": "Scaling", "reason": "Stabilizing"}]}, False),
+    ({}, False),
+])
+def test_a_run_is_settled_when_nothing_is_in_flight(status, settled):
+    assert realflink.settled(status) is settled
+
+
+def test_steps_are_named_by_what_they_changed():
+    steps = [{"step": 1, "counter": {"parallelism": 1, "memoryLevel": 0}},
+             {"step": 2, "counter": {"parallelism": 2, "memoryLevel": 2}}]
+    start = {"counterParallelism": 1, "counterManagedMib": 256.0}
+    assert twin_vs_real._describe_steps(steps, start) == (
+        "1: memory down → p1, 32 MiB; 2: scale-up + scale-out → p2, 128 MiB")
+
+
+def test_the_forst_twin_starts_where_the_real_job_does_and_prices_steps_as_forst():
+    run = twin_vs_real.run_twin(load_model("statejob-forst"), 600, "2.2")
+    assert run["start"]["counterManagedMib"] == realflink.FORST_START_MB
+    assert run["steps"], run  # over-provisioned at 256 MB: the loop gives memory back
+    assert run["final"]["counterManagedMib"] < realflink.FORST_START_MB
+    # Each step's expected downtime is what the twin charged (one cost model, two users).
+    assert all(s["expectedDowntimeS"] == s["twinDowntimeS"] for s in run["steps"]), run["steps"]
+
+
+def test_the_command_line_refuses_an_unknown_flink_before_anything_runs():
+    app = typer.Typer()
+    app.command()(twin_vs_real.main)
+    refused = CliRunner().invoke(app, ["--flink", "1.19", "--twin-only"])
+    assert refused.exit_code == 2 and "one of 1.20, 2.2" in refused.output, refused.output
