@@ -54,6 +54,8 @@ from typing import Any
 
 import requests
 
+from controller.realize import configured_engine
+from policies.restart_cost import Engine
 from simulator.serve import ConfigError, operator_resources, parse_memory_mib
 
 log = logging.getLogger("realflink")
@@ -121,8 +123,9 @@ FORST_DEFAULTS: dict[str, str] = {
 
 
 def forst_settings(config: Mapping[str, str], directory: Path) -> dict[str, str]:
-    """What a cluster on ForSt adds to `config` (nothing on another backend)."""
-    if str(config.get("state.backend.type", "")).strip().lower() != "forst":
+    """What a cluster on ForSt, Flink's or flink-plugin's resizable one, adds to `config`
+    (nothing on another backend)."""
+    if configured_engine(config) is not Engine.FORST:
         return {}
     return {**FORST_DEFAULTS,
             "state.backend.forst.primary-dir": f"file://{directory / 'forst-primary'}",

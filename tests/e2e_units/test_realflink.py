@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from controller.realize import RESIZABLE_FORST_BACKEND
 from e2e import realflink
 from simulator.serve import ConfigError
 
@@ -121,6 +122,10 @@ def test_a_forst_cluster_gets_its_metric_switches_and_a_primary_directory(
     assert added["state.backend.forst.primary-dir"] == f"file://{tmp_path / 'forst-primary'}"
     assert added["state.backend.forst.metrics.block-cache-hit"] == "true"
     assert added["state.backend.forst.metrics.block-cache-capacity"] == "true"
+    # flink-plugin's resizable ForSt backend is ForSt too.
+    resizable = realflink.forst_settings({"state.backend.type": RESIZABLE_FORST_BACKEND},
+                                         tmp_path)
+    assert resizable == added
     # What the deployment says about ForSt wins over the defaults.
     own = realflink.forst_settings({"state.backend.type": "forst",
                                     "state.backend.forst.primary-dir": "s3://b/p",
