@@ -19,6 +19,6 @@ for p in java.util java.lang java.net java.io java.nio sun.nio.ch java.lang.refl
          java.util.concurrent java.util.concurrent.atomic java.util.concurrent.locks; do
   opens+=("--add-opens=java.base/$p=ALL-UNNAMED")
 done
-exec nice java -Xmx2g "${opens[@]}" \
+exec java -Xmx2g "${opens[@]}" \
   -cp "flink-plugin/target-flink2/classes:flink-plugin/target-flink2/test-classes:$(cat "$cp")" \
   dev.hybridscaler.flink.ForStFig4 "$@"
