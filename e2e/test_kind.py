@@ -241,9 +241,17 @@ def test_in_place_resize_reaches_the_containers_cgroup(kube: Kube) -> None:
          json.dumps({"spec": {"containers": [{"name": "c", "resources": resources("256Mi")}]}}))
     wait_until(lambda: cgroup_limit() == 256 * 2**20, 120,
                "the container's cgroup memory limit at 256 MiB", interval_s=2)
-    after = kube.json("get", "pod", "resize-probe", "-n", APP_NS)["status"]["containerStatuses"][0]
+
+    def reported() -> dict[str, Any] | None:
+        status = kube.json("get", "pod", "resize-probe", "-n", APP_NS)["status"]
+        container: dict[str, Any] = status["containerStatuses"][0]
+        limits = (container.get("resources") or {}).get("limits") or {}
+        return container if limits.get("memory") == "256Mi" else None
+
+    # The kubelet writes the cgroup first and the pod's status at its next sync.
+    after = wait_until(reported, 120, "the pod's status reporting the 256 MiB limit",
+                       interval_s=2)
     assert after["containerID"] == before["containerID"] and after["restartCount"] == 0
-    assert after["resources"]["limits"]["memory"] == "256Mi"
     kube("delete", "pod", "resize-probe", "-n", APP_NS, "--wait=false")
 
 
