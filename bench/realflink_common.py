@@ -35,6 +35,11 @@ JobModule = Annotated[Path | None, typer.Option(
 Flink = Annotated[str, typer.Option(
     help="the Flink to run: the job module's 1.20 build (target/) or its 2.2 build "
          "(-P flink-2, target-flink2/)")]
+StateBackend = Annotated[str, typer.Option(
+    help="rocksdb, or forst (Flink 2.x; a local directory as the remote store)")]
+JobClass = Annotated[str, typer.Option(
+    help="the job's main class; dev.hybridscaler.job.AsyncStateJob: asynchronous state "
+         "(Flink 2.x), which ForSt keeps in the remote directory")]
 
 
 def start(prefix: str, job_module: Path | None = None, flink: str = realflink.DEFAULT_FLINK

@@ -25,11 +25,13 @@ import typer
 
 from bench.realflink_common import (
     Flink,
+    JobClass,
     JobModule,
     Keys,
     ManagedMb,
     Out,
     Rate,
+    StateBackend,
     catch_up,
     operator_sum,
     start,
@@ -48,12 +50,8 @@ def main(
     out: Out = Path("bench/results/realflink-steps.json"),
     job_module: JobModule = None,
     flink: Flink = realflink.DEFAULT_FLINK,
-    state_backend: Annotated[str, typer.Option(
-        help="rocksdb, or forst (Flink 2.x; a local directory as the remote store)")] = "rocksdb",
-    job_class: Annotated[str, typer.Option(
-        help="the job's main class; dev.hybridscaler.job.AsyncStateJob: asynchronous state "
-             "(Flink 2.x), which ForSt keeps in the remote directory"),
-    ] = realflink.DEFAULT_JOB_CLASS,
+    state_backend: StateBackend = "rocksdb",
+    job_class: JobClass = realflink.DEFAULT_JOB_CLASS,
 ) -> None:
     """Measure the three ways a step can be enacted on real Flink."""
     engine, flink = start("realflink-steps-", job_module, flink)

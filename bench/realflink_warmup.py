@@ -5,6 +5,10 @@ e2e/realflink.py (local JobManager/TaskManager JVMs, no Kubernetes needed).
 
     python -m bench.realflink_warmup [--keys 100000] [--rate 40000] [--managed-mb 128]
         [--restores 3] [--out FILE.json]
+        [--flink 2.2 --state-backend forst --job-class dev.hybridscaler.job.AsyncStateJob]
+        (ForSt reports its block cache under RocksDB's metric names)
+
+With `--restores 0` it measures the warm capacity only.
 
 The source offers more than the counter can take (a backlog of `max-lag-s` seconds builds),
 so the counter runs saturated and its input rate is its capacity at the cache it has at
@@ -27,10 +31,13 @@ from typing import Annotated, Any
 import typer
 
 from bench.realflink_common import (
+    Flink,
+    JobClass,
     Keys,
     ManagedMb,
     Out,
     Rate,
+    StateBackend,
     counter_samples,
     start,
     state_job,
@@ -108,13 +115,17 @@ def main(
     every: Annotated[float, typer.Option(help="sampling interval, seconds")] = 2.0,
     restores: Annotated[int, typer.Option(help="savepoint restores measured")] = 3,
     out: Out = Path("bench/results/realflink-warmup.json"),
+    flink: Flink = realflink.DEFAULT_FLINK,
+    state_backend: StateBackend = "rocksdb",
+    job_class: JobClass = realflink.DEFAULT_JOB_CLASS,
 ) -> None:
     """Measure the block cache's warm-up after restores on real Flink (the source offers
     more than the counter takes)."""
-    engine, flink = start("realflink-warmup-")
+    engine, flink = start("realflink-warmup-", None, flink)
     key = ("bench", "warmup")
-    conf, task_manager = state_job(key, managed_mb=managed_mb, keys=keys, rate=rate,
-                                   extra={"hybridscaler.job.max-lag-s": "20"})
+    conf, task_manager = state_job(key, managed_mb=managed_mb, keys=keys, rate=rate, extra={
+        "hybridscaler.job.max-lag-s": "20", "state.backend.type": state_backend,
+        realflink.JOB_CLASS_KEY: job_class})
     doc: dict[str, Any] = {}
     try:
         engine.add_job(*key, conf, task_manager)
@@ -134,12 +145,13 @@ def main(
         doc = {
             "description": (
                 f"block-cache warm-up of StateJob's counter after savepoint restores on real "
-                f"Flink {flink} (local JVMs, 2 shared cores, RocksDB with managed memory); "
+                f"Flink {flink} (local JVMs, 2 shared cores, {state_backend} with managed "
+                f"memory, {job_class.rsplit('.', 1)[-1]}); "
                 f"t: seconds since every task was RUNNING again; the source offers more than "
                 f"the counter takes, so recordsPerS is its capacity at that moment"),
             "command": "python -m bench.realflink_warmup " + " ".join(sys.argv[1:]),
-            "flink": flink, "keys": keys, "valueBytes": 1000, "rate": rate,
-            "managedMb": managed_mb, "everyS": every, "cores": os.cpu_count(),
+            "flink": flink, "stateBackend": state_backend, "keys": keys, "valueBytes": 1000,
+            "rate": rate, "managedMb": managed_mb, "everyS": every, "cores": os.cpu_count(),
             "loadAverage": os.getloadavg(), "warm": reference, "restores": runs,
         }
     finally:

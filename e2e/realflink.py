@@ -67,7 +67,7 @@ JOB_CLASS_KEY = "hybridscaler.standin.job-class"
 # 2.x flinkVersion to say it with.
 FLINK_KEY = "hybridscaler.standin.flink"
 BUILDS = {"1.20": ("target", ()), "2.2": ("target-flink2", ("-P", "flink-2"))}
-DEFAULT_FLINK = "1.20"  # a deployment without FLINK_KEY runs this
+DEFAULT_FLINK = "1.20"  # without FLINK_KEY (the real-Flink benches' --flink sets it)
 OPERATOR_RESOURCES_KEY = "hybridscaler.operator-resources"
 OVERRIDES_KEY = "pipeline.jobvertex-parallelism-overrides"
 SAVEPOINT_FORMAT_KEY = "kubernetes.operator.savepoint.format.type"
@@ -834,10 +834,11 @@ def forst_state_job(namespace: str, name: str) -> tuple[dict[str, Any], dict[str
     return deployment, policy
 
 
-def state_job(namespace: str, name: str, flink: str = DEFAULT_FLINK
+def state_job(namespace: str, name: str, flink: str | None = None
               ) -> tuple[dict[str, Any], dict[str, Any]]:
     """The StateJob's FlinkDeployment and policy for `flink`: RocksDB on 1.20, short of
     memory; ForSt on 2.2, over-provisioned (the demo and bench/twin_vs_real.py run these)."""
+    flink = flink or DEFAULT_FLINK
     if flink not in BUILDS:
         raise ValueError(f"no StateJob for Flink {flink!r}: one of {', '.join(BUILDS)}")
     if flink == "2.2":
