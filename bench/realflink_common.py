@@ -103,9 +103,12 @@ def operator_total(samples: list[Sample], metric: str) -> float | None:
 
 def of_counter(samples: list[Sample]) -> list[tuple[str, float]]:
     """(metric name, value) of the counter's series: its operator metrics and the task
-    metrics of the chain it heads."""
+    metrics of the chain it heads. Not the operator metrics of what is chained behind it:
+    the chained sink's numRecordsIn equals the counter's and would count every record
+    twice."""
     return [(name, value) for name, labels, value in samples
-            if f'operator_name="{COUNTER}"' in labels or f'task_name="{COUNTER}' in labels]
+            if f'operator_name="{COUNTER}"' in labels
+            or (f'task_name="{COUNTER}' in labels and "operator_name=" not in labels)]
 
 
 def operator_sum(deployment: realflink.Deployment, metric: str) -> float | None:

@@ -22,6 +22,7 @@ TEXT = "\n".join([
     f'{OP}pendingRecords{{operator_name="Source: keys",task_name="Source: keys",'
     'subtask_index="1",} 300.0',
     f'{OP}countMismatches{{operator_name="counter",{CHAIN},subtask_index="0",}} 0.0',
+    f'{OP}numRecordsIn{{operator_name="counter",{CHAIN},subtask_index="0",}} 7.0',
     f'{OP}numRecordsIn{{operator_name="Sink: sink",{CHAIN},subtask_index="0",}} 7.0',
     f'flink_taskmanager_job_task_busyTimeMsPerSecond{{{CHAIN},subtask_index="0",}} 812.5',
     'flink_taskmanager_Status_JVM_CPU_Load{host="localhost",} NaN',
@@ -31,7 +32,7 @@ TEXT = "\n".join([
 
 def test_parse_reads_every_labelled_series_and_skips_the_rest():
     samples = parse(TEXT)
-    assert len(samples) == 6
+    assert len(samples) == 7
     name, labels, value = samples[0]
     assert name == "flink_taskmanager_job_task_operator_pendingRecords"
     assert 'subtask_index="0"' in labels and value == 1200.0
@@ -45,6 +46,8 @@ def test_an_operator_metric_sums_over_subtasks_and_is_none_when_unreported():
 
 
 def test_the_counter_is_its_operator_and_the_chain_it_heads():
+    # The sink chained behind the counter is not the counter: its numRecordsIn, the
+    # counter's output, would count each record twice.
     assert of_counter(parse(TEXT)) == [
         ("flink_taskmanager_job_task_operator_countMismatches", 0.0),
         ("flink_taskmanager_job_task_operator_numRecordsIn", 7.0),
