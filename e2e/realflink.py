@@ -848,7 +848,10 @@ def state_job(namespace: str, name: str, flink: str | None = None
 
 def settled(status: Mapping[str, Any]) -> bool:
     """Nothing in flight in a policy's status (camelCase): the last decision changed
-    nothing and no scale-down is waiting out cpu.scaleDownDelay."""
+    nothing and no scale-down is waiting out cpu.scaleDownDelay (DS2 and Justin keep the
+    wait in scaleDownWantedSince, the capacity policy per vertex in learned[].surplusSince)."""
     scaling: Mapping[str, Any] = next(
         (c for c in status.get("conditions") or [] if c.get("type") == "Scaling"), {})
-    return scaling.get("reason") == "Steady" and not status.get("scaleDownWantedSince")
+    waiting = status.get("scaleDownWantedSince") or any(
+        v.get("surplusSince") is not None for v in status.get("learned") or [])
+    return scaling.get("reason") == "Steady" and not waiting

@@ -34,6 +34,10 @@ def test_each_flink_has_its_state_job_and_an_unknown_one_is_refused():
     # A scale-down waiting out cpu.scaleDownDelay is not converged, though nothing changed.
     ({"conditions": [{"type": "Scaling", "reason": "Steady"}],
       "scaleDownWantedSince": [{"vertexId": "v", "since": 1.0}]}, False),
+    ({"conditions": [{"type": "Scaling", "reason": "Steady"}],
+      "learned": [{"vertexId": "v", "surplusSince": 1.0}]}, False),
+    ({"conditions": [{"type": "Scaling", "reason": "Steady"}],
+      "learned": [{"vertexId": "v", "points": []}]}, True),
     ({"conditions": [{"type": "Scaling", "reason": "Stabilizing"}]}, False),
     ({}, False),
 ])
