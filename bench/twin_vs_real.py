@@ -74,6 +74,14 @@ def _history_steps(status: dict[str, Any]) -> list[dict[str, Any]]:
     return steps
 
 
+def _start(deployment: dict[str, Any]) -> dict[str, Any]:
+    """The counter before the first step: p1 at the managed memory the deployment writes."""
+    operators = json.loads(deployment["spec"]["flinkConfiguration"][
+        realflink.OPERATOR_RESOURCES_KEY])
+    return {"counterParallelism": 1,
+            "counterManagedMib": operators["counter"]["managedMemoryMb"]}
+
+
 def _final(parallelism: int, level: int | None, rate: float) -> dict[str, Any]:
     managed = None if level is None else BASE_MIB * 2**level
     return {"counterParallelism": parallelism, "counterManagedMib": managed,
@@ -93,8 +101,8 @@ def run_twin(model: JobModel, seconds: float, flink: str = realflink.DEFAULT_FLI
     conf[JOB_MODEL_KEY] = model.name
     deployment["metadata"]["generation"] = 1
     deployment["status"] = {"lifecycleState": "STABLE", "jobStatus": {"state": "RUNNING"}}
-    start_mib = json.loads(conf[realflink.OPERATOR_RESOURCES_KEY])["counter"]["managedMemoryMb"]
-    start_level = round(math.log2(start_mib / BASE_MIB))
+    start = _start(deployment)
+    start_level = round(math.log2(start["counterManagedMib"] / BASE_MIB))
     twin = Twin(model, seed=seed, base_managed_mib=BASE_MIB,
                 configuration={COUNTER: VertexConfig(1, start_level)})
     ports, deployments, _ = twin_ports(twin, deployment, base_managed_mib=BASE_MIB)
@@ -110,7 +118,7 @@ def run_twin(model: JobModel, seconds: float, flink: str = realflink.DEFAULT_FLI
     config = twin.configuration[COUNTER]
     counter: dict[str, Any] = next(
         (o for o in raw.get("operators") or [] if o["vertexId"] == COUNTER), {})
-    return {"steps": steps, "start": _final(1, start_level, 0.0),
+    return {"steps": steps, "start": start,
             "final": _final(config.parallelism, config.memory_level, twin.achieved_rate(60.0)),
             "measured": _measured([], counter),
             "capacityAtLevel": {str(level): round(Twin(
@@ -183,10 +191,8 @@ def run_real(seconds: float, flink: str = realflink.DEFAULT_FLINK) -> dict[str, 
         status = hsp.get("status") or {}
         counter: dict[str, Any] = next(
             (o for o in status.get("operators") or [] if o["vertexId"] == COUNTER), {})
-        start = json.loads(deployment["spec"]["flinkConfiguration"][
-            realflink.OPERATOR_RESOURCES_KEY])["counter"]["managedMemoryMb"]
         return {"steps": _history_steps(status), "measured": _measured(samples, counter),
-                "start": {"counterParallelism": 1, "counterManagedMib": start},
+                "start": _start(deployment),
                 "final": _final(int(counter.get("parallelism", 1)), counter.get("memoryLevel"),
                                 prom(rate_query) or 0.0),
                 "operators": status.get("operators"), "samples": samples,
@@ -223,13 +229,13 @@ def _describe_steps(steps: list[dict[str, Any]], start: dict[str, Any]) -> str:
         c = s["counter"]
         level = c.get("memoryLevel")
         after = None if level is None else BASE_MIB * 2**level
+        tasks = c.get("parallelism", parallelism)
         what = [word for changed, word in (
             ((after or 0) > (mib or 0), "scale-up"), ((after or 0) < (mib or 0), "memory down"),
-            (c.get("parallelism", parallelism) > parallelism, "scale-out"),
-            (c.get("parallelism", parallelism) < parallelism, "scale-in")) if changed]
+            (tasks > parallelism, "scale-out"), (tasks < parallelism, "scale-in")) if changed]
         parts.append(f"{s['step']}: {' + '.join(what) or 'no change'} → p{c.get('parallelism')}, "
                      f"{'⊥' if after is None else f'{after:g}'} MiB")
-        parallelism, mib = c.get("parallelism", parallelism), after
+        parallelism, mib = tasks, after
     return "; ".join(parts) or "none"
 
 

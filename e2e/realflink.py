@@ -55,6 +55,7 @@ from typing import Any
 import requests
 
 from controller.realize import configured_engine
+from controller.record import Reason
 from policies.restart_cost import Engine
 from simulator.serve import ConfigError, operator_resources, parse_memory_mib
 
@@ -854,4 +855,4 @@ def settled(status: Mapping[str, Any]) -> bool:
         (c for c in status.get("conditions") or [] if c.get("type") == "Scaling"), {})
     waiting = status.get("scaleDownWantedSince") or any(
         v.get("surplusSince") is not None for v in status.get("learned") or [])
-    return scaling.get("reason") == "Steady" and not waiting
+    return scaling.get("reason") == Reason.STEADY and not waiting
