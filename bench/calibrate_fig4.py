@@ -54,7 +54,8 @@ def predict(measured: dict[str, Any], fit: dict[str, Any], run: dict[str, Any]) 
     p = run["parallelism"]
     # The source and the p tasks share the machine's cores: p > 1 is not p times faster.
     efficiency = fit["parallel_efficiency"] if p > 1 else 1.0
-    return float(p * efficiency * task_cost(op, p, run["managedMemoryMb"], rocksdb).capacity)
+    task = task_cost(op, p, run["managedMemoryMb"], rocksdb, forst=None)
+    return float(p * efficiency * task.capacity)
 
 
 def log_errors(measured: dict[str, Any], fit: dict[str, Any]) -> list[float]:

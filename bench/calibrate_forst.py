@@ -102,7 +102,8 @@ def costs(measured: dict[str, Any], fit: dict[str, Any],
             out.append(task_cost(op, run["parallelism"], run["managedMemoryMb"], lsm,
                                  forst=forst))
         else:
-            out.append(task_cost(op, run["parallelism"], run["managedMemoryMb"], local))
+            out.append(task_cost(op, run["parallelism"], run["managedMemoryMb"], local,
+                                 forst=None))
     return out
 
 

@@ -52,7 +52,8 @@ def model_for(hot: float, seed: int, writes: bool = False) -> JobModel:
     level = model.job_graph().vertex(op.vertex_id).memory_level
     limit = vertex_limit(op, START, managed_mib(level), model.rocksdb, model.scaling,
                          *channels(model, start, op.vertex_id),
-                         shares=vertex_shares(model, op, START, seed))
+                         shares=vertex_shares(model, op, START, seed),
+                         forst=model.forst_engine)
     return model.model_copy(update={"load": model.load.model_copy(
         update={"rate": round(NEED * limit)})})
 

@@ -215,7 +215,8 @@ def _fit_rate(draw: dict[str, Any]) -> tuple[JobModel, str | None]:
                                     "operators": draw["operators"]})
     loads = unit_loads(base)
     mid = managed_mib(3)
-    per_task = [task_cost(op, 1, mid if op.state else None, base.rocksdb).capacity
+    per_task = [task_cost(op, 1, mid if op.state else None, base.rocksdb,
+                          forst=base.forst_engine).capacity
                 / loads[op.vertex_id]
                 for op in base.operators
                 if not op.is_source and not op.fixed_parallelism and loads[op.vertex_id] > 0]

@@ -147,12 +147,13 @@ def block_cache(state: State, parallelism: int, managed: float, rocksdb: RocksDB
 
 
 def task_cost(
-    op: Operator, parallelism: int, managed_mib: float | None, rocksdb: RocksDB,
-    fill: float = 1.0, forst: ForSt | None = None,
+    op: Operator, parallelism: int, managed_mib: float | None, rocksdb: RocksDB, *,
+    forst: ForSt | None, fill: float = 1.0,
 ) -> TaskCost:
     """Per-record cost of one task of `op` at this parallelism and managed memory (MiB);
-    `fill`: the share of its caches filled so far (a restart empties them); `forst`: the
-    job runs on ForSt (forst_cost), None: on RocksDB."""
+    `forst`: the job runs on ForSt (forst_cost), None: on RocksDB (no default: a caller
+    that forgot the engine would price ForSt as RocksDB); `fill`: the share of its caches
+    filled so far (a restart empties them)."""
     if op.state is None:
         return TaskCost(op.cpu_us, None, 0.0, 0.0, None, None, 0.0)
     if forst is not None:
@@ -406,8 +407,8 @@ def vertex_shares(model: JobModel, op: Operator, parallelism: int, seed: int
 
 def vertex_limit(op: Operator, parallelism: int, managed_mib: float | None,
                  rocksdb: RocksDB, scaling: Scaling | None = None, channels_in: int = 0,
-                 channels_out: int = 0, shares: tuple[float, ...] | None = None,
-                 forst: ForSt | None = None) -> float:
+                 channels_out: int = 0, shares: tuple[float, ...] | None = None, *,
+                 forst: ForSt | None) -> float:
     """Most records/s a vertex of `parallelism` tasks absorbs: its hottest subtask
     saturates first."""
     cost = task_cost(op, parallelism, managed_mib, rocksdb, forst=forst)

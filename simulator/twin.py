@@ -341,8 +341,8 @@ class Twin:
                 vc.parallelism,
                 managed_mib(vc.memory_level, self.base_managed_mib),
                 self.model.rocksdb,
-                self._filling.get(vertex_id, 1.0),
-                self.model.forst_engine,
+                forst=self.model.forst_engine,
+                fill=self._filling.get(vertex_id, 1.0),
             )
             parallelism = {vid: c.parallelism for vid, c in self._config.items()}
             self._costs[vertex_id] = scaled(base, vc.parallelism, self.model.scaling,

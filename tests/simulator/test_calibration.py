@@ -89,7 +89,7 @@ def test_the_same_model_shows_a_smooth_curve_without_the_index_penalty():
 
     def largest_jump(rocksdb) -> float:
         """Largest throughput ratio between neighbouring 16 MiB memory steps."""
-        rates = [task_cost(read, 1, m, rocksdb).capacity for m in range(32, 528, 16)]
+        rates = [task_cost(read, 1, m, rocksdb, forst=None).capacity for m in range(32, 528, 16)]
         return max(b / a for a, b in itertools.pairwise(rates))
 
     assert largest_jump(model.rocksdb) > 3  # a cliff
@@ -103,7 +103,8 @@ def test_memtable_sizes_follow_justin_section_3():
 
 def test_stateless_operators_ignore_memory():
     op = load_model("q1").operator("q1-map")
-    costs = {task_cost(op, 3, m, load_model("q1").rocksdb).us_per_record for m in (0, 158, 632)}
+    rocksdb = load_model("q1").rocksdb
+    costs = {task_cost(op, 3, m, rocksdb, forst=None).us_per_record for m in (0, 158, 632)}
     assert len(costs) == 1
 
 
@@ -115,8 +116,8 @@ def test_stateless_operators_ignore_memory():
 def test_more_memory_never_hurts_and_hit_rate_is_a_rate(managed, more, p, job):
     model = load_model(job)
     op = next(o for o in model.operators if o.state is not None)
-    low = task_cost(op, p, managed, model.rocksdb)
-    high = task_cost(op, p, managed * more, model.rocksdb)
+    low = task_cost(op, p, managed, model.rocksdb, forst=None)
+    high = task_cost(op, p, managed * more, model.rocksdb, forst=None)
     assert high.capacity >= low.capacity * (1 - 1e-9)
     assert low.hit_rate is not None and 0.0 <= low.hit_rate <= 1.0
     assert high.cache_bytes == pytest.approx(low.cache_bytes * more)
@@ -130,7 +131,7 @@ def test_zipf_skew_hits_more_than_uniform_for_the_same_cache():
     uniform = op.model_copy(
         update={"state": op.state.model_copy(update={"distribution": Uniform()})}
     )
-    skewed = task_cost(op, 2, 158, model.rocksdb)
-    flat = task_cost(uniform, 2, 158, model.rocksdb)
+    skewed = task_cost(op, 2, 158, model.rocksdb, forst=None)
+    flat = task_cost(uniform, 2, 158, model.rocksdb, forst=None)
     assert skewed.hit_rate is not None and flat.hit_rate is not None
     assert skewed.hit_rate > flat.hit_rate and skewed.capacity > flat.capacity

@@ -71,13 +71,13 @@ def test_hit_ratios_grow_with_memory_and_writes_see_none(data):
     for p in (1, 2):
         runs = runs_of(measured, "read", p)
         ours = [task_cost(bench_operator(measured, "read", 1.0), p, r["managedMemoryMb"],
-                          rocksdb).hit_rate for r in runs]
+                          rocksdb, forst=None).hit_rate for r in runs]
         assert runs[-1]["cacheHitRatio"] > runs[0]["cacheHitRatio"]
         assert ours == sorted(ours) and ours[-1] > ours[0]  # type: ignore[operator]
     for r in measured["runs"]:
         if r["workload"] == "write":
             twin = task_cost(bench_operator(measured, "write", 1.0), r["parallelism"],
-                             r["managedMemoryMb"], rocksdb)
+                             r["managedMemoryMb"], rocksdb, forst=None)
             assert r["cacheHitRatio"] < 0.01 and twin.hit_rate == 0.0
 
 

@@ -70,15 +70,17 @@ def test_adding_tasks_stops_helping_once_the_hot_key_is_the_limit():
     model = with_hot_key(load_model("q11"), "q11-session", 0.25)
     op = model.operator("q11-session")
     limits = [vertex_limit(op, p, 632.0, model.rocksdb,
-                           shares=vertex_shares(model, op, p, seed=0)) for p in (4, 16, 64)]
+                           shares=vertex_shares(model, op, p, seed=0), forst=None)
+              for p in (4, 16, 64)]
     for p, limit in zip((4, 16, 64), limits, strict=True):
         # One task's capacity / 0.25 bounds the vertex, whatever the parallelism.
-        assert limit <= task_cost(op, p, 632.0, model.rocksdb).capacity / 0.25 + 1e-6
+        assert limit <= task_cost(op, p, 632.0, model.rocksdb, forst=None).capacity / 0.25 + 1e-6
     assert limits[2] < 1.3 * limits[1]  # 4x the tasks: only the cache per key grows
     plain = load_model("q11")
     plain_op = plain.operator("q11-session")
     grows = [vertex_limit(plain_op, p, 632.0, plain.rocksdb,
-                          shares=vertex_shares(plain, plain_op, p, seed=0)) for p in (16, 64)]
+                          shares=vertex_shares(plain, plain_op, p, seed=0), forst=None)
+             for p in (16, 64)]
     assert grows[1] > 2 * grows[0]
 
 
