@@ -53,6 +53,17 @@ def capacity(model: JobModel, configuration: Configuration,
     return best
 
 
+def cpu_used(model: JobModel, configuration: Configuration, target_rate: float,
+             base: float = BASE_MANAGED_MIB) -> float:
+    """Cores the configuration's tasks keep busy at `target_rate` (the twin's truth: every
+    task's busy time, as `Twin` counts it, summed), whatever pods they are placed in. The
+    pods must request at least this much CPU, or their tasks cannot keep up."""
+    twin = Twin(model, base_managed_mib=base, configuration=configuration)
+    loads = unit_loads(model)
+    return sum(loads[op.vertex_id] * target_rate / twin.cost(op.vertex_id).capacity
+               for op in model.operators if loads[op.vertex_id] > 0)
+
+
 def _limit(model: JobModel, op: Operator, vc: VertexConfig, parallelism: dict[str, int],
            base: float, seed: int) -> float:
     return vertex_limit(op, vc.parallelism, managed_mib(vc.memory_level, base), model.rocksdb,

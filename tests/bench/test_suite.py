@@ -124,6 +124,19 @@ def test_a_share_below_ninety_percent_says_how_many_models_short():
     assert cores["misses"][0] == "70 % < 90 % (short by 2 models)"
 
 
+def test_the_pods_cpu_is_reported_against_the_cores_the_tasks_keep_busy():
+    runs = []
+    for m, (used, ours, upstream) in enumerate([(6.0, 12.0, 8.0), (10.0, 14.0, 8.0)]):
+        runs += rows_for(m, capacity={"cpu_used": used, "pods": {"pod_cpu": ours, "price": 1.0},
+                                      "upstream_pods": {"pod_cpu": upstream, "price": 1.0}})
+    report = suite.evaluate(runs, ORACLES)["capacity"]
+    ratio = report["pod CPU ÷ cores busy at the target (sum)"]
+    assert ratio["value"] == "26 ÷ 16 = 1.62" and ratio["pass"] is None
+    short = report["run the upstream way: pods request less CPU than the tasks use"]
+    assert short["value"] == "1/2" and short["misses"] == ["gen-001: 8 cores for 10.0 busy"]
+    assert "reported" in suite.summary_table({"capacity": report})
+
+
 def test_the_median_is_missed_by_its_distance_from_two():
     runs = []
     for m in range(3):

@@ -6,11 +6,15 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from packer.pricing import PAPER_SHAPE, Prices
 from policies.bill import PodBill
 from policies.model import VertexConfig
 from simulator import pods
 from simulator.model import load_model
+from simulator.results import capacity, cpu_used
+from simulator.twin import Twin
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -40,3 +44,23 @@ def test_the_json_is_what_the_bench_results_hold():
     written = suite["runs"][0]["pods"]
     model = load_model("q1")
     assert set(pods.ours(model, model.job_graph().configuration()).as_json()) == set(written)
+
+
+def test_cpu_used_is_the_busy_time_of_the_twins_tasks_at_that_rate():
+    # q11 on RocksDB (ForSt's busy time shows the task thread only), at half of what
+    # its initial configuration sustains: every task below saturation.
+    base = load_model("q11")
+    configuration = base.job_graph().configuration()
+    rate = 0.5 * capacity(base, configuration)
+    model = base.model_copy(update={"load": base.load.model_copy(
+        update={"pattern": "constant", "rate": rate})})
+    twin = Twin(model, configuration=configuration)
+    twin.advance(60.0)
+    tick = twin.last_tick()
+    assert tick is not None and tick.running
+    busy = sum(s.busy for v in tick.vertices.values() for s in v.subtasks) / 1000.0
+    used = cpu_used(model, configuration, rate)
+    assert used == pytest.approx(busy, rel=0.02)
+    # Twice the rate, twice the cores; and far below the one core a task the pods give.
+    assert cpu_used(model, configuration, 2 * rate) == pytest.approx(2 * used)
+    assert used < sum(c.parallelism for c in configuration.values())
