@@ -42,6 +42,10 @@ Definitions (the targets, `evaluate`):
   one task at the onset is not charged the first scale-out's restart and stabilization.
 * **peer**: cores and memory ≤ the upstream autoscaler's, final configuration, on
   every peer job.
+
+Reported beside the targets (not targets): the pods' CPU against the cores the final
+configuration's tasks keep busy at the last phase's target (`results.cpu_used`), and how
+often the same parallelism run the upstream way requests less CPU than its tasks use.
 """
 
 from __future__ import annotations
