@@ -445,25 +445,17 @@ def _levels(v: Vertex, surface: Surface, params: ScalingParams) -> list[int | No
     return list(range(params.memory.max_level))
 
 
-def _parallelisms(v: Vertex, params: ScalingParams, cap: int | None = None,
-                  key_groups: int = 0) -> list[int]:
+def _parallelisms(v: Vertex, params: ScalingParams, cap: int | None = None) -> list[int]:
     """Candidate parallelisms within the bounds and scale factors; with `cap` (a hot key's
     useful parallelism) none above it but the current one."""
-    every = _bounded_parallelisms(v, params, key_groups)
+    every = _bounded_parallelisms(v, params)
     return every if cap is None else [p for p in every if p <= cap or p == v.parallelism]
 
 
-def _bounded_parallelisms(v: Vertex, params: ScalingParams, key_groups: int = 0) -> list[int]:
-    """`key_groups`: the vertex's input is hashed into that many key groups (0: not)."""
+def _bounded_parallelisms(v: Vertex, params: ScalingParams) -> list[int]:
     cpu = params.cpu
     low, upper = cpu.parallelism_range(v.id, v.operator_uids, v.max_parallelism)
-    by_factor = math.ceil(v.parallelism * (1 + cpu.max_scale_up_factor))
-    if key_groups and by_factor < upper:
-        # The Flink autoscaler's semantics (docs/api.md): the factor caps the new
-        # parallelism, then key-group alignment may raise it to the next divisor of the
-        # key groups within the range (1 task, factor 10, 128 groups: 11, aligned 16).
-        by_factor = ds2.align(v.parallelism, by_factor, upper, low, key_groups)
-    upper = min(upper, by_factor)
+    upper = min(upper, math.ceil(v.parallelism * (1 + cpu.max_scale_up_factor)))
     lower = max(min(low, upper), math.ceil(v.parallelism * (1 - cpu.max_scale_down_factor)))
     lower = min(lower, v.parallelism, upper) if lower > upper else lower
     dense = list(range(lower, min(upper, lower + DENSE_CANDIDATES) + 1))
@@ -482,16 +474,16 @@ def _cheapest(v: Vertex, surface: Surface, spread: _Skew, need: float, need_hott
     """The cheapest configuration that reaches `need` and whose busiest subtask reaches
     `need_hottest` (both times `in_place` at the current parallelism, where a step that
     changes memory only restarts nothing), and at each memory level the fewest tasks that
-    do (the options the pod price chooses among). Failing any: with a hot key, the
-    cheapest configuration that reaches `need` and `PLATEAU` of the most the busiest subtask
-    can reach, flagged skew-limited; without one (the bounds are short: the parallelism
-    range, the scale-up factor), the configuration that comes closest."""
+    do (the options the pod price chooses among). Failing any, the busiest subtask cannot
+    keep up (a hot key, or the bounds): the cheapest configuration that reaches `need` and
+    `PLATEAU` of the most the busiest subtask can reach, flagged skew-limited when a hot
+    key is why."""
     current = VertexConfig(v.parallelism, v.memory_level)
     best: tuple[float, int, VertexConfig, float] | None = None
     sustaining: list[tuple[float, int, VertexConfig]] = []
     short: list[tuple[float, bool, float, VertexConfig, float]] = []
     for level in _levels(v, surface, params):
-        for p in _parallelisms(v, params, cap, spread.key_groups):
+        for p in _parallelisms(v, params, cap):
             config = VertexConfig(p, level)
             if learning.excluded(p, level, need) is not None:
                 continue
@@ -518,21 +510,11 @@ def _cheapest(v: Vertex, surface: Surface, spread: _Skew, need: float, need_hott
         return best[2], False, tuple(c for *_, c in sorted(sustaining, key=lambda x: x[:2]))
     if not short:  # every candidate fell short before: keep what runs
         return current, False, (current,)
-    if spread.hot_share <= 0:
-        # No hot key: the bounds (the parallelism range, the scale-up factor) are what is
-        # short, so the step takes as many tasks as they allow, with the least memory that
-        # comes within SHORT_BY of the closest (no measurement tells nearer ones apart).
-        def reach(x: tuple[float, bool, float, VertexConfig, float]) -> float:
-            return min(x[4] / need, x[0] / need_hottest)
-        closest = max(reach(x) for x in short)
-        near = [x for x in short if reach(x) >= (1.0 - SHORT_BY) * closest]
-        config = min(near, key=lambda x: (-x[3].parallelism, x[2], x[3] != current))[3]
-        return config, False, (config,)
     top = max(h for h, *_ in short)
     plateau = [x for x in short if x[0] >= PLATEAU * top]
     enough = [x for x in plateau if x[1]] or plateau
     config = min(enough, key=lambda x: (x[2], x[3] != current))[3]
-    return config, True, (config,)
+    return config, spread.hot_share > 0, (config,)
 
 
 def _by_pods(graph: JobGraph, chosen: dict[str, VertexConfig],
@@ -622,11 +604,11 @@ def _vertex_decision(p: _Plan, after: VertexConfig, target: float,
         else:
             branch, why = Branch.STEADY, "the current configuration is the one to keep"
     elif p.deficit and predicted < target:
-        most = _bounded_parallelisms(p.vertex, params, p.skew.key_groups)[-1]
+        most = _bounded_parallelisms(p.vertex, params)[-1]
         branch, why = Branch.DEFICIT, (
             f"no configuration within the bounds (at most {most} tasks: spec.cpu "
             f"maxScaleUpFactor and maxParallelism) is predicted to sustain the target: the "
-            f"one that comes closest, sized again once it runs")
+            f"cheapest near the most they reach, sized again once it runs")
     elif p.deficit:
         branch, why = Branch.DEFICIT, "cheapest configuration predicted to sustain the target"
     elif p.surplus:

@@ -159,22 +159,6 @@ def test_a_step_the_bounds_cut_short_says_so_rather_than_that_it_sustains_the_ta
     assert "predicted to sustain the target;" not in why
 
 
-@pytest.mark.parametrize(("ship", "most"), [(ShipStrategy.HASH, 16), (ShipStrategy.FORWARD, 11)])
-def test_a_step_the_scale_up_factor_cuts_short_goes_as_far_as_it_lets(
-        ship: ShipStrategy, most: int) -> None:
-    """100x what one task does, the default factor 10: no configuration within the bounds
-    sustains it, so the step goes to the most tasks they allow (not a cheaper one that
-    lands shorter still). As in the Flink autoscaler, a hashed input's 11 tasks align to
-    the next divisor of its 128 key groups."""
-    world = World()
-    one = world.counter(1, 0, 1e9).records_in_per_s
-    g = chain(vertex("src", 1, None), vertex("counter", 1, 0, max_p=128), ship=ship)
-    e = evaluate(g, world.observe(g, 100 * one, 120.0), PolicyState(), PARAMS, 120.0)
-    assert e.configuration["counter"].parallelism == most
-    why = e.decision.vertex("counter").reason
-    assert why.startswith(f"no configuration within the bounds (at most {most} tasks"), why
-
-
 def test_memory_and_parallelism_change_in_the_same_step() -> None:
     _, steps, _ = run(World(), 60_000, windows=3)
     p, level = steps[0]
