@@ -328,13 +328,18 @@ def _plan_vertex(graph: JobGraph, v: Vertex, m: VertexMetrics, learning: VertexL
     # Sized for the mean at the utilization target, and the busiest subtask below the
     # trigger by three times the measured noise (sizing it to the target would multiply
     # a hot key's cost; sizing it to the trigger would let noise fire the next step).
+    # The backlog's catch-up and the restart's are transient: carried on top, at full
+    # busyness, as the Flink autoscaler sizes them (ds2.capacity), not at the target.
     margin = 1.0 if deficit else 1.0 + 2.0 * learning.noise
     need = max(rate, _waited_peak(learning) or 0.0) * margin
+    transient = rate - target
+    steady = max(0.0, need - transient)
     hottest_u = busiest_bound(cpu.utilization_target, high_u, learning.noise,
                               hot=spread.hot_share > 0)
     useful = spread.useful()
-    best, limited, options = _cheapest(v, surface, spread, need / cpu.utilization_target,
-                                       need / hottest_u, learning, params,
+    best, limited, options = _cheapest(v, surface, spread,
+                                       steady / cpu.utilization_target + transient,
+                                       steady / hottest_u + transient, learning, params,
                                        above=current if deficit else None, cap=useful,
                                        in_place=in_place)
     if limited and useful is not None:
@@ -342,8 +347,9 @@ def _plan_vertex(graph: JobGraph, v: Vertex, m: VertexMetrics, learning: VertexL
         # cheapest configuration whose busiest subtask still keeps up beats a plateau
         # that leaves it saturated.
         keep_up = 1.0 / (1.0 + 3.0 * learning.noise)
-        alt, short, _ = _cheapest(v, surface, spread, need / cpu.utilization_target,
-                                  need / keep_up, learning, params,
+        alt, short, _ = _cheapest(v, surface, spread,
+                                  steady / cpu.utilization_target + transient,
+                                  steady / keep_up + transient, learning, params,
                                   above=current if deficit else None, cap=useful)
         if not short and alt != current:
             best = alt

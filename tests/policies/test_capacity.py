@@ -320,7 +320,8 @@ def test_a_memory_step_resized_in_place_is_sized_without_a_restarts_catch_up() -
     keeps up with the load but not with that catch-up, a resizable deployment takes one
     memory step and keeps its tasks, and a restarting one scales out."""
     world = World(miss_us=200.0, gets=3.0, state_bytes=3e8)  # a small, read-heavy state
-    catching_up = replace(PARAMS, cpu=CpuScaling(scale_down_delay=300, catch_up_duration=120))
+    # A minute to catch up on ~55 s of downtime: the restart nearly doubles what to carry.
+    catching_up = replace(PARAMS, cpu=CpuScaling(scale_down_delay=300, catch_up_duration=60))
     steps: dict[bool, list[tuple[int, int | None]]] = {}
     for resizable in (False, True):
         params = replace(catching_up, restart=RestartFacts(Enactment.SAVEPOINT, 3e8,
@@ -329,6 +330,26 @@ def test_a_memory_step_resized_in_place_is_sized_without_a_restarts_catch_up() -
         _, steps[resizable], _ = run(world, 2_000, windows=12, params=params)
     assert steps[True] == [(1, 2)], steps
     assert steps[False][0][0] > 1, steps
+
+
+def test_a_backlogs_catch_up_is_carried_at_full_busyness_not_at_the_target() -> None:
+    """As the Flink autoscaler sizes it (target / utilization + catch-up): the backlog
+    drains and its catch-up ends, so a step is not sized to carry it at 50 % busy forever.
+    Here no state misses (linear scaling): 3 tasks' worth of load and 3 of catch-up on 4
+    tasks take 3 / 0.5 + 3 = 9 tasks plus the restart's catch-up, not (3 + 3) / 0.5 = 12
+    plus twice that."""
+    world = World(miss_us=0.0)
+    one = world.counter(1, 0, 1e9).records_in_per_s
+    params = replace(PARAMS, cpu=CpuScaling(scale_down_delay=300, catch_up_duration=300))
+    g = graph(4, 0)
+    counter = world.counter(4, 0, 3 * one)
+    observation = Observation(time=120.0, window_s=120.0, vertices={
+        "src": source(100.0, counter.records_in_per_s, lag=3 * one * 300, lag_growth=0.0),
+        "counter": counter})
+    e = evaluate(g, observation, PolicyState(), params, 120.0)
+    restart = 3 * params.restart_downtime_s / 300  # tasks' worth of the restart's catch-up
+    assert e.decision.reconfigures
+    assert e.configuration["counter"].parallelism == math.ceil(3 / 0.5 + 3 + restart)
 
 
 def point(p: int, level: int | None, service: float, miss: float | None, t: float = 0.0
