@@ -84,7 +84,9 @@ class _Plan:
     surface: Surface | None
     skew: _Skew
     rate: float  # records/s to sustain now: target, lag catch-up, restart catch-up
-    need: float  # records/s (mean-based TPR) the chosen configuration must reach
+    # records/s (mean-based TPR) the chosen configuration must reach: the target (or the
+    # waited peak) at the utilization target, plus the catch-up at full busyness
+    need: float
     need_hottest: float  # ... and that its busiest subtask must keep up with
     current: VertexConfig
     best: VertexConfig
@@ -312,7 +314,7 @@ def _plan_vertex(graph: JobGraph, v: Vertex, m: VertexMetrics, learning: VertexL
     rate = after_downtime(params.restart_downtime_s)
     # A memory-only step the deployment resizes in place stops nothing: no backlog to catch
     # up on (if another vertex restarts the job anyway, its catch-up margin is what is short).
-    in_place = after_downtime(params.step_downtime_s(memory_only=True)) / rate if rate > 0 else 1.0
+    in_place_relief = rate - after_downtime(params.step_downtime_s(memory_only=True))
     tpr = m.true_processing_rate
     mean_now = (target + catch_up) / tpr if tpr > 0 else math.inf
     hottest_now = mean_now * spread.ratio(v.parallelism)
@@ -331,26 +333,24 @@ def _plan_vertex(graph: JobGraph, v: Vertex, m: VertexMetrics, learning: VertexL
     # The backlog's catch-up and the restart's are transient: carried on top, at full
     # busyness, as the Flink autoscaler sizes them (ds2.capacity), not at the target.
     margin = 1.0 if deficit else 1.0 + 2.0 * learning.noise
-    need = max(rate, _waited_peak(learning) or 0.0) * margin
     transient = rate - target
-    steady = max(0.0, need - transient)
+    steady = max(0.0, max(rate, _waited_peak(learning) or 0.0) * margin - transient)
     hottest_u = busiest_bound(cpu.utilization_target, high_u, learning.noise,
                               hot=spread.hot_share > 0)
+    need = steady / cpu.utilization_target + transient
+    need_hottest = steady / hottest_u + transient
     useful = spread.useful()
-    best, limited, options = _cheapest(v, surface, spread,
-                                       steady / cpu.utilization_target + transient,
-                                       steady / hottest_u + transient, learning, params,
-                                       above=current if deficit else None, cap=useful,
-                                       in_place=in_place)
+    best, limited, options = _cheapest(v, surface, spread, need, need_hottest, learning,
+                                       params, above=current if deficit else None, cap=useful,
+                                       in_place_relief=in_place_relief)
     if limited and useful is not None:
         # A hot key: its subtask cannot reach the bound within the useful tasks; the
         # cheapest configuration whose busiest subtask still keeps up beats a plateau
         # that leaves it saturated.
         keep_up = 1.0 / (1.0 + 3.0 * learning.noise)
-        alt, short, _ = _cheapest(v, surface, spread,
-                                  steady / cpu.utilization_target + transient,
-                                  steady / keep_up + transient, learning, params,
-                                  above=current if deficit else None, cap=useful)
+        alt, short, _ = _cheapest(v, surface, spread, need, steady / keep_up + transient,
+                                  learning, params, above=current if deficit else None,
+                                  cap=useful)
         if not short and alt != current:
             best = alt
         options = (best,)
@@ -366,8 +366,8 @@ def _plan_vertex(graph: JobGraph, v: Vertex, m: VertexMetrics, learning: VertexL
     elif limited:
         note = (f"busiest subtask carries {spread.hot_share:.0%} of the load it cannot split: "
                 f"scaling out stops at {best.parallelism} (skew)")
-    return _Plan(v, m, learning, surface, spread, rate, need / cpu.utilization_target,
-                 need / hottest_u, current, best, hottest_now, deficit, surplus,
+    return _Plan(v, m, learning, surface, spread, rate, need, need_hottest, current, best,
+                 hottest_now, deficit, surplus,
                  limited, note, stop, options)
 
 
@@ -475,11 +475,12 @@ def _bounded_parallelisms(v: Vertex, params: ScalingParams) -> list[int]:
 
 def _cheapest(v: Vertex, surface: Surface, spread: _Skew, need: float, need_hottest: float,
               learning: VertexLearning, params: ScalingParams, above: VertexConfig | None = None,
-              cap: int | None = None, in_place: float = 1.0
+              cap: int | None = None, in_place_relief: float = 0.0
               ) -> tuple[VertexConfig, bool, tuple[VertexConfig, ...]]:
     """The cheapest configuration that reaches `need` and whose busiest subtask reaches
-    `need_hottest` (both times `in_place` at the current parallelism, where a step that
-    changes memory only restarts nothing), and at each memory level the fewest tasks that
+    `need_hottest` (both less `in_place_relief`, the restart's catch-up, at the current
+    parallelism, where a step that changes memory only restarts nothing), and at each
+    memory level the fewest tasks that
     do (the options the pod price chooses among). Failing any, the busiest subtask cannot
     keep up (a hot key, or the bounds): the cheapest configuration that reaches `need` and
     `PLATEAU` of the most the busiest subtask can reach, flagged skew-limited when a hot
@@ -504,14 +505,14 @@ def _cheapest(v: Vertex, surface: Surface, spread: _Skew, need: float, need_hott
                 continue  # more memory for a gain no measurement could confirm: never
             hottest = tpr / spread.ratio(p)
             cost = _cost(v, config, params)
-            scale = in_place if p == current.parallelism else 1.0
-            if tpr >= need * scale and hottest >= need_hottest * scale:
+            relief = in_place_relief if p == current.parallelism else 0.0
+            if tpr >= need - relief and hottest >= need_hottest - relief:
                 key = (cost, 0 if config == current else 1, config, tpr)
                 sustaining.append(key[:3])
                 if best is None or key[:2] < best[:2]:
                     best = key
                 break  # more tasks at this level only cost more
-            short.append((hottest, tpr >= need * scale, cost, config, tpr))
+            short.append((hottest, tpr >= need - relief, cost, config, tpr))
     if best is not None:
         return best[2], False, tuple(c for *_, c in sorted(sustaining, key=lambda x: x[:2]))
     if not short:  # every candidate fell short before: keep what runs

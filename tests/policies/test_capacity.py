@@ -332,6 +332,21 @@ def test_a_memory_step_resized_in_place_is_sized_without_a_restarts_catch_up() -
     assert steps[False][0][0] > 1, steps
 
 
+@pytest.mark.parametrize("rate", [1_200.0, 1_500.0, 1_800.0, 2_100.0, 2_400.0])
+def test_a_memory_step_resized_in_place_still_runs_the_target_at_the_utilization_target(
+        rate: float) -> None:
+    """In place, only the restart's catch-up is spared: the step must still carry the
+    target at utilizationTarget (the world's truth at the configuration it chose)."""
+    world = World(miss_us=200.0, gets=3.0, state_bytes=3e8)
+    params = replace(PARAMS, cpu=CpuScaling(scale_down_delay=300, catch_up_duration=60),
+                     restart=RestartFacts(Enactment.SAVEPOINT, 3e8, resizable=True))
+    g = graph()
+    e = evaluate(g, world.observe(g, rate, 120.0), PolicyState(), params, 120.0)
+    c = e.configuration["counter"]
+    if e.decision.reconfigures and c.parallelism == 1:  # a memory-only step, in place
+        assert world.counter(1, c.memory_level, rate).busyness <= 0.5 + 1e-9, c
+
+
 def test_a_backlogs_catch_up_is_carried_at_full_busyness_not_at_the_target() -> None:
     """As the Flink autoscaler sizes it (target / utilization + catch-up): the backlog
     drains and its catch-up ends, so a step is not sized to carry it at 50 % busy forever.
