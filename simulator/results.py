@@ -53,15 +53,25 @@ def capacity(model: JobModel, configuration: Configuration,
     return best
 
 
-def cpu_used(model: JobModel, configuration: Configuration, target_rate: float,
-             base: float = BASE_MANAGED_MIB) -> float:
-    """Cores the configuration's tasks keep busy at `target_rate` (the twin's truth: every
-    task's busy time, as `Twin` counts it, summed), whatever pods they are placed in. The
-    pods must request at least this much CPU, or their tasks cannot keep up."""
+def busy_cores(model: JobModel, configuration: Configuration, target_rate: float,
+               base: float = BASE_MANAGED_MIB) -> dict[str, float]:
+    """Per vertex, the cores its tasks need at `target_rate`: records/s through it over one
+    task's capacity, the twin's per-record costs with the overheads of its parallelism.
+    Below saturation that is the busy time the twin reports for its tasks, summed; on ForSt
+    it also counts the I/O threads' share (which Flink's busy time leaves out); where the
+    configuration cannot carry the target, it is more than its tasks can get."""
     twin = Twin(model, base_managed_mib=base, configuration=configuration)
     loads = unit_loads(model)
-    return sum(loads[op.vertex_id] * target_rate / twin.cost(op.vertex_id).capacity
-               for op in model.operators if loads[op.vertex_id] > 0)
+    return {op.vertex_id: loads[op.vertex_id] * target_rate / twin.cost(op.vertex_id).capacity
+            for op in model.operators if loads[op.vertex_id] > 0}
+
+
+def cpu_used(model: JobModel, configuration: Configuration, target_rate: float,
+             base: float = BASE_MANAGED_MIB) -> float:
+    """Cores the configuration's tasks need at `target_rate` (`busy_cores`, summed),
+    whatever pods they are placed in: the pods must request at least this much CPU, or
+    their tasks cannot keep up."""
+    return sum(busy_cores(model, configuration, target_rate, base).values())
 
 
 def _limit(model: JobModel, op: Operator, vc: VertexConfig, parallelism: dict[str, int],

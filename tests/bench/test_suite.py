@@ -130,11 +130,13 @@ def test_the_pods_cpu_is_reported_against_the_cores_the_tasks_keep_busy():
         runs += rows_for(m, capacity={"cpu_used": used, "pods": {"pod_cpu": ours, "price": 1.0},
                                       "upstream_pods": {"pod_cpu": upstream, "price": 1.0}})
     report = suite.evaluate(runs, ORACLES)["capacity"]
-    ratio = report["pod CPU ÷ cores busy at the target (sum)"]
+    ratio = report["pod CPU ÷ cores the tasks need at the target (sum)"]
     assert ratio["value"] == "26 ÷ 16 = 1.62" and ratio["pass"] is None
-    short = report["run the upstream way: pods request less CPU than the tasks use"]
-    assert short["value"] == "1/2" and short["misses"] == ["gen-001: 8 cores for 10.0 busy"]
-    assert "reported" in suite.summary_table({"capacity": report})
+    assert report["run the upstream way: pod CPU ÷ cores the tasks need (sum)"][
+        "value"] == "16 ÷ 16 = 1.00"
+    short = report["run the upstream way: pods request less CPU than the tasks need"]
+    assert short["value"] == "1/2" and short["misses"] == ["gen-001: 8 cores for 10.0 needed"]
+    assert "| 26 ÷ 16 = 1.62 (reported) |" in suite.summary_table({"capacity": report})
 
 
 def test_the_median_is_missed_by_its_distance_from_two():
