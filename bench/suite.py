@@ -257,8 +257,7 @@ def oracle_item(seed: int, run_seed: int, duration_s: float) -> dict[str, Any]:
             "memory_mb": round(aimed.memory_mib, 1),
             "final": _describe(model, aimed.configuration)},
         "pod_oracle": None if in_pods is None else {
-            **in_pods.bill.as_json(), "final": _describe(model, in_pods.configuration),
-            "cpu_used": round(cpu_used(model, in_pods.configuration, target), 2)},
+            **in_pods.bill.as_json(), "final": _describe(model, in_pods.configuration)},
         "skew_onsets": skew_onsets(model, run_seed, duration_s),
     }
 

@@ -367,8 +367,7 @@ def _plan_vertex(graph: JobGraph, v: Vertex, m: VertexMetrics, learning: VertexL
         note = (f"busiest subtask carries {spread.hot_share:.0%} of the load it cannot split: "
                 f"scaling out stops at {best.parallelism} (skew)")
     return _Plan(v, m, learning, surface, spread, rate, need, need_hottest, current, best,
-                 hottest_now, deficit, surplus,
-                 limited, note, stop, options)
+                 hottest_now, deficit, surplus, limited, note, stop, options)
 
 
 def _skew_stop(v: Vertex, surface: Surface, spread: _Skew, learning: VertexLearning,
@@ -480,11 +479,10 @@ def _cheapest(v: Vertex, surface: Surface, spread: _Skew, need: float, need_hott
     """The cheapest configuration that reaches `need` and whose busiest subtask reaches
     `need_hottest` (both less `in_place_relief`, the restart's catch-up, at the current
     parallelism, where a step that changes memory only restarts nothing), and at each
-    memory level the fewest tasks that
-    do (the options the pod price chooses among). Failing any, the busiest subtask cannot
-    keep up (a hot key, or the bounds): the cheapest configuration that reaches `need` and
-    `PLATEAU` of the most the busiest subtask can reach, flagged skew-limited when a hot
-    key is why."""
+    memory level the fewest tasks that do (the options the pod price chooses among).
+    Failing any, the busiest subtask cannot keep up (a hot key, or the bounds): the
+    cheapest configuration that reaches `need` and `PLATEAU` of the most the busiest
+    subtask can reach, flagged skew-limited when a hot key is why."""
     current = VertexConfig(v.parallelism, v.memory_level)
     best: tuple[float, int, VertexConfig, float] | None = None
     sustaining: list[tuple[float, int, VertexConfig]] = []
