@@ -6,7 +6,8 @@ record) on the in-memory ports of `controller/adapters/twin.py`. So the waiting
 rules, the placement, the refusals and the applied fields are the ones users run;
 only the cluster is the twin. The policy is the paper's setup (§5): spec defaults
 (2-minute window, 1-minute stabilization), Active, sinks pinned, the paper's
-TaskManager, and `spec.policy` the policy under test. The job has run for one stabilization
+TaskManager, no catch-up reserve (`PAPER_CATCH_UP_S`), and `spec.policy` the policy
+under test. The job has run for one stabilization
 when the experiment starts, so the first decision ends the first 2-minute window.
 """
 
@@ -46,14 +47,20 @@ from simulator.results import (
 from simulator.twin import BASE_MANAGED_MIB, Twin, paper_resources
 
 NAMESPACE, NAME = "simulate", "job"
+# The paper sizes for the target rate alone (its generators are capped at the target), so
+# no catch-up reserve: DS2 sees the target through the lag's growth. The twin's sources do
+# drain their lag after a restart, with whatever headroom the configuration has.
+PAPER_CATCH_UP_S = 0.0
 
 
 def closed_loop_policy(model: JobModel, policy: PolicyName, window_s: float = WINDOW_S,
                        stabilization_s: float = STABILIZATION_S, resize: bool = True,
-                       task_manager: TaskManagerSpec | None = None) -> HybridScalingPolicy:
+                       task_manager: TaskManagerSpec | None = None,
+                       catch_up_duration: float | None = PAPER_CATCH_UP_S) -> HybridScalingPolicy:
     """The paper's setup as a policy: spec defaults, Active, sinks pinned; `resize`: memory
     steps resized in place through flink-plugin's agents (spec.resize); `task_manager`:
-    other TaskManager bounds or a menu of shapes than the defaults."""
+    other TaskManager bounds or a menu of shapes than the defaults; `catch_up_duration`:
+    spec.cpu.catchUpDuration (None: the spec's default)."""
     pinned = tuple(
         ParallelismOverride(operator_uid=o.uid, min_parallelism=o.initial_parallelism,
                             max_parallelism=o.initial_parallelism)
@@ -65,9 +72,8 @@ def closed_loop_policy(model: JobModel, policy: PolicyName, window_s: float = WI
         policy=Policy(policy),
         metrics=MetricsSpec(window=window_s, stabilization=stabilization_s,
                             resolution=GRANULARITY_S),
-        # The paper's sources are generators capped at the target: they never catch up
-        # on lag, so DS2 sizes for the target rate (seen through lag growth) only.
-        cpu=CpuScaling(overrides=pinned, catch_up_duration=0),
+        cpu=CpuScaling(overrides=pinned) if catch_up_duration is None else
+        CpuScaling(overrides=pinned, catch_up_duration=catch_up_duration),
         memory=MemoryScaling(base_managed_memory=f"{BASE_MANAGED_MIB:g}Mi"),
         resize=ResizeSpec(token=SecretKeyRef(name="resize-token", key="token"))
         if resize else None,
@@ -84,17 +90,20 @@ def note_skew(result: RunResult, decision: Decision | None, time: float) -> None
 
 def run(model: JobModel, policy: PolicyName, duration_s: float = 1200.0, seed: int = 0,
         window_s: float = WINDOW_S, stabilization_s: float = STABILIZATION_S,
-        resize: bool = True, task_manager: TaskManagerSpec | None = None) -> RunResult:
+        resize: bool = True, task_manager: TaskManagerSpec | None = None,
+        catch_up_duration: float | None = PAPER_CATCH_UP_S) -> RunResult:
     """Run `policy` against a fresh twin of `model` for `duration_s` of virtual time;
     `resize`: the deployment runs flink-plugin's resizable backend, so a memory-only step
-    is resized in place (no restart) rather than restarted."""
+    is resized in place (no restart) rather than restarted; `catch_up_duration` as in
+    `closed_loop_policy`."""
     twin = Twin(model, seed=seed)
     # The job has run past its stabilization when the experiment starts, so the first
     # decision ends the first window, as in the paper's setup.
     ports, deployments, resizer = twin_ports(
         twin, flink_deployment(model, NAME, NAMESPACE, resizable=resize),
         job_started_s=-stabilization_s)
-    hsp = closed_loop_policy(model, policy, window_s, stabilization_s, resize, task_manager)
+    hsp = closed_loop_policy(model, policy, window_s, stabilization_s, resize, task_manager,
+                             catch_up_duration)
     status = Status()
     result = RunResult(policy, model)
     while twin.time + 1e-9 < duration_s:

@@ -258,8 +258,11 @@ class CpuScaling(SpecModel):
     scale_down_delay: Annotated[Duration, Within(high=DAY)] = Field(
         300.0, description="a vertex must want fewer tasks this long before it gets them"
     )
+    # The Flink autoscaler's default (job.autoscaler.catch-up.duration). The utilization
+    # target's headroom drains an ordinary backlog anyway; a shorter time sizes steps for
+    # backlogs that are gone by the next window (docs/policies.md, "The catch-up default").
     catch_up_duration: Annotated[Duration, Within(high=DAY)] = Field(
-        300.0, description="size sources to drain their lag within this time (0 disables)"
+        1800.0, description="size sources to drain their lag within this time (0 disables)"
     )
     restart_time: Annotated[Duration, Within(high=DAY)] = Field(
         0.0, description="downtime of one rescale; sized to catch up within catchUpDuration"

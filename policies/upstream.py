@@ -202,12 +202,14 @@ DEVIATIONS: tuple[Deviation, ...] = (
     ),
     Deviation(
         "defaults",
-        "defaults follow the Justin paper: utilization 0.5 in [0.2, 0.8], catch-up 5 min,"
-        " restart time 0, max scale-up factor 10, scale-down delay 5 min",
+        "defaults follow the Justin paper: utilization 0.5 in [0.2, 0.8], restart time 0,"
+        " max scale-up factor 10, scale-down delay 5 min; catch-up 30 min, as upstream"
+        " (the paper sizes none)",
         "0.7 ± 0.3, catch-up 30 min, restart time 5 min, scale-up factor 100000,"
         " scale-down interval 1 h",
         "our published comparisons are with the paper; `cpu_scaling()` maps upstream's"
-        " options one to one",
+        " options one to one. Catch-up was 5 min until measured: it sized steps for"
+        " backlogs the utilization target's headroom drains anyway (docs/policies.md)",
     ),
 )
 

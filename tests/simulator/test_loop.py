@@ -9,8 +9,9 @@ import pytest
 from typer.testing import CliRunner
 
 from controller.cli import app
-from controller.simulate import note_skew, run
+from controller.simulate import PAPER_CATCH_UP_S, closed_loop_policy, note_skew, run
 from policies.model import VertexConfig
+from policies.spec import CpuScaling
 from simulator.model import load_model
 from simulator.results import RunResult, capacity, oracle
 
@@ -236,3 +237,14 @@ def test_the_first_time_a_decision_names_a_vertex_skewed_is_kept():
     note_skew(result, SimpleNamespace(skew=(hot, SimpleNamespace(vertex_id="b"))), 360.0)
     note_skew(result, None, 600.0)  # no decision yet
     assert result.skew_named == {"a": 240.0, "b": 360.0}
+
+
+def test_simulate_sizes_no_catch_up_as_the_paper_unless_asked_for_the_specs_default() -> None:
+    # The suite's tables are the paper's setup; the peer benches run the spec's default,
+    # which is upstream's own catch-up.duration (30 min), so both sides size for it.
+    model = load_model("q11")
+    paper = closed_loop_policy(model, "capacity")
+    spec = closed_loop_policy(model, "capacity", catch_up_duration=None)
+    assert paper.spec.cpu.catch_up_duration == PAPER_CATCH_UP_S == 0.0
+    assert spec.spec.cpu.catch_up_duration == CpuScaling().catch_up_duration == 1800.0
+    assert paper.spec.cpu.overrides == spec.spec.cpu.overrides  # the sink stays pinned
