@@ -15,6 +15,9 @@ reach, at the lowest reachable utilization, `jobgen.oracle_at_target`). The upst
 autoscaler (bench/peer) runs on the first PEER_MODELS constant-load models for
 PEER_DURATION_S (its 15-min window, 5-min stabilization and 1-h scale-down interval
 need hours, not the suite's 40 minutes), beside our policies for the same time.
+The suite's runs have no catch-up reserve, as in the paper (`--catch-up paper`;
+`--catch-up spec` runs the spec's default instead); beside the peer, ours run at the
+spec's default catch-up, which is upstream's own (30 min), so both sides size for it.
 
 Definitions (the targets, `evaluate`):
 * **reconfigurations to target**: `RunResult.steps_to_target` (steps up to the first
@@ -263,11 +266,12 @@ def oracle_item(seed: int, run_seed: int, duration_s: float) -> dict[str, Any]:
 
 
 def run_item(seed: int, policy: str, run_seed: int, duration_s: float,
-             onsets: dict[str, float]) -> dict[str, Any]:
+             onsets: dict[str, float], catch_up_s: float | None = 0.0) -> dict[str, Any]:
     from controller.simulate import run  # the controller's pass (bench may import it)
 
     started = time.perf_counter()
-    result = run(model_for(seed), typing.cast(PolicyName, policy), duration_s, seed=run_seed)
+    result = run(model_for(seed), typing.cast(PolicyName, policy), duration_s, seed=run_seed,
+                 catch_up_duration=catch_up_s)
     out = measure(result, run_seed, onsets)
     out.update(model=seed, run_seed=run_seed, wall_s=round(time.perf_counter() - started, 2))
     return out
@@ -625,7 +629,9 @@ def run_peer(seeds: list[int], duration_s: float, workers: int, log: Any,
         upstream, _ = run_upstream(list(paths.values()), time_scale=None,
                                    duration_s=duration_s, interval_s=60.0, seed=RUN_SEEDS[0],
                                    defaults=False, window=None, stabilization=None, log=log)
-    ours = _map([("run", seed, policy, RUN_SEEDS[0], duration_s, {}) for seed in seeds
+    # Upstream runs with its own catch-up (job.autoscaler.catch-up.duration, 30 min); ours
+    # with the spec's default, the same 30 min, so neither side sizes for less backlog.
+    ours = _map([("run", seed, policy, RUN_SEEDS[0], duration_s, {}, None) for seed in seeds
                  for policy in POLICIES], workers, partial)
     jobs: dict[str, Any] = {}
     for seed in seeds:
@@ -642,13 +648,13 @@ def run_peer(seeds: list[int], duration_s: float, workers: int, log: Any,
 # ---- main --------------------------------------------------------------------------------
 
 def run_suite(seeds: Iterable[int], run_seeds: Iterable[int], duration_s: float, workers: int,
-              partial: Path | None = None
+              partial: Path | None = None, catch_up_s: float | None = 0.0
               ) -> tuple[list[dict[str, Any]], dict[tuple[int, int], dict[str, Any]]]:
     seeds, run_seeds = list(seeds), list(run_seeds)
     oracle_rows = _map([("oracle", s, r, duration_s) for s in seeds for r in run_seeds],
                        workers, partial)
     oracles = {(o["model"], o["run_seed"]): o for o in oracle_rows}
-    items = [("run", s, p, r, duration_s, oracles[(s, r)]["skew_onsets"])
+    items = [("run", s, p, r, duration_s, oracles[(s, r)]["skew_onsets"], catch_up_s)
              for s in seeds for r in run_seeds for p in POLICIES]
     # Longest first: the pool's last minutes are not spent on one straggler.
     items.sort(key=lambda i: -len(model_for(i[1]).operators))
@@ -675,6 +681,9 @@ def main(argv: list[str] | None = None) -> int:
                         help=f"constant-load models for the upstream autoscaler "
                              f"(default {PEER_MODELS}; 0: none)")
     parser.add_argument("--peer-duration", type=float, default=PEER_DURATION_S)
+    parser.add_argument("--catch-up", choices=("paper", "spec"), default="paper",
+                        help="spec.cpu.catchUpDuration of the suite's runs: paper (0, no "
+                             "catch-up reserve; default) or spec (the spec's default, 30 min)")
     parser.add_argument("--out", type=Path, default=RESULTS)
     parser.add_argument("--resume", action="store_true",
                         help="reuse the runs an interrupted run left in OUT.partial.jsonl "
@@ -693,7 +702,10 @@ def main(argv: list[str] | None = None) -> int:
     args.out.parent.mkdir(parents=True, exist_ok=True)
     if not args.resume:
         partial.unlink(missing_ok=True)
-    runs, oracles = run_suite(seeds, run_seeds, duration, args.workers, partial)
+    from controller.simulate import PAPER_CATCH_UP_S
+
+    catch_up_s = PAPER_CATCH_UP_S if args.catch_up == "paper" else None
+    runs, oracles = run_suite(seeds, run_seeds, duration, args.workers, partial, catch_up_s)
     wall_suite = time.monotonic() - started
     peer = None
     if n_peer:

@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.peer import build, peer_command
-from controller.simulate import run
+from controller.simulate import PAPER_CATCH_UP_S, run
 from policies.spec import parse_duration
 from simulator import pods
 from simulator.cli import describe
@@ -319,6 +319,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="upstream's own utilization target (0.7 ± 0.3), no excluded "
                              "vertices; default: the issue's 0.5 in [0.2, 0.8], sinks excluded")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--catch-up", choices=("spec", "paper"), default="spec",
+                        help="our spec.cpu.catchUpDuration: spec (its default, 30 min, the "
+                             "same as upstream's catch-up.duration; default) or paper (0)")
     parser.add_argument("--no-ours", action="store_true", help="only the upstream autoscaler")
     parser.add_argument("--out", type=Path, default=RESULTS)
     parser.add_argument("--update-doc", action="store_true",
@@ -338,8 +341,10 @@ def main(argv: list[str] | None = None) -> int:
         "clock": "lockstep" if args.time_scale is None else f"wall x {args.time_scale:g}",
         "duration_s": duration_s, "seed": args.seed,
         "ours": "simulate: 2 min window, 1 min stabilization, target 0.5 in [0.2, 0.8], sinks "
-                "pinned (controller.simulate)",
+                "pinned (controller.simulate), catch-up "
+                + ("30 min (the spec's default)" if args.catch_up == "spec" else "0 (paper)"),
     }
+    catch_up_s = None if args.catch_up == "spec" else PAPER_CATCH_UP_S
     print("upstream: " + "; ".join(f"{k}={v}" for k, v in settings.items()), flush=True)
     started = time.monotonic()
     upstream, events = run_upstream(
@@ -355,7 +360,8 @@ def main(argv: list[str] | None = None) -> int:
         rows = {UPSTREAM: entry(upstream[job])}
         if not args.no_ours:
             for policy in ("ds2", "justin", "capacity"):
-                rows[policy] = entry(run(model, policy, duration_s, seed=args.seed))
+                rows[policy] = entry(run(model, policy, duration_s, seed=args.seed,
+                                         catch_up_duration=catch_up_s))
             best = oracle(model)
             rows["oracle"] = {**best.as_json(), "final": describe(model, best.configuration),
                               "pods": pods.ours(model, best.configuration).as_json()}
