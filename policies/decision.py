@@ -191,6 +191,8 @@ class VertexHistory(RecordModel):
     scaled_up: bool
     cache_hit_rate: float | None
     state_latency_ns: float | None
+    # The target rate the step sized the vertex for (records/s); None in older statuses.
+    target_rate: float | None = None
     # Unused since a rescale restarts every scale-down wait (kept for stored statuses).
     scale_down_wanted_since: EpochTime | None = None
 

@@ -15,20 +15,52 @@ inputs). As upstream (`ScalingExecutor.computeScalingSummary`):
 - while a source processes backlog (lag above `backlog_lag_threshold` seconds of its
   input), the band is [0, 1]: nothing scales down, scale-ups wait for full load.
 
+One guard upstream 1.10 does not have (its 1-h scale-down interval plays that part): a
+scale-down never returns a vertex to a parallelism it was scaled out from, nor below,
+while the load is what it was then (`scale_outs`, `SAME_LOAD`). DS2's estimate is linear
+in the tasks, so where fewer tasks each hold more state and miss the cache, it sizes a
+scale-in that falls short and the next window scales out again, for ever.
+
 Deliberate differences from flink-autoscaler are data in `policies/upstream.py`
 (mirrored in docs/policies.md).
 """
 
 from __future__ import annotations
 
+import itertools
 import math
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 
 from policies import explain
+from policies.decision import HistoryRecord
 from policies.model import JobGraph, Observation, ShipStrategy, Vertex, VertexConfig
 from policies.spec import CpuScaling
+
+# A scale-out's lower parallelism stays a floor while the vertex's target rate is at least
+# this share of the rate that step was sized for (rates are noisy by a few percent).
+SAME_LOAD = 0.9
+
+
+def scale_outs(history: Iterable[HistoryRecord]) -> dict[str, tuple[tuple[int, float], ...]]:
+    """Per vertex, each scale-out in the stored history: (the parallelism it left, the
+    target rate the step sized it for). The first step has no record before it."""
+    out: dict[str, list[tuple[int, float]]] = {}
+    for before, after in itertools.pairwise(history):
+        for vh in after.vertices:
+            prior = before.vertex(vh.vertex_id)
+            if (prior is not None and vh.parallelism > prior.parallelism
+                    and vh.target_rate is not None and vh.target_rate > 0):
+                out.setdefault(vh.vertex_id, []).append((prior.parallelism, vh.target_rate))
+    return {vid: tuple(steps) for vid, steps in out.items()}
+
+
+def scale_in_floor(scaled_out: Iterable[tuple[int, float]], target: float) -> int | None:
+    """The highest parallelism the vertex was scaled out from at about this load (None:
+    none), which a scale-down must stay above."""
+    floors = [p for p, rate in scaled_out if target >= SAME_LOAD * rate]
+    return max(floors) if floors else None
 
 
 @dataclass(frozen=True)
@@ -217,11 +249,13 @@ def propose(
     *,
     scale_down_wanted_since: Mapping[str, float] | None = None,
     now: float | None = None,
+    scaled_out: Mapping[str, tuple[tuple[int, float], ...]] | None = None,
 ) -> Proposal:
     """DS2's parallelism for every vertex. `observation` must cover every vertex of `graph`.
 
     `now` defaults to the observation's time; `scale_down_wanted_since` is the
-    delay's bookkeeping from the previous call (PolicyState).
+    delay's bookkeeping from the previous call (PolicyState); `scaled_out`, the
+    scale-outs in the stored history (`scale_outs`), floors for scale-downs.
     """
     now = observation.time if now is None else now
     since_before = scale_down_wanted_since or {}
@@ -254,6 +288,11 @@ def propose(
         )
         needed = capacity(target, catch_up[v.id], cpu.utilization_target, cpu, restart=True)
         wanted, notes = size(v, cpu, tpr, needed, _has_hash_input(graph, v.id))
+        floor = scale_in_floor((scaled_out or {}).get(v.id, ()), target)
+        if floor is not None and wanted <= floor and wanted < p:
+            notes = (f"{notes}; " if notes else "") + (
+                f"not back to {floor} or fewer: it was scaled out from {floor} at this load")
+            wanted = min(p, floor + 1)
         where = "outside" if outside else "within"
         text = f"utilization {u:.2f} {where} {band} ({numbers}): "
         if wanted == p:

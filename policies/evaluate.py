@@ -124,6 +124,7 @@ def _scaling(graph: JobGraph, observation: Observation, state: PolicyState,
         proposal = ds2.propose(
             graph, observation, params.cpu,
             scale_down_wanted_since=state.scale_down_wanted_since, now=now,
+            scaled_out=ds2.scale_outs(state.history),
         )
         state = replace(state, scale_down_wanted_since=proposal.scale_down_wanted_since)
         if not proposal.triggered:
@@ -247,6 +248,7 @@ def _record(
                 scaled_up=d.scaled_up,
                 cache_hit_rate=observation.vertices[d.vertex_id].cache_hit_rate,
                 state_latency_ns=observation.vertices[d.vertex_id].state_latency_ns,
+                target_rate=d.target_rate,
             )
             for d in decision.vertices
         ),

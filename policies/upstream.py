@@ -201,6 +201,17 @@ DEVIATIONS: tuple[Deviation, ...] = (
         " cases keep the observed rate out of play (every lag under 30 s of input)",
     ),
     Deviation(
+        "scale-in-floor",
+        "a scale-down never returns a vertex to a parallelism it was scaled out from, nor below,"
+        " while its target rate is at least 90 % of the rate that scale-out was sized for"
+        " (the stored history's last 10 steps)",
+        "1.10 has no such guard; its 1-h scale-down interval spaces scale-downs out (older"
+        " versions blocked any scale-down for a 1-h grace period after a scale-up)",
+        "DS2's estimate is linear in the tasks: where fewer tasks each hold more state and miss"
+        " the cache, the scale-in it sizes falls short and the next window scales out again;"
+        " with our 5-min scaleDownDelay that loop restarted q11 40 times in 5 hours",
+    ),
+    Deviation(
         "defaults",
         "defaults follow the Justin paper: utilization 0.5 in [0.2, 0.8], restart time 0,"
         " max scale-up factor 10, scale-down delay 5 min; catch-up 30 min, as upstream"

@@ -7,6 +7,7 @@ import math
 import pytest
 
 from policies import ds2
+from policies.decision import HistoryRecord, VertexHistory
 from policies.model import Edge, JobGraph, ShipStrategy
 from policies.spec import CpuScaling, ParallelismOverride
 from tests.policies.builders import NOW, chain, metrics, observe, source, vertex
@@ -337,3 +338,42 @@ def test_a_delayed_scale_down_rides_along_when_another_vertex_triggers() -> None
     assert along.triggered
     assert parallelism(along) == {"src": 1, "cold": 4, "hot": 2}
     assert "rides along" in along.vertices["cold"].reason
+
+
+def _record(time: float, **parallelism_and_rate: tuple[int, float]) -> HistoryRecord:
+    return HistoryRecord(time=time, step=1, vertices=tuple(
+        VertexHistory(vertex_id=vid, parallelism=p, memory_level=0, scaled_up=False,
+                      cache_hit_rate=None, state_latency_ns=None, target_rate=rate)
+        for vid, (p, rate) in parallelism_and_rate.items()))
+
+
+def test_scale_outs_are_read_from_consecutive_history_records() -> None:
+    history = (_record(NOW, sink=(12, 1000.0)), _record(NOW + 300, sink=(24, 1000.0)),
+               _record(NOW + 900, sink=(13, 1000.0)), _record(NOW + 1200, sink=(20, 1500.0)))
+    assert ds2.scale_outs(history) == {"sink": ((12, 1000.0), (13, 1500.0))}
+    older = _record(NOW, sink=(4, 1000.0)).model_copy(update={"vertices": (
+        VertexHistory(vertex_id="sink", parallelism=4, memory_level=0, scaled_up=False,
+                      cache_hit_rate=None, state_latency_ns=None),)})
+    # A status stored before target rates were recorded has no rate: no floor from it.
+    assert ds2.scale_outs((older, _record(NOW + 300, sink=(8, 1000.0)))) == {
+        "sink": ((4, 1000.0),)}
+    assert ds2.scale_outs((_record(NOW, sink=(8, 1000.0)),)) == {}
+
+
+def test_a_scale_down_stays_above_a_parallelism_it_was_scaled_out_from_at_this_load() -> None:
+    # The sink runs 10 tasks at 5 % busy: DS2's linear estimate says 4 carry 1,000/s. But it
+    # was scaled out from 6 at this rate: 6 fell short, so it stops at 7.
+    graph = chain(vertex("src", 1), vertex("sink", 10))
+    calm = observe(src=source(500, 1000), sink=metrics(50, 1000, 0))
+    assert ds2.propose(graph, calm, CPU).vertices["sink"].parallelism == 4
+    floored = ds2.propose(graph, calm, CPU, scaled_out={"sink": ((6, 1000.0), (3, 2000.0))})
+    sink = floored.vertices["sink"]
+    assert floored.triggered and sink.parallelism == 7
+    assert "not back to 6 or fewer: it was scaled out from 6 at this load" in sink.reason
+    # The load fell by more than SAME_LOAD allows since: 6 may be enough now.
+    lighter = ds2.propose(graph, calm, CPU, scaled_out={"sink": ((6, 1000 / ds2.SAME_LOAD
+                                                                  + 1),)})
+    assert lighter.vertices["sink"].parallelism == 4
+    # A floor at or above the running parallelism leaves the vertex where it is.
+    kept = ds2.propose(graph, calm, CPU, scaled_out={"sink": ((10, 1000.0),)})
+    assert kept.vertices["sink"].parallelism == 10 and not kept.triggered
