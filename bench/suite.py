@@ -730,6 +730,7 @@ def main(argv: list[str] | None = None) -> int:
         "command": command,
         "policies": list(POLICIES), "seeds": seeds, "run_seeds": run_seeds,
         "duration_s": duration, "wall_s": round(wall, 1), "skew_reported": SKEW_REPORTED,
+        "catch_up": {"runs": args.catch_up, "peer": "spec"},
         "models": {_gen(s): {"features": sorted(jobgen.features(model_for(s))),
                                     "model": model_for(s).model_dump(mode="json", by_alias=True,
                                                                      exclude_defaults=True)}

@@ -191,8 +191,12 @@ class VertexHistory(RecordModel):
     scaled_up: bool
     cache_hit_rate: float | None
     state_latency_ns: float | None
-    # The target rate the step sized the vertex for (records/s); None in older statuses.
+    # What DS2's scale-in floor reads (ds2.scale_outs); None in statuses stored before it:
+    # the parallelism before the step, and the target rate (records/s, without the lag's
+    # catch-up) and the utilization that rate put on that parallelism.
+    parallelism_before: int | None = None
     target_rate: float | None = None
+    utilization: float | None = None
     # Unused since a rescale restarts every scale-down wait (kept for stored statuses).
     scale_down_wanted_since: EpochTime | None = None
 

@@ -16,10 +16,11 @@ inputs). As upstream (`ScalingExecutor.computeScalingSummary`):
   input), the band is [0, 1]: nothing scales down, scale-ups wait for full load.
 
 One guard upstream 1.10 does not have (its 1-h scale-down interval plays that part): a
-scale-down never returns a vertex to a parallelism it was scaled out from, nor below,
-while the load is what it was then (`scale_outs`, `SAME_LOAD`). DS2's estimate is linear
-in the tasks, so where fewer tasks each hold more state and miss the cache, it sizes a
-scale-in that falls short and the next window scales out again, for ever.
+scale-down never returns a vertex to a parallelism it was scaled out from for being short
+on the target alone, nor below, while the load is what it was then; it stops halfway
+instead (`scale_outs`, `scale_in_floor`, `above_floor`). DS2's estimate is linear in the
+tasks, so where fewer tasks each hold more state and miss the cache, it sizes a scale-in
+that falls short and the next window scales out again, for ever.
 
 Deliberate differences from flink-autoscaler are data in `policies/upstream.py`
 (mirrored in docs/policies.md).
@@ -27,7 +28,6 @@ Deliberate differences from flink-autoscaler are data in `policies/upstream.py`
 
 from __future__ import annotations
 
-import itertools
 import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -39,28 +39,59 @@ from policies.model import JobGraph, Observation, ShipStrategy, Vertex, VertexCo
 from policies.spec import CpuScaling
 
 # A scale-out's lower parallelism stays a floor while the vertex's target rate is at least
-# this share of the rate that step was sized for (rates are noisy by a few percent).
+# this share of the rate it was short at (rates are noisy by a few percent).
 SAME_LOAD = 0.9
 
 
-def scale_outs(history: Iterable[HistoryRecord]) -> dict[str, tuple[tuple[int, float], ...]]:
-    """Per vertex, each scale-out in the stored history: (the parallelism it left, the
-    target rate the step sized it for). The first step has no record before it."""
-    out: dict[str, list[tuple[int, float]]] = {}
-    for before, after in itertools.pairwise(history):
-        for vh in after.vertices:
-            prior = before.vertex(vh.vertex_id)
-            if (prior is not None and vh.parallelism > prior.parallelism
-                    and vh.target_rate is not None and vh.target_rate > 0):
-                out.setdefault(vh.vertex_id, []).append((prior.parallelism, vh.target_rate))
+@dataclass(frozen=True)
+class ScaleOut:
+    """One scale-out in the stored history: the parallelism it left, the target rate (lag's
+    catch-up excluded) and the utilization that rate put on it, and the memory level after."""
+
+    parallelism: int
+    target_rate: float
+    utilization: float
+    memory_level: int | None
+
+
+def scale_outs(history: Iterable[HistoryRecord]) -> dict[str, tuple[ScaleOut, ...]]:
+    """Per vertex, every scale-out the stored history records in full (statuses stored
+    before these fields existed record none)."""
+    out: dict[str, list[ScaleOut]] = {}
+    for record in history:
+        for vh in record.vertices:
+            if (vh.parallelism_before is not None and vh.parallelism > vh.parallelism_before
+                    and vh.target_rate is not None and vh.target_rate > 0
+                    and vh.utilization is not None):
+                out.setdefault(vh.vertex_id, []).append(ScaleOut(
+                    vh.parallelism_before, vh.target_rate, vh.utilization, vh.memory_level))
     return {vid: tuple(steps) for vid, steps in out.items()}
 
 
-def scale_in_floor(scaled_out: Iterable[tuple[int, float]], target: float) -> int | None:
-    """The highest parallelism the vertex was scaled out from at about this load (None:
-    none), which a scale-down must stay above."""
-    floors = [p for p, rate in scaled_out if target >= SAME_LOAD * rate]
+def scale_in_floor(scaled_out: Iterable[ScaleOut], target: float, high_u: float,
+                   memory_level: int | None) -> int | None:
+    """The highest parallelism the vertex left because it was short on the target alone
+    (above `high_u`; a step sized only for a backlog's catch-up sets no floor), at about
+    this load and no more memory than now. None: no floor."""
+    def level(x: int | None) -> int:
+        return -1 if x is None else x
+    floors = [s.parallelism for s in scaled_out
+              if target >= SAME_LOAD * s.target_rate and s.utilization > high_u
+              and level(memory_level) <= level(s.memory_level)]
     return max(floors) if floors else None
+
+
+def above_floor(vertex: Vertex, cpu: CpuScaling, floor: int, hash_input: bool) -> int:
+    """Where a scale-down stops that would go back to `floor` or below: halfway from the
+    floor to the current parallelism (so settling takes a logarithmic number of steps, not
+    one task per cycle), within the bounds and aligned to the key groups as `size` does;
+    the current parallelism when nothing in between qualifies."""
+    p = vertex.parallelism
+    low, upper = cpu.parallelism_range(vertex.id, vertex.operator_uids, vertex.max_parallelism)
+    raised = min(max(floor + 1 + (p - floor - 1) // 2, low), upper)
+    if hash_input:
+        raised = align(p, raised, upper, low, vertex.max_parallelism)
+    return p if raised <= floor or raised >= p else raised
 
 
 @dataclass(frozen=True)
@@ -249,7 +280,7 @@ def propose(
     *,
     scale_down_wanted_since: Mapping[str, float] | None = None,
     now: float | None = None,
-    scaled_out: Mapping[str, tuple[tuple[int, float], ...]] | None = None,
+    scaled_out: Mapping[str, tuple[ScaleOut, ...]] | None = None,
 ) -> Proposal:
     """DS2's parallelism for every vertex. `observation` must cover every vertex of `graph`.
 
@@ -287,20 +318,24 @@ def propose(
             or tpr > capacity(target, catch_up[v.id], low_u, cpu, restart=True)
         )
         needed = capacity(target, catch_up[v.id], cpu.utilization_target, cpu, restart=True)
-        wanted, notes = size(v, cpu, tpr, needed, _has_hash_input(graph, v.id))
-        floor = scale_in_floor((scaled_out or {}).get(v.id, ()), target)
-        if floor is not None and wanted <= floor and wanted < p:
-            notes = (f"{notes}; " if notes else "") + (
-                f"not back to {floor} or fewer: it was scaled out from {floor} at this load")
-            wanted = min(p, floor + 1)
+        hashed = _has_hash_input(graph, v.id)
+        sized_to, notes = size(v, cpu, tpr, needed, hashed)
+        wanted = sized_to
+        floor = scale_in_floor((scaled_out or {}).get(v.id, ()), target, cpu.utilization_max,
+                               v.memory_level)
+        if floor is not None and sized_to <= floor and sized_to < p:
+            wanted = above_floor(v, cpu, floor, hashed)
         where = "outside" if outside else "within"
         text = f"utilization {u:.2f} {where} {band} ({numbers}): "
-        if wanted == p:
+        if sized_to == p:
             text += f"sized to {p} for utilization {cpu.utilization_target:.2f}"
         else:
-            text += f"DS2 sizes {p}→{wanted} for utilization {cpu.utilization_target:.2f}"
+            text += f"DS2 sizes {p}→{sized_to} for utilization {cpu.utilization_target:.2f}"
         if notes:
             text += f" ({notes})"
+        if wanted != sized_to:
+            text += (f"; it was scaled out from {floor} tasks, short at this load, so not "
+                     f"back there: {'held at' if wanted == p else 'halfway,'} {wanted}")
         if wanted == p:
             text += f", keeps {p}"
         delayed = False

@@ -248,7 +248,9 @@ def _record(
                 scaled_up=d.scaled_up,
                 cache_hit_rate=observation.vertices[d.vertex_id].cache_hit_rate,
                 state_latency_ns=observation.vertices[d.vertex_id].state_latency_ns,
+                parallelism_before=d.parallelism_before,
                 target_rate=d.target_rate,
+                utilization=d.utilization,
             )
             for d in decision.vertices
         ),

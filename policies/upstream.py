@@ -202,9 +202,10 @@ DEVIATIONS: tuple[Deviation, ...] = (
     ),
     Deviation(
         "scale-in-floor",
-        "a scale-down never returns a vertex to a parallelism it was scaled out from, nor below,"
-        " while its target rate is at least 90 % of the rate that scale-out was sized for"
-        " (the stored history's last 10 steps)",
+        "a scale-down never returns a vertex to a parallelism it was scaled out from for being"
+        " above utilizationMax on the target alone (catch-up excluded), nor below, while its"
+        " target rate is at least 90 % of that step's and its memory level no higher; it stops"
+        " halfway between, aligned to the key groups (the stored history's last 10 steps)",
         "1.10 has no such guard; its 1-h scale-down interval spaces scale-downs out (older"
         " versions blocked any scale-down for a 1-h grace period after a scale-up)",
         "DS2's estimate is linear in the tasks: where fewer tasks each hold more state and miss"
@@ -220,7 +221,8 @@ DEVIATIONS: tuple[Deviation, ...] = (
         " scale-down interval 1 h",
         "our published comparisons are with the paper; `cpu_scaling()` maps upstream's"
         " options one to one. Catch-up was 5 min until measured: it sized steps for"
-        " backlogs the utilization target's headroom drains anyway (docs/policies.md)",
+        " backlogs the utilization target's headroom drains anyway (\"The catch-up default,"
+        " measured and changed\")",
     ),
 )
 

@@ -340,40 +340,68 @@ def test_a_delayed_scale_down_rides_along_when_another_vertex_triggers() -> None
     assert "rides along" in along.vertices["cold"].reason
 
 
-def _record(time: float, **parallelism_and_rate: tuple[int, float]) -> HistoryRecord:
+def _record(time: float, **steps: tuple[int, int, float, float]) -> HistoryRecord:
+    """One step: per vertex (parallelism before, after, target rate, utilization before)."""
     return HistoryRecord(time=time, step=1, vertices=tuple(
-        VertexHistory(vertex_id=vid, parallelism=p, memory_level=0, scaled_up=False,
-                      cache_hit_rate=None, state_latency_ns=None, target_rate=rate)
-        for vid, (p, rate) in parallelism_and_rate.items()))
+        VertexHistory(vertex_id=vid, parallelism=after, memory_level=0, scaled_up=False,
+                      cache_hit_rate=None, state_latency_ns=None, parallelism_before=before,
+                      target_rate=rate, utilization=u)
+        for vid, (before, after, rate, u) in steps.items()))
 
 
-def test_scale_outs_are_read_from_consecutive_history_records() -> None:
-    history = (_record(NOW, sink=(12, 1000.0)), _record(NOW + 300, sink=(24, 1000.0)),
-               _record(NOW + 900, sink=(13, 1000.0)), _record(NOW + 1200, sink=(20, 1500.0)))
-    assert ds2.scale_outs(history) == {"sink": ((12, 1000.0), (13, 1500.0))}
-    older = _record(NOW, sink=(4, 1000.0)).model_copy(update={"vertices": (
-        VertexHistory(vertex_id="sink", parallelism=4, memory_level=0, scaled_up=False,
-                      cache_hit_rate=None, state_latency_ns=None),)})
-    # A status stored before target rates were recorded has no rate: no floor from it.
-    assert ds2.scale_outs((older, _record(NOW + 300, sink=(8, 1000.0)))) == {
-        "sink": ((4, 1000.0),)}
-    assert ds2.scale_outs((_record(NOW, sink=(8, 1000.0)),)) == {}
+def test_scale_outs_are_the_steps_that_raised_a_vertexs_parallelism() -> None:
+    history = (_record(NOW, sink=(1, 12, 1000.0, 9.0)),
+               _record(NOW + 300, sink=(12, 24, 1000.0, 0.83)),
+               _record(NOW + 900, sink=(24, 13, 1000.0, 0.15)),
+               _record(NOW + 1200, sink=(13, 20, 1500.0, 0.9)))
+    assert ds2.scale_outs(history) == {"sink": (
+        ds2.ScaleOut(1, 1000.0, 9.0, 0), ds2.ScaleOut(12, 1000.0, 0.83, 0),
+        ds2.ScaleOut(13, 1500.0, 0.9, 0))}
+    # A status stored before these fields existed records no scale-out.
+    older = VertexHistory(vertex_id="sink", parallelism=8, memory_level=0, scaled_up=False,
+                          cache_hit_rate=None, state_latency_ns=None, target_rate=1000.0)
+    assert ds2.scale_outs((HistoryRecord(time=NOW, step=1, vertices=(older,)),)) == {}
 
 
-def test_a_scale_down_stays_above_a_parallelism_it_was_scaled_out_from_at_this_load() -> None:
-    # The sink runs 10 tasks at 5 % busy: DS2's linear estimate says 4 carry 1,000/s. But it
-    # was scaled out from 6 at this rate: 6 fell short, so it stops at 7.
+def test_the_floor_counts_only_a_shortfall_on_the_target_at_about_this_load_and_memory() -> None:
+    short = ds2.ScaleOut(6, 1000.0, 0.9, 0)
+    assert ds2.scale_in_floor((short,), 1000.0, 0.8, 0) == 6
+    assert ds2.scale_in_floor((short,), 1000.0 * ds2.SAME_LOAD, 0.8, 0) == 6
+    assert ds2.scale_in_floor((short,), 1000.0 * ds2.SAME_LOAD - 1, 0.8, 0) is None  # lighter
+    assert ds2.scale_in_floor((short,), 1000.0, 0.8, 1) is None  # more memory per task now
+    assert ds2.scale_in_floor((short,), 1000.0, 0.8, None) == 6  # stripped: no more memory
+    # Sized for a backlog's catch-up, not short on the target: no floor.
+    assert ds2.scale_in_floor((ds2.ScaleOut(6, 1000.0, 0.7, 0),), 1000.0, 0.8, 0) is None
+    assert ds2.scale_in_floor((short, ds2.ScaleOut(3, 900.0, 1.5, 0)), 1000.0, 0.8, 0) == 6
+
+
+def test_a_scale_down_stops_halfway_above_where_it_was_short_at_this_load() -> None:
+    # The sink runs 10 tasks at 5 % busy: DS2 sizes 1 (4 after the scale-down cap). It
+    # was scaled out from 4 at this rate, short there: halfway from 5 to 10 is 7.
     graph = chain(vertex("src", 1), vertex("sink", 10))
     calm = observe(src=source(500, 1000), sink=metrics(50, 1000, 0))
     assert ds2.propose(graph, calm, CPU).vertices["sink"].parallelism == 4
-    floored = ds2.propose(graph, calm, CPU, scaled_out={"sink": ((6, 1000.0), (3, 2000.0))})
+    floored = ds2.propose(graph, calm, CPU, scaled_out={"sink": (
+        ds2.ScaleOut(4, 1000.0, 0.95, 0), ds2.ScaleOut(2, 2000.0, 1.5, 0))})
     sink = floored.vertices["sink"]
     assert floored.triggered and sink.parallelism == 7
-    assert "not back to 6 or fewer: it was scaled out from 6 at this load" in sink.reason
-    # The load fell by more than SAME_LOAD allows since: 6 may be enough now.
-    lighter = ds2.propose(graph, calm, CPU, scaled_out={"sink": ((6, 1000 / ds2.SAME_LOAD
-                                                                  + 1),)})
-    assert lighter.vertices["sink"].parallelism == 4
-    # A floor at or above the running parallelism leaves the vertex where it is.
-    kept = ds2.propose(graph, calm, CPU, scaled_out={"sink": ((10, 1000.0),)})
+    assert "DS2 sizes 10→4" in sink.reason
+    assert "it was scaled out from 4 tasks, short at this load, so not back there: halfway, 7" \
+        in sink.reason
+    # A floor one below the running parallelism leaves nothing in between: it stays.
+    kept = ds2.propose(graph, calm, CPU, scaled_out={"sink": (ds2.ScaleOut(9, 1000.0, 0.9, 0),)})
     assert kept.vertices["sink"].parallelism == 10 and not kept.triggered
+    assert "held at 10, keeps 10" in kept.vertices["sink"].reason
+
+
+def test_the_halfway_stop_is_aligned_to_the_key_groups() -> None:
+    # 24 tasks on 120 key groups at 5 % busy: DS2 sizes 10 (the scale-down cap). Short at 10
+    # before: halfway from 11 to 24 is 17, which 120 does not divide; 20 does.
+    graph = chain(vertex("src", 1), vertex("agg", 24, max_p=120), ship=ShipStrategy.HASH)
+    calm = observe(src=source(500, 1000), agg=metrics(50, 1000, 0))
+    assert ds2.propose(graph, calm, CPU).vertices["agg"].parallelism == 10
+    short_at = {"agg": (ds2.ScaleOut(10, 1000.0, 0.9, 0),)}
+    assert ds2.propose(graph, calm, CPU, scaled_out=short_at).vertices["agg"].parallelism == 20
+    # Short only at 6: DS2's 10 stays above that, and the floor takes nothing from it.
+    short_at = {"agg": (ds2.ScaleOut(6, 1000.0, 0.9, 0),)}
+    assert ds2.propose(graph, calm, CPU, scaled_out=short_at).vertices["agg"].parallelism == 10

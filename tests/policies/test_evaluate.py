@@ -214,14 +214,16 @@ def test_ds2_does_not_scale_in_back_to_where_it_was_short_at_the_same_load() -> 
     # The flip-flop of docs/simulator.md in three windows: the counter runs 2 tasks at 90 %
     # (DS2: 4), at 4 tasks it runs at 95 % (fewer tasks miss the cache less: DS2: 8), and
     # at 8 it runs at 10 %, which DS2's linear estimate reads as "2 are enough" (4 after
-    # the scale-down cap). 2 and 4 were short at this load, so it stops at 5.
+    # the scale-down cap). 2 and 4 were short at this load: halfway from 5 to 8 is 6.
     params = replace(PARAMS, policy=Policy.DS2, memory=MemoryScaling(enabled=False))
     g, e1 = step(GRAPH, job(0.3), PolicyState(), params)
     assert e1.configuration["counter"].parallelism == 4
-    assert e1.state.history[-1].vertex("counter").target_rate == 1000
+    stored = e1.state.history[-1].vertex("counter")
+    assert (stored.parallelism_before, stored.target_rate, stored.utilization) == (2, 1000, 0.9)
     g, e2 = step(g, job(0.3, busy=950, now=NOW + 300), e1.state, params)
     assert e2.configuration["counter"].parallelism == 8
     g, e3 = step(g, job(0.3, busy=100, now=NOW + 600), e2.state, params)
     counter_ = e3.decision.vertex("counter")
-    assert e3.configuration["counter"].parallelism == 5
-    assert "not back to 4 or fewer: it was scaled out from 4 at this load" in counter_.reason
+    assert e3.configuration["counter"].parallelism == 6
+    assert "scaled out from 4 tasks, short at this load, so not back there: halfway, 6" \
+        in counter_.reason
