@@ -11,7 +11,9 @@ carried downstream by output ratios):
   in the pods it needs, `ScalingParams.pods`, when the controller prices them);
 - **surplus**: a configuration cheaper by more than the restart costs within
   `cost.paybackPeriod` has sufficed for `cpu.scaleDownDelay` → it is sized for the
-  highest need over that delay (plus the measured noise) and taken;
+  highest need over that delay (plus the measured noise) and taken (a skewed vertex
+  scaled in to a parallelism it never ran at must pay back the restart likely to undo
+  it as well, `_blind_scale_in`);
 - otherwise nothing moves (SASO: a steady load means no restart).
 
 A step is judged by capacity: once the vertex runs at the configuration a step
@@ -141,7 +143,9 @@ def evaluate(graph: JobGraph, observation: Observation, state: PolicyState,
                                                       for p in ready}, params)
             cost_new = _job_cost(graph, chosen, params) if priced is None else priced
             cost_now = cost_new if chosen == current else _job_cost(graph, current, params)
-        pays = pays_back(cost_now, cost_new, params)
+        blind = [p.vertex.name or p.vertex.id for p in ready
+                 if _blind_scale_in(p, chosen[p.vertex.id])]
+        pays = pays_back(cost_now, cost_new, params, restarts=2 if blind else 1)
         triggered = bool(ready) and pays and cost_new < cost_now
         if not triggered:
             chosen = current
@@ -154,6 +158,10 @@ def evaluate(graph: JobGraph, observation: Observation, state: PolicyState,
             # Cheaper per task, not in pods: the pods it needs cost as much or more.
             reason = ("capacity: steady; the configurations cheaper per task need pods "
                       "that cost no less")
+        elif ready and not pays and blind:
+            reason = ("capacity: steady; a cheaper configuration would not pay back within "
+                      f"{params.cost.payback_period:.0f}s both its restart and the one likely "
+                      f"to undo it ({', '.join(blind)}: skewed, to a parallelism never run)")
         elif ready and not pays:
             reason = ("capacity: steady; a cheaper configuration would not pay its restart "
                       f"back within {params.cost.payback_period:.0f}s")
@@ -557,6 +565,15 @@ def _rides_along(p: _Plan, params: ScalingParams, now: float) -> bool:
     """In a restart that happens anyway, every vertex takes its plan: a scale-down sized
     for the highest need seen so far costs no extra restart (DS2 lets it ride along too)."""
     return p.best != p.current
+
+
+def _blind_scale_in(p: _Plan, after: VertexConfig) -> bool:
+    """A scale-in of a skewed vertex to a parallelism it never ran at. Which heavy key
+    groups share the busiest subtask's contiguous range there is not known (a Zipf key
+    space puts several on one subtask at some parallelisms, not at others), so the step
+    is likely to be undone, and is priced with the restart that undoes it (SASO)."""
+    return (after.parallelism < p.current.parallelism and p.skew.hot_share > 0
+            and after.parallelism not in p.skew.measured)
 
 
 def _waited_peak(learning: VertexLearning) -> float | None:

@@ -124,11 +124,13 @@ def restart_cost(cost_per_hour: float, params: ScalingParams, memory_only: bool 
     return cost_per_hour * seconds / 3600.0
 
 
-def pays_back(cost_now: float, cost_new: float, params: ScalingParams) -> bool:
+def pays_back(cost_now: float, cost_new: float, params: ScalingParams,
+              restarts: int = 1) -> bool:
     """Whether moving from a configuration costing `cost_now` per hour to one costing
-    `cost_new` saves, within spec.cost.paybackPeriod, more than the restart costs."""
+    `cost_new` saves, within spec.cost.paybackPeriod, more than its `restarts` cost (a
+    move likely to be undone is priced with the restart that undoes it)."""
     saving = (cost_now - cost_new) * params.cost.payback_period / 3600.0
-    return saving > restart_cost(cost_new, params)
+    return saving > restarts * restart_cost(cost_new, params)
 
 
 def within_limits(t: Totals, limits: Limits) -> bool:

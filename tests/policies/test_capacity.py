@@ -208,6 +208,37 @@ def test_a_drop_is_scaled_down_in_one_step_although_its_first_window_straddles_i
     assert world.counter(downs[0][1], downs[0][2], 20_000).busyness <= 0.6, times
 
 
+def test_a_skewed_vertex_is_scaled_in_blind_only_when_it_pays_back_two_restarts() -> None:
+    """A hot key (5 % of the records) and a 1/6 drop of the load: 12 tasks would do with
+    11, a parallelism the vertex never ran at. Which heavy key groups share its busiest
+    subtask there is unknown, so the scale-in is priced with the restart likely to undo
+    it: with 120-s restarts the saving pays back one restart but not two, and the vertex
+    stays; with 30-s restarts it pays back both, and it is taken."""
+    world = World(hot_share=0.05, gets=0.0, cpu_us=100.0)
+    rates = [60_000.0] * 10 + [50_000.0] * 15
+
+    def reasons(downtime_s: float) -> tuple[list[tuple[float, int, int | None]], str]:
+        params = replace(PARAMS, expected_downtime_s=downtime_s)
+        g, state, steps, said = graph(), PolicyState(), [], []
+        for n, r in enumerate(rates):
+            now = 120.0 * (n + 1)
+            e = evaluate(g, world.observe(g, r, now), state, params, now)
+            state = e.state
+            said.append(e.decision.reason)
+            if e.decision.reconfigures:
+                g = g.with_configuration(e.configuration)
+                steps.append((now, g.vertex("counter").parallelism,
+                              g.vertex("counter").memory_level))
+        return steps, "\n".join(said)
+
+    steps, reason = reasons(120.0)
+    assert [p for _, p, _ in steps] == [10, 12], steps  # the hot key's step, then none
+    assert "both its restart and the one likely to undo it" in reason, reason
+    assert "(Counter: skewed, to a parallelism never run)" in reason, reason
+    steps, _ = reasons(30.0)
+    assert [p for _, p, _ in steps] == [10, 12, 11], steps
+
+
 def test_a_wait_that_did_not_pay_back_starts_over_and_forgets_its_old_peak() -> None:
     """A small drop whose saving cannot pay a restart back, then a large one: the peak
     that sizes the scale-down is the need over the last delay, not since the surplus
