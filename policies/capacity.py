@@ -114,7 +114,10 @@ def evaluate(graph: JobGraph, observation: Observation, state: PolicyState,
 
     plans: dict[str, _Plan] = {}
     for v in graph.vertices:
-        learning = _learn(state.learned.get(v.id), v, observation, params)
+        m = observation.vertices[v.id]
+        learning = _learn(state.learned.get(v.id), v, observation, params,
+                          starved=_starved(m, rates[v.id] + catch_up[v.id],
+                                           cpu.utilization_target))
         plans[v.id] = _plan_vertex(graph, v, observation.vertices[v.id], learning, rates[v.id],
                                    catch_up[v.id], high_u, params, now)
 
@@ -202,12 +205,24 @@ def evaluate(graph: JobGraph, observation: Observation, state: PolicyState,
                   MappingProxyType(learned), stopped)
 
 
+def _starved(m: VertexMetrics, rate: float, utilization: float) -> bool:
+    """Too idle to measure, yet the target would load it above `utilization` at its true
+    processing rate: it idles because an upstream bottleneck starves it, and takes the
+    target's load once that is gone. DS2 sizes such a vertex in the same step; so does
+    this policy, from the window it has (a pause inflates a near-idle window's busy time,
+    which errs towards more tasks, not fewer)."""
+    tpr = m.true_processing_rate
+    return (0.0 < m.busyness < MIN_BUSYNESS and 0.0 < tpr < math.inf
+            and rate / tpr > utilization)
+
+
 def _learn(old: VertexLearning | None, v: Vertex, observation: Observation,
-           params: ScalingParams) -> VertexLearning:
-    """Add this window's point; judge the last step once its configuration has run."""
+           params: ScalingParams, starved: bool = False) -> VertexLearning:
+    """Add this window's point (`starved`: also when too idle to measure, `_starved`);
+    judge the last step once its configuration has run."""
     learning = old or VertexLearning(vertex_id=v.id)
     m = observation.vertices[v.id]
-    point = point_of(v, m, observation.time)
+    point = point_of(v, m, observation.time, min_busyness=0.0 if starved else MIN_BUSYNESS)
     if point is None:
         # Too idle to measure: nothing says whether the cache is warm; the next measurable
         # window starts the judgement over (a pending warm-up must not hold the vertex).
@@ -260,10 +275,11 @@ def _realized(predicted: Prediction, measured: float, short_by: float,
     return None if share >= 1.0 else share
 
 
-def point_of(v: Vertex, m: VertexMetrics, time: float) -> CapacityPoint | None:
+def point_of(v: Vertex, m: VertexMetrics, time: float,
+             min_busyness: float = MIN_BUSYNESS) -> CapacityPoint | None:
     """This window as a data point, or None when the vertex was too idle to measure."""
     tpr = m.true_processing_rate
-    if m.busyness < MIN_BUSYNESS or not math.isfinite(tpr) or tpr <= 0:
+    if m.busyness <= 0 or m.busyness < min_busyness or not math.isfinite(tpr) or tpr <= 0:
         return None
     service_us = v.parallelism * 1e6 / tpr
     if not service_us < MAX_SERVICE_US:

@@ -32,7 +32,7 @@ from policies.learning import (
 from policies.model import JobGraph, Observation, ShipStrategy, VertexConfig, VertexMetrics
 from policies.restart_cost import Enactment, RestartFacts
 from policies.spec import CpuScaling, MemoryScaling, Policy
-from tests.policies.builders import chain, metrics, source, vertex
+from tests.policies.builders import chain, metrics, observe, source, vertex
 
 BASE = 158.0
 PARAMS = ScalingParams(policy=Policy.CAPACITY,
@@ -157,6 +157,25 @@ def test_a_step_the_bounds_cut_short_says_so_rather_than_that_it_sustains_the_ta
     assert why.startswith("no configuration within the bounds (at most 2 tasks"), why
     assert "predicted to fall short" in why
     assert "predicted to sustain the target;" not in why
+
+
+def test_a_vertex_starved_behind_the_bottleneck_is_sized_in_the_same_step() -> None:
+    """The first window: Hot saturated, Starved behind it 4 % busy (below what the
+    policy otherwise measures), yet at its true processing rate (250k/s) the target would
+    load it to 80 %. It is sized in the bottleneck's step, as DS2 sizes it, not left to
+    a second restart once the bottleneck is gone; at a target it carries (40 %) it stays."""
+    g = chain(vertex("src", 1, None), vertex("hot", 1, None), vertex("starved", 1, None))
+
+    def step(target: float) -> int:
+        seen = observe(now=120.0, src=source(20.0, 10_000.0, lag_growth=target - 10_000.0),
+                       hot=metrics(1000.0, 10_000.0), starved=metrics(40.0, 10_000.0))
+        e = evaluate(g, seen, PolicyState(), PARAMS, 120.0)
+        assert e.decision.reconfigures
+        assert e.configuration["hot"].parallelism > 1
+        return e.configuration["starved"].parallelism
+
+    assert step(200_000.0) >= 2
+    assert step(100_000.0) == 1
 
 
 def test_memory_and_parallelism_change_in_the_same_step() -> None:
