@@ -34,7 +34,10 @@ Definitions (the targets, `evaluate`):
 * **write-dominated operators** (access.write ≥ 0.8): memory scale-ups tried = steps
   that raise the vertex's memory level over the configuration before them (each step's
   configuration is the twin's, `Step.configuration`); kept = levels it ends above its
-  initial level. Target: tried ≤ 1 and kept = 0 per operator.
+  initial level. Target: tried ≤ 1 and kept = 0 per operator. Reported beside it: the
+  operators whose final level is above the one the oracle at the target gives them (an
+  operator whose few reads each miss at a disk read can need memory, and then the oracle
+  keeps it too).
 * **skew named**: a keyed vertex must be named when key skew puts the utilization
   target out of its reach (the most one can sustain at 0.5 busyness over every
   parallelism and memory level is below its load): from the first time the target rate
@@ -139,21 +142,25 @@ def steady_restarts(result: RunResult, seed: int) -> list[float]:
     return found
 
 
+def write_dominated(model: JobModel) -> list[Any]:
+    return [op for op in model.operators
+            if op.state is not None and op.state.access.write >= WRITE_DOMINATED]
+
+
 def write_memory(result: RunResult) -> dict[str, dict[str, int]]:
-    """Per write-dominated operator: memory scale-ups tried and levels kept."""
+    """Per write-dominated operator: memory scale-ups tried, levels kept and the final level
+    (-1: ⊥)."""
     model = result.model
     initial = model.job_graph().configuration()
     configs = [initial] + [s.configuration for s in result.steps]
     out = {}
-    for op in model.operators:
-        if op.state is None or op.state.access.write < WRITE_DOMINATED:
-            continue
+    for op in write_dominated(model):
         vid = op.vertex_id
         tried = sum(_level(b[vid].memory_level) > _level(a[vid].memory_level)
                     for a, b in itertools.pairwise(configs))
         final = result.final[vid] if vid in result.final else configs[-1][vid]
         kept = max(0, _level(final.memory_level) - _level(initial[vid].memory_level))
-        out[op.uid] = {"tried": tried, "kept": kept}
+        out[op.uid] = {"tried": tried, "kept": kept, "level": _level(final.memory_level)}
     return out
 
 
@@ -258,7 +265,10 @@ def oracle_item(seed: int, run_seed: int, duration_s: float) -> dict[str, Any]:
         "oracle_at_target": None if aimed is None else {
             "utilization": aimed.utilization, "cpu_cores": aimed.cpu_cores,
             "memory_mb": round(aimed.memory_mib, 1),
-            "final": _describe(model, aimed.configuration)},
+            "final": _describe(model, aimed.configuration),
+            # the level it gives each write-dominated operator (-1: ⊥)
+            "write_levels": {op.uid: _level(aimed.configuration[op.vertex_id].memory_level)
+                             for op in write_dominated(model)}},
         "pod_oracle": None if in_pods is None else {
             **in_pods.bill.as_json(), "final": _describe(model, in_pods.configuration)},
         "skew_onsets": skew_onsets(model, run_seed, duration_s),
@@ -396,6 +406,18 @@ def evaluate(runs: list[dict[str, Any]], oracles: dict[tuple[int, int], dict[str
             "value": f"{len(ops) - len(bad)}/{len(ops)} operators", "pass": not bad,
             "misses": [f"{_name(r)} {uid}: tried {w['tried']}, kept {w['kept']} level(s)"
                        for r, uid, w in bad]}
+        # Beside it: where the oracle itself keeps memory on such an operator (its few
+        # reads miss at a disk read each), keeping it is no miss. Reported, not a target.
+        above = []
+        for r, uid, w in ops:
+            aimed = oracles[(r["model"], r["run_seed"])]["oracle_at_target"] or {}
+            level = (aimed.get("write_levels") or {}).get(uid)
+            if w["tried"] > 1 or (level is not None and w.get("level", -1) > level):
+                above.append(f"{_name(r)} {uid}: tried {w['tried']}, level "
+                             f"{w.get('level')} against the oracle's {level}")
+        targets["write-dominated: ≤ 1 memory scale-up tried, none above the oracle's level"] = {
+            "value": f"{len(ops) - len(above)}/{len(ops)} operators", "pass": None,
+            "reported": True, "misses": above}
         # 5. skew named within two windows
         due = [(r, uid, s) for r in mine for uid, s in r["skew"].items()]
         if not skew_reported:

@@ -55,7 +55,7 @@ def test_memory_scale_ups_on_a_write_dominated_operator_are_counted_and_kept(wri
                                  (700.0, {vid: VertexConfig(8, 1)})])
     row = suite.measure(synthetic(write_job, "justin", steps), 0, {})
     uid = next(o.uid for o in write_job.operators if o.vertex_id == vid)
-    assert row["write_memory"] == {uid: {"tried": 2, "kept": 1}}
+    assert row["write_memory"] == {uid: {"tried": 2, "kept": 1, "level": 1}}
 
 
 def test_a_reconfiguration_from_a_configuration_that_sustains_a_steady_phase_is_counted(
@@ -113,6 +113,23 @@ def test_every_missed_target_is_reported_with_its_amount():
     assert steady["pass"] is False and steady["misses"] == ["gen-000: 2 (at 600, 900 s)"]
     writes = report["write-dominated: ≤ 1 memory scale-up tried, 0 kept"]
     assert writes["misses"] == ["gen-000 w: tried 2, kept 1 level(s)"]
+
+
+def test_write_memory_the_oracle_keeps_too_is_reported_apart():
+    """The issue's target counts any level kept; beside it, a level the oracle gives the
+    operator too (its reads miss at a disk read each) is no miss."""
+    runs = rows_for(0, capacity={"write_memory": {
+        "a": {"tried": 1, "kept": 2, "level": 2}, "b": {"tried": 1, "kept": 1, "level": 1},
+        "c": {"tried": 2, "kept": 0, "level": 0}}})
+    oracles = {(0, 0): {"oracle_at_target": {
+        "utilization": 0.5, "cpu_cores": 10.0, "memory_mb": 1000.0,
+        "write_levels": {"a": 2, "b": 0, "c": 0}}}}
+    report = suite.evaluate(runs, oracles)["capacity"]
+    assert report["write-dominated: ≤ 1 memory scale-up tried, 0 kept"]["value"] == "0/3 operators"
+    beside = report["write-dominated: ≤ 1 memory scale-up tried, none above the oracle's level"]
+    assert beside["value"] == "1/3 operators" and beside["pass"] is None
+    assert beside["misses"] == ["gen-000 b: tried 1, level 1 against the oracle's 0",
+                                "gen-000 c: tried 2, level 0 against the oracle's 0"]
 
 
 def test_a_share_below_ninety_percent_says_how_many_models_short():
