@@ -209,8 +209,8 @@ def _starved(m: VertexMetrics, rate: float, utilization: float) -> bool:
     """Too idle to measure, yet the target would load it above `utilization` at its true
     processing rate: it idles because an upstream bottleneck starves it, and takes the
     target's load once that is gone. DS2 sizes such a vertex in the same step; so does
-    this policy, from the window it has (a pause inflates a near-idle window's busy time,
-    which errs towards more tasks, not fewer)."""
+    this policy, from the window it has, but only in a step another vertex triggers (a
+    pause inflates a near-idle window's busy time: alone it could restart the job)."""
     tpr = m.true_processing_rate
     return (0.0 < m.busyness < MIN_BUSYNESS and 0.0 < tpr < math.inf
             and rate / tpr > utilization)
@@ -346,6 +346,10 @@ def _plan_vertex(graph: JobGraph, v: Vertex, m: VertexMetrics, learning: VertexL
     # subtask between the two is sized away in a step that happens anyway, but does not
     # restart the job alone (its busyness moves more with noise and key placement).
     deficit = mean_now > high_u or hottest_now > max(high_u, SATURATED)
+    # Idling (a starved window, `_starved`): not what holds the job back now, so it only
+    # rides along in a step another vertex takes; near idle, a pause alone can make its
+    # busy time, and with it the shortfall, several times too large.
+    deficit = deficit and m.busyness >= MIN_BUSYNESS
     stop = _skew_stop(v, surface, spread, learning, params, target + catch_up) if (
         deficit and mean_now <= high_u) else None
     if stop is not None:

@@ -178,6 +178,16 @@ def test_a_vertex_starved_behind_the_bottleneck_is_sized_in_the_same_step() -> N
     assert step(100_000.0) == 1
 
 
+def test_a_near_idle_vertex_alone_never_restarts_the_job() -> None:
+    """4 % busy, a true processing rate short of the target: nothing else holds the job
+    back, and near idle a pause alone can make such a shortfall, so no restart."""
+    g = chain(vertex("src", 1, None), vertex("starved", 1, None))
+    seen = observe(now=120.0, src=source(20.0, 10_000.0, lag_growth=230_000.0),
+                   starved=metrics(40.0, 10_000.0))
+    e = evaluate(g, seen, PolicyState(), PARAMS, 120.0)
+    assert not e.decision.reconfigures, e.decision.reason
+
+
 def test_memory_and_parallelism_change_in_the_same_step() -> None:
     _, steps, _ = run(World(), 60_000, windows=3)
     p, level = steps[0]
