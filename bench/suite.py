@@ -34,10 +34,11 @@ Definitions (the targets, `evaluate`):
 * **write-dominated operators** (access.write ≥ 0.8): memory scale-ups tried = steps
   that raise the vertex's memory level over the configuration before them (each step's
   configuration is the twin's, `Step.configuration`); kept = levels it ends above its
-  initial level. Target: tried ≤ 1 and kept = 0 per operator. Reported beside it: the
-  operators whose final level is above the one the oracle at the target gives them (an
-  operator whose few reads each miss at a disk read can need memory, and then the oracle
-  keeps it too).
+  initial level. Target: tried ≤ 1 and kept = 0 per operator. Reported beside it: tried
+  ≤ 1 and a final level no higher than the one the oracle at the target gives the
+  operator (one whose few reads each miss at a disk read can need memory, and then the
+  oracle keeps it too); a run or oracle without those levels (an older partial file) is
+  counted as a miss.
 * **skew named**: a keyed vertex must be named when key skew puts the utilization
   target out of its reach (the most one can sustain at 0.5 busyness over every
   parallelism and memory level is below its load): from the first time the target rate
@@ -412,9 +413,11 @@ def evaluate(runs: list[dict[str, Any]], oracles: dict[tuple[int, int], dict[str
         for r, uid, w in ops:
             aimed = oracles[(r["model"], r["run_seed"])]["oracle_at_target"] or {}
             level = (aimed.get("write_levels") or {}).get(uid)
-            if w["tried"] > 1 or (level is not None and w.get("level", -1) > level):
+            if level is None or "level" not in w:
+                above.append(f"{_name(r)} {uid}: no level recorded (rerun without --resume)")
+            elif w["tried"] > 1 or w["level"] > level:
                 above.append(f"{_name(r)} {uid}: tried {w['tried']}, level "
-                             f"{w.get('level')} against the oracle's {level}")
+                             f"{w['level']} against the oracle's {level}")
         targets["write-dominated: ≤ 1 memory scale-up tried, none above the oracle's level"] = {
             "value": f"{len(ops) - len(above)}/{len(ops)} operators", "pass": None,
             "reported": True, "misses": above}

@@ -115,9 +115,9 @@ def evaluate(graph: JobGraph, observation: Observation, state: PolicyState,
     plans: dict[str, _Plan] = {}
     for v in graph.vertices:
         m = observation.vertices[v.id]
-        learning = _learn(state.learned.get(v.id), v, observation, params,
-                          starved=_starved(m, rates[v.id] + catch_up[v.id],
-                                           cpu.utilization_target))
+        starved = bool(graph.inputs(v.id)) and _starved(m, rates[v.id] + catch_up[v.id],
+                                                        cpu.utilization_target)
+        learning = _learn(state.learned.get(v.id), v, observation, params, starved=starved)
         plans[v.id] = _plan_vertex(graph, v, observation.vertices[v.id], learning, rates[v.id],
                                    catch_up[v.id], high_u, params, now)
 
@@ -149,6 +149,15 @@ def evaluate(graph: JobGraph, observation: Observation, state: PolicyState,
         blind = [p.vertex.name or p.vertex.id for p in ready
                  if _blind_scale_in(p, chosen[p.vertex.id])]
         pays = pays_back(cost_now, cost_new, params, restarts=2 if blind else 1)
+        held: list[str] = []
+        if blind and not pays:
+            # The blind scale-ins stay as they run; the rest may still pay one restart back.
+            sighted = {vid: (current[vid] if _blind_scale_in(plans[vid], c) else c)
+                       for vid, c in chosen.items()}
+            cost_sighted = _job_cost(graph, sighted, params)
+            if sighted != current and cost_sighted < cost_now and pays_back(
+                    cost_now, cost_sighted, params):
+                chosen, cost_new, pays, held, blind = sighted, cost_sighted, True, blind, []
         triggered = bool(ready) and pays and cost_new < cost_now
         if not triggered:
             chosen = current
@@ -157,6 +166,9 @@ def evaluate(graph: JobGraph, observation: Observation, state: PolicyState,
             reason = (f"capacity: a cheaper configuration has sufficed for "
                       f"{cpu.scale_down_delay:.0f}s and pays its restart back within "
                       f"{params.cost.payback_period:.0f}s")
+            if held:
+                reason += (f" ({', '.join(held)} kept: skewed, a scale-in to a parallelism "
+                           "never run would not pay back the restart likely to undo it)")
         elif ready and cost_new >= cost_now:
             # Cheaper per task, not in pods: the pods it needs cost as much or more.
             reason = ("capacity: steady; the configurations cheaper per task need pods "
@@ -208,9 +220,11 @@ def evaluate(graph: JobGraph, observation: Observation, state: PolicyState,
 def _starved(m: VertexMetrics, rate: float, utilization: float) -> bool:
     """Too idle to measure, yet the target would load it above `utilization` at its true
     processing rate: it idles because an upstream bottleneck starves it, and takes the
-    target's load once that is gone. DS2 sizes such a vertex in the same step; so does
-    this policy, from the window it has, but only in a step another vertex triggers (a
-    pause inflates a near-idle window's busy time: alone it could restart the job)."""
+    target's load once that is gone (not for sources: one that idles is backpressured).
+    DS2 sizes such a vertex in the same step; so does this policy, from the window it
+    has, but only in a step another vertex triggers (a pause inflates a near-idle
+    window's busy time: alone it could restart the job), and only while nothing better
+    was measured at its configuration (`_learn`)."""
     tpr = m.true_processing_rate
     return (0.0 < m.busyness < MIN_BUSYNESS and 0.0 < tpr < math.inf
             and rate / tpr > utilization)
@@ -222,11 +236,20 @@ def _learn(old: VertexLearning | None, v: Vertex, observation: Observation,
     judge the last step once its configuration has run."""
     learning = old or VertexLearning(vertex_id=v.id)
     m = observation.vertices[v.id]
-    point = point_of(v, m, observation.time, min_busyness=0.0 if starved else MIN_BUSYNESS)
+    point = point_of(v, m, observation.time)
+    idle = learning.model_copy(update={"warmup": None}) if learning.warming else learning
+    if point is None and starved:
+        # A provisional point where none was measured: the pause that can inflate a
+        # near-idle window's busy time must neither judge a step, nor tilt a measured
+        # point (its noise, its busiest subtask), nor say the cache is warm.
+        provisional = point_of(v, m, observation.time, min_busyness=0.0)
+        if provisional is not None and learning.point(*provisional.key) is None:
+            return idle.model_copy(update={
+                "points": merge(learning.points, provisional, observation.window_s)})
     if point is None:
         # Too idle to measure: nothing says whether the cache is warm; the next measurable
         # window starts the judgement over (a pending warm-up must not hold the vertex).
-        return learning.model_copy(update={"warmup": None}) if learning.warming else learning
+        return idle
     known = learning.point(*point.key)
     admitted, warm = warmup.admit(
         learning.warmup, None if point.miss_ratio is None else 1.0 - point.miss_ratio,
@@ -349,7 +372,7 @@ def _plan_vertex(graph: JobGraph, v: Vertex, m: VertexMetrics, learning: VertexL
     # Idling (a starved window, `_starved`): not what holds the job back now, so it only
     # rides along in a step another vertex takes; near idle, a pause alone can make its
     # busy time, and with it the shortfall, several times too large.
-    deficit = deficit and m.busyness >= MIN_BUSYNESS
+    deficit = deficit and max(m.busyness, m.busy_ms_per_s_max / 1000.0) >= MIN_BUSYNESS
     stop = _skew_stop(v, surface, spread, learning, params, target + catch_up) if (
         deficit and mean_now <= high_u) else None
     if stop is not None:
@@ -592,8 +615,8 @@ def _blind_scale_in(p: _Plan, after: VertexConfig) -> bool:
     groups share the busiest subtask's contiguous range there is not known (a Zipf key
     space puts several on one subtask at some parallelisms, not at others), so the step
     is likely to be undone, and is priced with the restart that undoes it (SASO)."""
-    return (after.parallelism < p.current.parallelism and p.skew.hot_share > 0
-            and after.parallelism not in p.skew.measured)
+    return (after.parallelism < p.current.parallelism and p.skew.key_groups > 0
+            and p.skew.hot_share > 0 and after.parallelism not in p.skew.measured)
 
 
 def _waited_peak(learning: VertexLearning) -> float | None:

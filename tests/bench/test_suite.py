@@ -130,6 +130,9 @@ def test_write_memory_the_oracle_keeps_too_is_reported_apart():
     assert beside["value"] == "1/3 operators" and beside["pass"] is None
     assert beside["misses"] == ["gen-000 b: tried 1, level 1 against the oracle's 0",
                                 "gen-000 c: tried 2, level 0 against the oracle's 0"]
+    older = suite.evaluate(runs, ORACLES)["capacity"]  # an oracle row without the levels
+    assert older["write-dominated: ≤ 1 memory scale-up tried, none above the oracle's "
+                 "level"]["value"] == "0/3 operators"
 
 
 def test_a_share_below_ninety_percent_says_how_many_models_short():

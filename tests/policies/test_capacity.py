@@ -178,6 +178,43 @@ def test_a_vertex_starved_behind_the_bottleneck_is_sized_in_the_same_step() -> N
     assert step(100_000.0) == 1
 
 
+def test_a_starved_window_judges_no_step_and_tilts_no_measured_point() -> None:
+    """The near-idle windows admitted are the ones whose rate looks low, the ones a pause
+    can distort: such a window adds a provisional point only where nothing was measured,
+    and never judges the step that chose the configuration."""
+    g = chain(vertex("src", 1, None), vertex("hot", 1, None), vertex("starved", 2, None))
+    seen = observe(now=600.0, src=source(20.0, 10_000.0, lag_growth=190_000.0),
+                   hot=metrics(1000.0, 10_000.0), starved=metrics(40.0, 10_000.0))
+    predicted = Prediction(parallelism=2, memory_level=None, capacity=500_000.0,
+                           need=400_000.0)
+    judged = VertexLearning(vertex_id="starved", predicted=predicted)
+    e = evaluate(g, seen, PolicyState(learned={"starved": judged}), PARAMS, 600.0)
+    after = e.state.learned["starved"]
+    assert not after.fell_short and after.realized is None
+    assert [(p.parallelism, p.windows) for p in after.points] == [(2, 1)]  # provisional
+    measured = CapacityPoint(parallelism=2, memory_level=None, time=480.0, windows=3,
+                             service_us=4.0)
+    known = VertexLearning(vertex_id="starved", points=(measured,))
+    e = evaluate(g, seen, PolicyState(learned={"starved": known}), PARAMS, 600.0)
+    assert e.state.learned["starved"].points == (measured,)
+
+
+def test_a_hot_subtask_among_idle_ones_is_not_taken_for_an_idle_vertex() -> None:
+    """40 tasks, the mean 3 % busy, one subtask saturated by a hot key: the near-idle
+    guard reads the busiest subtask, so the hot key is stopped and named rather than the
+    vertex waiting to be scaled in as if idle."""
+    g = chain(vertex("src", 1, None), vertex("keyed", 40, None), ship=ShipStrategy.HASH)
+    seen = observe(now=600.0, src=source(20.0, 10_000.0, lag_growth=0.0),
+                   keyed=replace(metrics(30.0, 10_000.0), busy_ms_per_s_max=1000.0))
+    point = CapacityPoint(parallelism=40, memory_level=None, time=480.0, windows=3,
+                          service_us=120.0, hottest_ratio=33.0)
+    state = PolicyState(learned={"keyed": VertexLearning(vertex_id="keyed", points=(point,))})
+    e = evaluate(g, seen, state, PARAMS, 600.0)
+    keyed = e.decision.vertex("keyed")
+    assert keyed.branch is Branch.SKEW_LIMITED and "skew: a hot key" in keyed.reason, keyed
+    assert "waiting" not in e.decision.reason, e.decision.reason
+
+
 def test_a_near_idle_vertex_alone_never_restarts_the_job() -> None:
     """4 % busy, a true processing rate short of the target: nothing else holds the job
     back, and near idle a pause alone can make such a shortfall, so no restart."""
@@ -266,6 +303,32 @@ def test_a_skewed_vertex_is_scaled_in_blind_only_when_it_pays_back_two_restarts(
     assert "(Counter: skewed, to a parallelism never run)" in reason, reason
     steps, _ = reasons(30.0)
     assert [p for _, p, _ in steps] == [10, 12, 11], steps
+
+
+def test_a_blind_scale_in_that_does_not_pay_stays_and_the_rest_goes_ahead() -> None:
+    """A (skewed, 12 tasks) and B (even, 24 tasks) have both sufficed with fewer tasks for
+    the whole delay. With 15-min restarts, A's blind scale-in to 8 would not pay back the
+    restart likely to undo it as well: A stays at 12, B still takes its scale-in."""
+    g = chain(vertex("src", 1, None), vertex("a", 12, None), vertex("b", 24, None),
+              ship=ShipStrategy.HASH)
+    now = 1200.0
+    seen = observe(now=now, src=source(20.0, 10_000.0, lag_growth=0.0),
+                   a=replace(metrics(300.0, 10_000.0), busy_ms_per_s_max=600.0),
+                   b=replace(metrics(150.0, 10_000.0), busy_ms_per_s_max=155.0))
+
+    def waited(vid: str, p: int, ratio: float) -> VertexLearning:
+        point = CapacityPoint(parallelism=p, memory_level=None, time=now - 120.0, windows=5,
+                              service_us=12e6 / 33_333.0, hottest_ratio=ratio)
+        return VertexLearning(vertex_id=vid, points=(point,), surplus_since=now - 400.0,
+                              surplus_peak_need=10_000.0)
+
+    state = PolicyState(learned={"a": waited("a", 12, 2.0), "b": waited("b", 24, 1.03)})
+    e = evaluate(g, seen, state, replace(PARAMS, expected_downtime_s=900.0), now)
+    assert e.decision.reconfigures, e.decision.reason
+    assert e.configuration["a"].parallelism == 12 and e.configuration["b"].parallelism < 24
+    assert "(A kept: skewed, a scale-in to a parallelism never run" in e.decision.reason
+    both = evaluate(g, seen, state, replace(PARAMS, expected_downtime_s=600.0), now)
+    assert both.configuration["a"].parallelism < 12, both.decision.reason  # pays both
 
 
 def test_a_wait_that_did_not_pay_back_starts_over_and_forgets_its_old_peak() -> None:
