@@ -118,8 +118,8 @@ def evaluate(graph: JobGraph, observation: Observation, state: PolicyState,
         starved = bool(graph.inputs(v.id)) and _starved(m, rates[v.id] + catch_up[v.id],
                                                         cpu.utilization_target)
         learning = _learn(state.learned.get(v.id), v, observation, params, starved=starved)
-        plans[v.id] = _plan_vertex(graph, v, observation.vertices[v.id], learning, rates[v.id],
-                                   catch_up[v.id], high_u, params, now)
+        plans[v.id] = _plan_vertex(graph, v, m, learning, rates[v.id], catch_up[v.id], high_u,
+                                   params, now)
 
     deficits = [p for p in plans.values() if p.deficit]
     ready: list[_Plan] = []
@@ -146,14 +146,13 @@ def evaluate(graph: JobGraph, observation: Observation, state: PolicyState,
                                                       for p in ready}, params)
             cost_new = _job_cost(graph, chosen, params) if priced is None else priced
             cost_now = cost_new if chosen == current else _job_cost(graph, current, params)
-        blind = [p.vertex.name or p.vertex.id for p in ready
-                 if _blind_scale_in(p, chosen[p.vertex.id])]
+        blind_ids = {p.vertex.id for p in ready if _blind_scale_in(p, chosen[p.vertex.id])}
+        blind = [p.vertex.name or p.vertex.id for p in ready if p.vertex.id in blind_ids]
         pays = pays_back(cost_now, cost_new, params, restarts=2 if blind else 1)
         held: list[str] = []
         if blind and not pays:
             # The blind scale-ins stay as they run; the rest may still pay one restart back.
-            sighted = {vid: (current[vid] if _blind_scale_in(plans[vid], c) else c)
-                       for vid, c in chosen.items()}
+            sighted = {vid: current[vid] if vid in blind_ids else c for vid, c in chosen.items()}
             cost_sighted = _job_cost(graph, sighted, params)
             if sighted != current and cost_sighted < cost_now and pays_back(
                     cost_now, cost_sighted, params):
