@@ -115,11 +115,11 @@ def evaluate(graph: JobGraph, observation: Observation, state: PolicyState,
     plans: dict[str, _Plan] = {}
     for v in graph.vertices:
         m = observation.vertices[v.id]
-        starved = bool(graph.inputs(v.id)) and _starved(m, rates[v.id] + catch_up[v.id],
-                                                        cpu.utilization_target)
-        learning = _learn(state.learned.get(v.id), v, observation, params, starved=starved)
+        idle = bool(graph.inputs(v.id)) and _too_idle(m)
+        starved = idle and _starved(m, rates[v.id] + catch_up[v.id], cpu.utilization_target)
+        learning = _learn(state.learned.get(v.id), v, observation, params, provisional=idle)
         plans[v.id] = _plan_vertex(graph, v, m, learning, rates[v.id], catch_up[v.id], high_u,
-                                   params, now)
+                                   params, now, shrink_only=idle and not starved)
 
     deficits = [p for p in plans.values() if p.deficit]
     ready: list[_Plan] = []
@@ -216,28 +216,37 @@ def evaluate(graph: JobGraph, observation: Observation, state: PolicyState,
                   MappingProxyType(learned), stopped)
 
 
-def _starved(m: VertexMetrics, rate: float, utilization: float) -> bool:
-    """Too idle to measure, yet the target would load it above `utilization` at its true
-    processing rate: it idles because an upstream bottleneck starves it, and takes the
-    target's load once that is gone (not for sources: one that idles is backpressured).
-    DS2 sizes such a vertex in the same step; so does this policy, from the window it
-    has, but only in a step another vertex triggers (a pause inflates a near-idle
-    window's busy time: alone it could restart the job), and only while nothing better
-    was measured at its configuration (`_learn`)."""
+def _too_idle(m: VertexMetrics) -> bool:
+    """Busy, but below MIN_BUSYNESS: too idle for a measured point. Such a window still
+    gives a provisional one (`_learn`), whose true processing rate a pause can make
+    several times too low (never too high: it inflates the busy time), except under
+    asynchronous state, whose busy time counts the task thread only (docs/flink-2.md).
+    Not for sources: one that idles is backpressured, not fast."""
     tpr = m.true_processing_rate
-    return (0.0 < m.busyness < MIN_BUSYNESS and 0.0 < tpr < math.inf
-            and rate / tpr > utilization)
+    return 0.0 < m.busyness < MIN_BUSYNESS and 0.0 < tpr < math.inf
+
+
+def _starved(m: VertexMetrics, rate: float, utilization: float) -> bool:
+    """Too idle to measure (`_too_idle`), yet the target would load it above `utilization`
+    at its true processing rate: it idles because an upstream bottleneck starves it, and
+    takes the target's load once that is gone. DS2 sizes such a vertex in the same step;
+    so does this policy, from the window it has, but only in a step another vertex
+    triggers (a pause inflates a near-idle window's busy time: alone it could restart the
+    job), and only while nothing better was measured at its configuration (`_learn`).
+    A vertex that is idle and not starved may only shrink (`_plan_vertex`): a give-back
+    the same pause could only make more cautious."""
+    return rate / m.true_processing_rate > utilization
 
 
 def _learn(old: VertexLearning | None, v: Vertex, observation: Observation,
-           params: ScalingParams, starved: bool = False) -> VertexLearning:
-    """Add this window's point (`starved`: also when too idle to measure, `_starved`);
+           params: ScalingParams, provisional: bool = False) -> VertexLearning:
+    """Add this window's point (`provisional`: also when too idle to measure, `_too_idle`);
     judge the last step once its configuration has run."""
     learning = old or VertexLearning(vertex_id=v.id)
     m = observation.vertices[v.id]
     point = point_of(v, m, observation.time)
     idle = learning.model_copy(update={"warmup": None}) if learning.warming else learning
-    if point is None and starved:
+    if point is None and provisional:
         # A provisional point where none was measured: the pause that can inflate a
         # near-idle window's busy time must neither judge a step, nor tilt a measured
         # point (its noise, its busiest subtask), nor say the cache is warm.
@@ -326,7 +335,7 @@ def point_of(v: Vertex, m: VertexMetrics, time: float,
 
 def _plan_vertex(graph: JobGraph, v: Vertex, m: VertexMetrics, learning: VertexLearning,
                  target: float, catch_up: float, high_u: float, params: ScalingParams,
-                 now: float) -> _Plan:
+                 now: float, shrink_only: bool = False) -> _Plan:
     cpu = params.cpu
     current = VertexConfig(v.parallelism, v.memory_level)
     anchor = learning.point(v.parallelism, v.memory_level)
@@ -407,6 +416,9 @@ def _plan_vertex(graph: JobGraph, v: Vertex, m: VertexMetrics, learning: VertexL
     if stop is not None:
         best, limited = current, True  # stays as it is, also in a restart that happens anyway
         options = (current,)
+    if shrink_only and (best.parallelism > current.parallelism
+                        or (best.memory_level or 0) > (current.memory_level or 0)):
+        best, options = current, (current,)  # an idle window sizes give-backs only
     cost_best, cost_now = _cost(v, best, params), _cost(v, current, params)
     surplus = not deficit and best != current and cost_best < cost_now
     note = ""

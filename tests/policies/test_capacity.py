@@ -95,11 +95,11 @@ def graph(p: int = 1, level: int | None = 0) -> JobGraph:
 
 
 def timed_run(world: World, rate: float | list[float], windows: int = 30,
-              params: ScalingParams = PARAMS
+              params: ScalingParams = PARAMS, start: JobGraph | None = None
               ) -> tuple[JobGraph, list[tuple[float, int, int | None]], PolicyState]:
-    """Evaluate every window (120 s) for `windows` windows: each step's time and the
-    counter's configuration after it."""
-    g, state, steps = graph(), PolicyState(), []
+    """Evaluate every window (120 s) for `windows` windows from `start` (one task at
+    level 0): each step's time and the counter's configuration after it."""
+    g, state, steps = start or graph(), PolicyState(), []
     rates = rate if isinstance(rate, list) else [rate] * windows
     for n, r in enumerate(rates):
         now = 120.0 * (n + 1)
@@ -223,6 +223,36 @@ def test_a_near_idle_vertex_alone_never_restarts_the_job() -> None:
                    starved=metrics(40.0, 10_000.0))
     e = evaluate(g, seen, PolicyState(), PARAMS, 120.0)
     assert not e.decision.reconfigures, e.decision.reason
+
+
+def test_an_idle_over_provisioned_vertex_gives_back_what_it_does_not_need() -> None:
+    """2 tasks at level 2 doing 1,000 records/s: about 3 % busy, too idle for a measured
+    point. Its windows still size a give-back (a pause could only make one look busier),
+    taken once cpu.scaleDownDelay has passed, and nothing grows again."""
+    world, start = World(), graph(2, 2)
+    assert world.counter(2, 2, 1_000.0).busyness < capacity.MIN_BUSYNESS
+    g, steps, _ = timed_run(world, 1_000.0, windows=12, start=start)
+    assert len(steps) == 1, steps
+    when, p, level = steps[0]
+    assert when >= PARAMS.cpu.scale_down_delay
+    assert p <= 2 and (level or 0) <= 2 and (p, level) != (2, 2), steps
+    assert world.counter(p, level, 1_000.0).busyness < PARAMS.cpu.utilization_target
+
+
+def test_an_idle_vertex_is_not_grown_in_a_step_another_vertex_takes() -> None:
+    """Hot saturated triggers a step; Idle beside it is 3 % busy with its busiest subtask
+    at 2.5 times the mean, and the target would load it to 33 % (not starved). Its window
+    is no measurement to buy tasks or memory with (taken as one, its busiest subtask would
+    ask for a fifth task): it keeps its configuration."""
+    g = chain(vertex("src", 1, None), vertex("hot", 1, None), vertex("idle", 4, 1, max_p=128),
+              ship=ShipStrategy.HASH)
+    seen = observe(now=120.0, src=source(20.0, 10_000.0, lag_growth=100_000.0),
+                   hot=metrics(1000.0, 10_000.0),
+                   idle=replace(metrics(30.0, 10_000.0), busy_ms_per_s_max=75.0))
+    e = evaluate(g, seen, PolicyState(), PARAMS, 120.0)
+    assert e.decision.reconfigures and e.configuration["hot"].parallelism > 1
+    idle = e.configuration["idle"]
+    assert idle.parallelism <= 4 and (idle.memory_level or 0) <= 1, idle
 
 
 def test_memory_and_parallelism_change_in_the_same_step() -> None:
