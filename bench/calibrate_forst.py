@@ -27,6 +27,7 @@ import functools
 import json
 import math
 import random
+import statistics
 from pathlib import Path
 from typing import Any
 
@@ -36,7 +37,10 @@ from simulator.model import ForSt, RocksDB
 from simulator.perf import TaskCost, task_cost
 
 ROOT = Path(__file__).resolve().parent.parent
-MEASURED = ROOT / "bench" / "results" / "forst-fig4.json"
+# Two runs of bench/forst_fig4.sh on an idle machine, one per file-cache size: a 32 MB cache
+# (most misses read the "remote" directory) and a 1 GiB one (every miss is local).
+MEASURED = (ROOT / "bench" / "results" / "forst-fig4.json",
+            ROOT / "bench" / "results" / "forst-fig4-1gb-cache.json")
 FIT = ROOT / "bench" / "results" / "forst-fig4-fit.json"
 WORKLOADS = ("read", "write", "update")
 # Search ranges (log-uniform) of the fitted terms.
@@ -44,7 +48,7 @@ FORST_RANGES = {"file_hit_us": (1.0, 500.0), "remote_miss_us": (1.0, 3000.0),
                 "io_parallelism": (1.0, 32.0)}
 ROCKSDB_RANGES = {"put_us": (0.5, 60.0), "small_memtable_penalty": (0.01, 3.0),
                   "misses_per_put": (0.01, 10.0), "footprint_factor": (0.5, 4.0),
-                  "index_fraction": (0.005, 0.1)}
+                  "index_fraction": (0.005, 0.1), "new_file_misses": (0.01, 3.0)}
 # Taken from the RocksDB fit as they are.
 SHARED = ("hit_us",)
 # The block cache's hit ratio counts as much as the log of the rate: both are measured, and
@@ -52,9 +56,21 @@ SHARED = ("hit_us",)
 HIT_WEIGHT = 1.0
 
 
-def file_cache_mib(measured: dict[str, Any]) -> float:
+def load_measured() -> dict[str, Any]:
+    """The measured runs of every MEASURED file, each run carrying its file's file-cache
+    limit (the files must agree on the job: keys and value size)."""
+    files = [json.loads(path.read_text()) for path in MEASURED]
+    job = {(f["keys"], f["valueBytes"]) for f in files}
+    if len(job) != 1:
+        raise ValueError(f"the measured files ran different jobs: {sorted(job)}")
+    return {**files[0], "fileCacheLimit": None,
+            "runs": [{**run, "fileCacheLimit": f["fileCacheLimit"]}
+                     for f in files for run in f["runs"]]}
+
+
+def file_cache_mib(run: dict[str, Any]) -> float:
     """The run's state.backend.forst.cache.size-based-limit ("32mb") in MiB."""
-    text = str(measured["fileCacheLimit"]).lower().removesuffix("b")
+    text = str(run["fileCacheLimit"]).lower().removesuffix("b")
     scale = {"k": 1 / 1024, "m": 1.0, "g": 1024.0}[text[-1]]
     return float(text[:-1]) * scale
 
@@ -63,10 +79,11 @@ def async_cpu_overhead(measured: dict[str, Any]) -> float:
     """Extra CPU per record of asynchronous state, measured: the JVM's CPU per record of the
     asynchronous read against the synchronous one at the largest memory (all hits, so
     neither waits for I/O)."""
-    def at_top(mode: str) -> dict[str, Any]:
+    def at_top(mode: str) -> float:
         runs = [r for r in measured["runs"] if r["mode"] == mode and r["workload"] == "read"]
-        return max(runs, key=lambda r: r["managedMemoryMb"])
-    return float(at_top("async")["cpuUsPerRecord"] / at_top("sync")["cpuUsPerRecord"] - 1.0)
+        top = max(r["managedMemoryMb"] for r in runs)
+        return statistics.mean(r["cpuUsPerRecord"] for r in runs if r["managedMemoryMb"] == top)
+    return float(at_top("async") / at_top("sync") - 1.0)
 
 
 @functools.cache
@@ -81,7 +98,7 @@ def engines(measured: dict[str, Any], fit: dict[str, Any]) -> tuple[RocksDB, For
     The benchmark's TaskManager runs one stateful task: it has the whole file cache."""
     base = rocksdb_fit()
     index_scale = base["index_miss_us"] / base["miss_us"]
-    forst = ForSt(file_cache_mib=file_cache_mib(measured), stateful_tasks_per_taskmanager=1,
+    forst = ForSt(stateful_tasks_per_taskmanager=1,
                   async_cpu_overhead=async_cpu_overhead(measured), **fit["forst"])
     terms = {**{k: base[k] for k in SHARED}, **fit["rocksdb"]}
     lsm = RocksDB(**terms, miss_us=base["miss_us"], index_miss_us=base["index_miss_us"])
@@ -99,8 +116,9 @@ def costs(measured: dict[str, Any], fit: dict[str, Any],
     for run in measured["runs"] if runs is None else runs:
         op = bench_operator(measured, run["workload"], fit["cpu_us"][run["workload"]])
         if run["mode"] == "async":
+            files = forst.model_copy(update={"file_cache_mib": file_cache_mib(run)})
             out.append(task_cost(op, run["parallelism"], run["managedMemoryMb"], lsm,
-                                 forst=forst))
+                                 forst=files))
         else:
             out.append(task_cost(op, run["parallelism"], run["managedMemoryMb"], local,
                                  forst=None))
@@ -175,14 +193,14 @@ def search(measured: dict[str, Any], samples: int = 6000, refine: int = 4000,
 
 
 def main() -> None:
-    measured = json.loads(MEASURED.read_text())
+    measured = load_measured()
     fit = search(measured)
     rate_rms, hit_rms = rms(log_errors(measured, fit)), rms(hit_errors(measured, fit))
     doc = {
-        "description": "twin ForSt terms fitted to forst-fig4.json (bench/calibrate_forst.py); "
+        "description": "twin ForSt terms fitted to the measured files (bench/calibrate_forst.py); "
                        "rms of log(predicted/measured); the shared LSM terms are "
                        "rocksdb-fig4-fit.json's",
-        "measured": MEASURED.name,
+        "measured": [path.name for path in MEASURED],
         "rmsLogError": round(rate_rms, 4),
         "rmsHitRatioError": round(hit_rms, 4),
         "asyncCpuOverheadMeasured": round(async_cpu_overhead(measured), 4),
@@ -193,7 +211,7 @@ def main() -> None:
     FIT.write_text(json.dumps(doc, indent=2) + "\n")
     print(f"rms log error {rate_rms:.3f} (typical factor {math.exp(rate_rms):.2f}), "
           f"hit ratio rms {hit_rms:.3f}; wrote {FIT}")
-    print(f"{'mode':5} {'workload':8} {'MB':>4} {'measured':>9} {'twin':>9} "
+    print(f"{'mode':5} {'workload':8} {'MB':>4} {'files':>6} {'measured':>9} {'twin':>9} "
           f"{'θ meas':>6} {'θ twin':>6} {'file θ meas':>11} {'file θ twin':>11}")
     for r in measured["runs"]:
         c = cost(measured, doc, r)
@@ -201,6 +219,7 @@ def main() -> None:
                      else f"{c.file_hits_per_record / c.misses_per_record:.2f}")
         file_meas = r["fileCacheHitRatio"]
         print(f"{r['mode']:5} {r['workload']:8} {r['managedMemoryMb']:>4} "
+              f"{r['fileCacheLimit']:>6} "
               f"{r['recordsPerSecond']:>9,.0f} {predict(measured, doc, r):>9,.0f} "
               f"{r['cacheHitRatio']:>6.2f} {c.hit_rate or 0:>6.2f} "
               f"{'-' if file_meas is None else f'{file_meas:.2f}':>11} {file_twin:>11}")

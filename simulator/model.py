@@ -284,6 +284,12 @@ class RocksDB(Strict):
     misses_per_put: float = Field(
         0.01, ge=0, description="block reads past the cache per put (flush, compaction)"
     )
+    new_file_misses: float = Field(
+        0.0, ge=0,
+        description="block reads per put, at a 64 MB MemTable, that gets make loading the "
+                    "index and filter blocks of the SST files flushes and compactions write; "
+                    "doubles per MemTable halving, needs gets and puts (ForSt fit; 0: none)",
+    )
     unmanaged_cache_mib: float = Field(
         8.0, gt=0, description="cache of a stateful task given no managed memory"
     )
@@ -409,15 +415,15 @@ class ForSt(Strict):
                                "twin's TaskManager has 4 slots)")
     file_footprint_factor: float = Field(
         1.0, gt=0, description="file-cache bytes per byte of state (SST files, not blocks)")
-    file_hit_us: float = Field(233.0, ge=0, description="a block read from the local file cache")
+    file_hit_us: float = Field(9.98, ge=0, description="a block read from the local file cache")
     remote_miss_us: float = Field(
-        233.0, ge=0, description="a block read from the remote store (measured with a local "
+        9.98, ge=0, description="a block read from the remote store (measured with a local "
                                  "directory as the store: no dearer than the file cache)")
     async_cpu_overhead: float = Field(
-        0.246, ge=0, description="extra CPU per record of a stateful operator (the asynchronous "
+        0.555, ge=0, description="extra CPU per record of a stateful operator (the asynchronous "
                                  "execution model's bookkeeping), relative")
     io_parallelism: float = Field(
-        16.7, ge=1, description="state accesses of one task served concurrently (ForSt's I/O "
+        1.81, ge=1, description="state accesses of one task served concurrently (ForSt's I/O "
                                 "threads, batched requests)")
     in_flight_limit: int = Field(
         6000, ge=1, description="records in flight per task at most "

@@ -179,11 +179,13 @@ def task_cost(
                * (rocksdb.index_miss_us - rocksdb.hit_us) ** 2)
     # A write-only operator still reads a few blocks (flushes, compactions), all
     # misses: real RocksDB reports θ ≈ 0 for it (bench/results/rocksdb-fig4.json).
+    fresh = new_file_misses(state, managed, rocksdb)
     hits = gets * (n_index * index_hit + data_hit)
-    misses = gets * (n_index * (1.0 - index_hit) + 1.0 - data_hit) + puts * rocksdb.misses_per_put
+    misses = (gets * (n_index * (1.0 - index_hit) + 1.0 - data_hit)
+              + puts * rocksdb.misses_per_put + fresh)
     lookups = hits + misses
     return TaskCost(
-        us_per_record=op.cpu_us + gets * get_us + puts * put_us,
+        us_per_record=op.cpu_us + gets * get_us + puts * put_us + fresh * rocksdb.miss_us,
         hit_rate=1.0 if lookups <= 0 else hits / lookups,
         hits_per_record=hits,
         misses_per_record=misses,
@@ -202,6 +204,20 @@ def memtable_put_us(managed: float, rocksdb: RocksDB) -> float:
     halvings = max(0.0, math.log2(FULL_MEMTABLE_MB / memtable_mb(managed)))
     penalty: float = rocksdb.small_memtable_penalty * (4.0**halvings - 1) / 3
     return rocksdb.put_us * (1.0 + penalty)
+
+
+def new_file_misses(state: State, managed: float, rocksdb: RocksDB) -> float:
+    """Block reads per record past the cache for the index and filter blocks of new SST files.
+
+    An operator that reads and writes keeps the LSM changing under its gets: every flush and
+    compaction writes files whose index and filter blocks the next gets must load. Files come
+    at a rate ∝ puts / MemTable size, so the reads double per MemTable halving; without gets
+    nobody loads them, without puts no file is new (bench/results/forst-fig4.json: updates
+    read 7.0, 2.2 and 0.7 blocks a record past the cache at 4, 16 and 64 MB MemTables, reads
+    and writes alone under 1)."""
+    access = state.access
+    fresh = min(access.gets_per_record, access.puts_per_record)
+    return fresh * rocksdb.new_file_misses * FULL_MEMTABLE_MB / memtable_mb(managed)
 
 
 def file_cache_bytes(forst: ForSt) -> float:
@@ -252,13 +268,15 @@ def forst_cost(op: Operator, parallelism: int, managed_mib: float | None, rocksd
     # Flushes and compactions read past the block cache but not through the file cache
     # (bench/results/forst-fig4.json: a write-only operator shows block-cache misses and
     # neither file-cache hits nor misses).
+    # The new files were just written: their blocks are local, in the file cache.
+    fresh = new_file_misses(state, managed, rocksdb)
     misses = (gets * (n_index * (1.0 - index_hit) + 1.0 - data_hit)
-              + puts * rocksdb.misses_per_put)
+              + puts * rocksdb.misses_per_put + fresh)
     file_hits = gets * (n_index * (index_local - index_hit) + data_local - data_hit)
     file_misses = gets * (n_index * (1.0 - index_local) + 1.0 - data_local)
     hits = gets * (n_index * index_hit + data_hit)
     lookups = hits + misses
-    state_us = gets * get_us + puts * put_us
+    state_us = gets * get_us + puts * put_us + fresh * forst.file_hit_us
     thread_us = op.cpu_us * (1.0 + forst.async_cpu_overhead)
     us = thread_us + state_us / forst.io_parallelism
     return TaskCost(
