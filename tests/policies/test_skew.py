@@ -186,7 +186,8 @@ def test_a_hot_key_blocks_exactly_when_its_key_group_alone_is_too_much(
         p: int, hot: float, group: int, overload: float, records: bool) -> None:
     """The busiest subtask saturated (offered up to 3× what it takes, the rest is lag);
     the hot key group's own need decides, give or take the one key group by which a
-    subtask's count of key groups is unknown (⌊K/p⌋ or ⌈K/p⌉)."""
+    subtask's count of key groups is unknown (⌊K/p⌋ or ⌈K/p⌉), at the mean load of the
+    key groups the other subtasks own (at most 1/(K − ⌈K/p⌉) of the vertex's)."""
     weights = [(1.0 - hot) / (K - 1)] * K
     weights[group] = hot
     shares = group_shares(weights, p)
@@ -200,9 +201,10 @@ def test_a_hot_key_blocks_exactly_when_its_key_group_alone_is_too_much(
         return max(share, 1.0 / K) * offered / capacity
 
     blocked = any(skew.blocks_scale_out(f) for f in found)
-    if need(hot - 1.0 / K) >= CPU.utilization_max:
+    one_group = 1.0 / (K - -(-K // p))
+    if need(hot - one_group) >= CPU.utilization_max:
         assert blocked
-    elif need(hot + 1.0 / K) < CPU.utilization_max:
+    elif need(hot + one_group) < CPU.utilization_max:
         assert not blocked
 
 
