@@ -247,13 +247,15 @@ def _learn(old: VertexLearning | None, v: Vertex, observation: Observation,
     point = point_of(v, m, observation.time)
     idle = learning.model_copy(update={"warmup": None}) if learning.warming else learning
     if point is None and provisional:
-        # A provisional point where none was measured: the pause that can inflate a
-        # near-idle window's busy time must neither judge a step, nor tilt a measured
-        # point (its noise, its busiest subtask), nor say the cache is warm.
-        provisional = point_of(v, m, observation.time, min_busyness=0.0)
-        if provisional is not None and learning.point(*provisional.key) is None:
-            return idle.model_copy(update={
-                "points": merge(learning.points, provisional, observation.window_s)})
+        # A provisional point where none was measured (`merge`: the first measured window
+        # replaces it): the pause that can inflate a near-idle window's busy time must
+        # neither judge a step, nor tilt a measured point (its noise, its busiest
+        # subtask), nor say the cache is warm.
+        guess = point_of(v, m, observation.time, min_busyness=0.0)
+        if guess is not None:
+            return idle.model_copy(update={"points": merge(
+                learning.points, guess.model_copy(update={"provisional": True}),
+                observation.window_s)})
     if point is None:
         # Too idle to measure: nothing says whether the cache is warm; the next measurable
         # window starts the judgement over (a pending warm-up must not hold the vertex).

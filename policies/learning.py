@@ -92,6 +92,9 @@ class CapacityPoint(RecordModel):
     cache_accesses_per_record: float | None = Field(None, ge=0)
     state_latency_ns: float | None = Field(None, ge=0)
     state_bytes: float | None = Field(None, ge=0, description="RocksDB live data, all tasks")
+    provisional: bool = Field(
+        False, description="from a window too idle to measure: the first measured window "
+                           "at its configuration replaces it rather than averaging with it")
 
     @property
     def key(self) -> tuple[int, int | None]:
@@ -183,6 +186,10 @@ def merge(points: Sequence[CapacityPoint], new: CapacityPoint, window_s: float
     the last window merged there; the newest `POINTS_PER_VERTEX` configurations stay."""
     old = next((p for p in points if p.key == new.key), None)
     rest = [p for p in points if p.key != new.key]
+    if old is not None and old.provisional and not new.provisional:
+        old = None  # a measurement replaces what a near-idle window could only guess
+    if old is not None and new.provisional:
+        return tuple(points)  # a guess never tilts what is known there
     if old is not None:
         if new.time - old.time < window_s * 0.999:
             return tuple(points)  # the same window again (or mostly): not a new data point

@@ -537,6 +537,19 @@ def test_a_window_is_merged_once() -> None:
     assert twice[0].noise > 0
 
 
+def test_a_measured_window_replaces_a_provisional_point_and_never_averages_with_it() -> None:
+    """A near-idle window's rate reads low (a pause inflates its busy time): averaged with
+    the first measured window it would tilt that measurement; it is replaced instead, and a
+    later near-idle window changes nothing where a point exists."""
+    guess = point(2, 0, 160.0, 0.5, t=120.0).model_copy(update={"provisional": True})
+    points = merge((), guess, 120.0)
+    measured = merge(points, point(2, 0, 100.0, 0.5, t=240.0), 120.0)
+    assert [(p.service_us, p.windows, p.provisional) for p in measured] == [(100.0, 1, False)]
+    later = guess.model_copy(update={"time": 360.0, "service_us": 300.0})
+    assert merge(measured, later, 120.0) == measured
+    assert merge(points, later, 120.0) == points
+
+
 def test_points_are_bounded() -> None:
     points: tuple[CapacityPoint, ...] = ()
     for p in range(1, 30):
