@@ -82,7 +82,8 @@ def async_cpu_overhead(measured: dict[str, Any]) -> float:
     def at_top(mode: str) -> float:
         runs = [r for r in measured["runs"] if r["mode"] == mode and r["workload"] == "read"]
         top = max(r["managedMemoryMb"] for r in runs)
-        return statistics.mean(r["cpuUsPerRecord"] for r in runs if r["managedMemoryMb"] == top)
+        return statistics.fmean(float(r["cpuUsPerRecord"]) for r in runs
+                                if r["managedMemoryMb"] == top)
     return float(at_top("async") / at_top("sync") - 1.0)
 
 

@@ -231,7 +231,7 @@ def test_an_idle_over_provisioned_vertex_gives_back_what_it_does_not_need() -> N
     taken once cpu.scaleDownDelay has passed, and nothing grows again."""
     world, start = World(), graph(2, 2)
     assert world.counter(2, 2, 1_000.0).busyness < capacity.MIN_BUSYNESS
-    g, steps, _ = timed_run(world, 1_000.0, windows=12, start=start)
+    _, steps, _ = timed_run(world, 1_000.0, windows=12, start=start)
     assert len(steps) == 1, steps
     when, p, level = steps[0]
     assert when >= PARAMS.cpu.scale_down_delay
