@@ -261,6 +261,8 @@ def _learn(old: VertexLearning | None, v: Vertex, observation: Observation,
         # window starts the judgement over (a pending warm-up must not hold the vertex).
         return idle
     known = learning.point(*point.key)
+    if known is not None and known.provisional:
+        known = None  # a near-idle window never passed the warm-up check: no reference
     admitted, warm = warmup.admit(
         learning.warmup, None if point.miss_ratio is None else 1.0 - point.miss_ratio,
         observation.restarted, observation.time, observation.window_s,
@@ -341,6 +343,9 @@ def _plan_vertex(graph: JobGraph, v: Vertex, m: VertexMetrics, learning: VertexL
     cpu = params.cpu
     current = VertexConfig(v.parallelism, v.memory_level)
     anchor = learning.point(v.parallelism, v.memory_level)
+    # Only shrink where a near-idle window is all there is to go by: a point measured at
+    # this configuration still judges it as before (a hot subtask among idle ones).
+    shrink_only = shrink_only and anchor is not None and anchor.provisional
     none = _Skew(1.0, v.parallelism, 0, MappingProxyType({}))
     keep = _Plan(v, m, learning, None, none, 0.0, 0.0, 0.0, current, current, 0.0, False,
                  False, False, "")
@@ -357,10 +362,15 @@ def _plan_vertex(graph: JobGraph, v: Vertex, m: VertexMetrics, learning: VertexL
         return replace(keep, note="capacity unknown (too idle to measure): keeps its "
                                   "configuration")
     # Where the last step fell short of its predicted gain, the next ones count on as much.
-    surface = fit(learning.points, anchor, params.memory.base_managed_memory).damped(
+    # Near-idle windows (provisional points) shape neither the surface nor the skew model
+    # beyond the vertex's own configuration: their rate and their busiest subtask are the
+    # numbers a pause distorts.
+    known = [pt for pt in learning.points if not pt.provisional or pt.key == anchor.key]
+    surface = fit(known, anchor, params.memory.base_managed_memory).damped(
         anchor, learning.realized)
     hashed = any(e.ship_strategy == ShipStrategy.HASH for e in graph.inputs(v.id))
-    measured = {pt.parallelism: pt.hottest_ratio for pt in learning.points}
+    measured = {pt.parallelism: pt.hottest_ratio for pt in learning.points
+                if not pt.provisional}
     spread = _Skew(anchor.hottest_ratio, v.parallelism, v.max_parallelism if hashed else 0,
                  MappingProxyType(measured))
     def after_downtime(downtime_s: float) -> float:
@@ -381,8 +391,10 @@ def _plan_vertex(graph: JobGraph, v: Vertex, m: VertexMetrics, learning: VertexL
     deficit = mean_now > high_u or hottest_now > max(high_u, SATURATED)
     # Idling (a starved window, `_starved`): not what holds the job back now, so it only
     # rides along in a step another vertex takes; near idle, a pause alone can make its
-    # busy time, and with it the shortfall, several times too large.
-    deficit = deficit and max(m.busyness, m.busy_ms_per_s_max / 1000.0) >= MIN_BUSYNESS
+    # busy time, and with it the shortfall, several times too large. A vertex that only
+    # idles (`shrink_only`) is short of nothing.
+    deficit = (deficit and not shrink_only
+               and max(m.busyness, m.busy_ms_per_s_max / 1000.0) >= MIN_BUSYNESS)
     stop = _skew_stop(v, surface, spread, learning, params, target + catch_up) if (
         deficit and mean_now <= high_u) else None
     if stop is not None:

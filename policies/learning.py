@@ -183,13 +183,22 @@ class VertexLearning(RecordModel):
 def merge(points: Sequence[CapacityPoint], new: CapacityPoint, window_s: float
           ) -> tuple[CapacityPoint, ...]:
     """Add a window: it updates the point at its configuration when it does not overlap
-    the last window merged there; the newest `POINTS_PER_VERTEX` configurations stay."""
+    the last window merged there; the newest `POINTS_PER_VERTEX` configurations stay.
+    A provisional window (too idle to measure) never changes a measured point, a measured
+    window replaces a provisional one, and among provisional windows the slowest stays."""
     old = next((p for p in points if p.key == new.key), None)
     rest = [p for p in points if p.key != new.key]
     if old is not None and old.provisional and not new.provisional:
         old = None  # a measurement replaces what a near-idle window could only guess
     if old is not None and new.provisional:
-        return tuple(points)  # a guess never tilts what is known there
+        if not old.provisional or new.time - old.time < window_s * 0.999:
+            return tuple(points)  # a guess never tilts what is known there
+        # Guesses keep the slowest reading: a pause makes one slower (a give-back sized
+        # on it is cautious), asynchronous state's task-thread busy time one faster.
+        new = new.model_copy(update={"service_us": max(old.service_us, new.service_us),
+                                     "hottest_ratio": max(old.hottest_ratio,
+                                                          new.hottest_ratio)})
+        old = None
     if old is not None:
         if new.time - old.time < window_s * 0.999:
             return tuple(points)  # the same window again (or mostly): not a new data point
