@@ -1,8 +1,9 @@
 """Fit the twin's ForSt engine to real Flink 2.2 + ForSt measurements.
 
-Reads bench/results/forst-fig4.json (bench/forst_fig4.sh: one keyed operator, uniform keys,
-read/write/update on asynchronous state and read on synchronous state, several
-managed-memory sizes, a local directory as the remote store behind a 32 MB file cache) and
+Reads bench/results/forst-fig4.json and forst-fig4-1gb-cache.json (bench/forst_fig4.sh, run
+alone on the machine: one keyed operator, uniform keys, read/write/update on asynchronous
+state and read on synchronous state, several managed-memory sizes, a local directory as the
+remote store behind a 32 MB file cache, and asynchronous reads and updates behind 1 GiB) and
 searches the terms that best explain the measured records/s (least squares on log rates:
 random search, then a local refinement; seeded, so reruns give the same fit). Writes
 bench/results/forst-fig4-fit.json, which tests/simulator/test_forst_measured.py checks the
@@ -216,8 +217,9 @@ def main() -> None:
           f"{'θ meas':>6} {'θ twin':>6} {'file θ meas':>11} {'file θ twin':>11}")
     for r in measured["runs"]:
         c = cost(measured, doc, r)
-        file_twin = ("-" if c.file_hits_per_record is None or not c.misses_per_record
-                     else f"{c.file_hits_per_record / c.misses_per_record:.2f}")
+        file_lookups = (c.file_hits_per_record or 0.0) + (c.file_misses_per_record or 0.0)
+        file_twin = ("-" if c.file_hits_per_record is None or not file_lookups
+                     else f"{c.file_hits_per_record / file_lookups:.2f}")
         file_meas = r["fileCacheHitRatio"]
         print(f"{r['mode']:5} {r['workload']:8} {r['managedMemoryMb']:>4} "
               f"{r['fileCacheLimit']:>6} "

@@ -272,7 +272,7 @@ def forst_cost(op: Operator, parallelism: int, managed_mib: float | None, rocksd
     fresh = new_file_misses(state, managed, rocksdb)
     misses = (gets * (n_index * (1.0 - index_hit) + 1.0 - data_hit)
               + puts * rocksdb.misses_per_put + fresh)
-    file_hits = gets * (n_index * (index_local - index_hit) + data_local - data_hit)
+    file_hits = gets * (n_index * (index_local - index_hit) + data_local - data_hit) + fresh
     file_misses = gets * (n_index * (1.0 - index_local) + 1.0 - data_local)
     hits = gets * (n_index * index_hit + data_hit)
     lookups = hits + misses
