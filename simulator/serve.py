@@ -201,6 +201,12 @@ def _deployed(namespace: str, name: str, generation: int, start_ms: int,
     )
 
 
+def pods_cpu(job: ff.DeployedJob, twin: Twin) -> float:
+    """The cores the job's TaskManager pods request, which bound what its tasks get: as
+    many pods as the REST view shows (`flink_format.slot_plan`), each of resource.cpu."""
+    return len(ff.slot_plan(job, twin)) * job.tm_cpu
+
+
 class TwinServer:
     """Hosts twins keyed by (namespace, name); advances them in wall-clock time.
 
@@ -316,6 +322,7 @@ class TwinServer:
                     downtime_scale=self.downtime_scale, configuration=config, history_s=600)
         twin.groups = slot_sharing_groups(model, flink_configuration)
         job = _deployed(namespace, name, 0, self.now_ms(), flink_configuration, task_manager)
+        twin.cpu_budget = pods_cpu(job, twin)
         with self._lock:
             if (namespace, name) in self._jobs:
                 raise ConfigError(f"{namespace}/{name} already exists: use reconfigure")
@@ -375,6 +382,7 @@ class TwinServer:
                 hosted.lower_bounds = {}
             hosted.task_manager = task_manager
             hosted.flink_configuration = flink_configuration
+            hosted.twin.cpu_budget = pods_cpu(hosted.job, hosted.twin)
         return self.status(namespace, name)
 
     def fail(self, namespace: str, name: str) -> dict[str, Any]:

@@ -214,6 +214,10 @@ class Twin:
         self._ops = model.by_vertex()
         # vertex id -> slot sharing group written in hybridscaler.operator-resources
         self.groups: dict[str, str] = {}
+        # The cores the TaskManager pods request (replicas × resource.cpu), which Kubernetes
+        # enforces as their CPU limit (the Flink operator's limit factor is 1 by default):
+        # tasks that want more are throttled (`_flows`). None: as many as the tasks want.
+        self.cpu_budget: float | None = None
         self._graph = model.job_graph()
         self._order = self._graph.topological_order()
         self._config: dict[str, VertexConfig] = dict(self._graph.configuration())
@@ -449,6 +453,10 @@ class Twin:
                 ratio = self._vertex_limit(self._ops[vid], available[vid]) / load[vid]
                 if ratio < alpha:
                     alpha, bottleneck = ratio, vid
+        # The pods' CPU limit: past it every task is throttled alike, so the same vertex
+        # (or source) saturates first, at what the CPU allows.
+        speed = self._cpu_speed(alpha, load)
+        alpha *= speed
         blocked = self._ancestors(bottleneck) if bottleneck else set()
 
         samples: dict[str, VertexSample] = {}
@@ -459,8 +467,9 @@ class Twin:
             subtasks: list[SubtaskSample] = []
             for i, share in enumerate(self._shares(vid)):
                 if i == 0 or share != subtasks[-1].share:
-                    # A stalled task counts the stall as busy time, as a GC pause does.
-                    work = rate * share / cost.capacity
+                    # A stalled task counts the stall as busy time, as a GC pause does; a
+                    # throttled one the time it waits for CPU.
+                    work = rate * share / (cost.capacity * speed)
                     busy = min(1.0, work + 1.0 - available[vid])
                     saturated = busy >= 1.0 - 1e-9
                     if not saturated:
@@ -490,6 +499,16 @@ class Twin:
                 pending = self._lag[vid]
             samples[vid] = VertexSample(tuple(subtasks), cost, pending)
         return samples
+
+    def _cpu_speed(self, alpha: float, load: Mapping[str, float]) -> float:
+        """The share of the CPU its tasks want at this flow that the pods give them: 1
+        within `cpu_budget`, else budget / want (the CFS quota throttles them alike, a
+        pool over all TaskManagers). A task's CPU is its busy time at the flow."""
+        if self.cpu_budget is None:
+            return 1.0
+        want = sum(alpha * load[vid] / self.cost(vid).capacity for vid in self._order
+                   if load[vid] > 0)
+        return 1.0 if want <= self.cpu_budget else self.cpu_budget / want
 
     def _in_flight(self, cost: TaskCost, records_per_s: float, saturated: bool) -> float:
         """Records in flight in one task with asynchronous state: each waits for its

@@ -106,6 +106,11 @@ class TwinDeployments:
         # always has), new TaskManagers, restore (the twin's downtime).
         configuration = configuration_from_flink(self.twin.model, conf, self.base_managed_mib)
         self.twin.groups = slot_sharing_groups(self.twin.model, conf)
+        # The pods the placement asks for bound the tasks' CPU (Twin.cpu_budget).
+        resource = spec["taskManager"].get("resource", {})
+        replicas = spec["taskManager"].get("replicas")
+        if isinstance(replicas, int) and "cpu" in resource:
+            self.twin.cpu_budget = replicas * float(resource["cpu"])
         kind = (Enactment.LAST_STATE if spec["job"].get("upgradeMode") == "last-state"
                 else Enactment.SAVEPOINT)
         self.downtimes.append(self.twin.apply(configuration, restart=True, kind=kind))

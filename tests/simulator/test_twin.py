@@ -321,3 +321,33 @@ def test_after_a_restart_the_block_cache_refills_and_the_hit_rate_climbs():
     twin.advance(60)
     assert twin.observe(60).vertices[counter].true_processing_rate == pytest.approx(
         warm.true_processing_rate, rel=0.05)
+
+
+def test_pods_short_of_cpu_throttle_every_task_and_it_shows_as_busy_time():
+    """Kubernetes enforces the pods' CPU (limit = request): with half the cores its tasks
+    want, every task runs at half speed, so the job processes half the load and its
+    backlog grows; the vertex that saturates first is busy all the time (a task waiting
+    for CPU is busy, not idle) and backpressures the source. Its true processing rate is
+    what the CPU allows. Pods with the CPU the tasks want change nothing."""
+    from simulator.results import cpu_used
+
+    model = load_model("q11").model_copy(update={"noise": Noise.off()})
+    session, source = vid(model, "q11-session"), vid(model, "q11-source")
+    config = {session: VertexConfig(24, 0)}
+    free, capped, roomy = (Twin(model, seed=2, configuration=config) for _ in range(3))
+    want = cpu_used(model, free.configuration, 100_000)
+    capped.cpu_budget, roomy.cpu_budget = want / 2, want * 1.01
+    for twin in (free, capped, roomy):
+        twin.advance(120)
+    seen = {name: t.observe(60) for name, t in (("free", free), ("capped", capped),
+                                                 ("roomy", roomy))}
+    assert seen["roomy"] == seen["free"] and roomy.lag() == free.lag() == 0
+    throttled = seen["capped"].vertices
+    assert throttled[session].records_in_per_s == pytest.approx(50_000, rel=0.03)
+    assert capped.lag() == pytest.approx(120 * 50_000, rel=0.05)
+    assert throttled[session].busy_ms_per_s == pytest.approx(1000.0)
+    assert throttled[source].backpressured_ms_per_s > 0
+    assert throttled[session].true_processing_rate == pytest.approx(50_000, rel=0.03)
+    # At half the load, the throttled tasks are busier than the free ones at all of it.
+    assert sum(m.busy_ms_per_s for m in throttled.values()) > sum(
+        m.busy_ms_per_s for m in seen["free"].vertices.values())
