@@ -9,7 +9,8 @@ spec.cost's prices. Three levers decide it, and all three are chosen here:
   (Flink's default group does the same for every operator); a vertex with managed
   memory keeps its own group, so its memory is its own. One slot of a group holds
   one subtask of each member: the group needs max(parallelism) slots, each with the
-  largest member's CPU, heap and network and the members' managed memory summed.
+  largest member's heap and network, the members' managed memory summed, and their
+  planned CPU summed (without a plan, the footprint's, shared as in Flink's default).
 * **the TaskManager shape** (`fit_shape`, `candidate_shapes`): cores, process memory
   and Flink's managed and network fractions, within the user's bounds, sized to the
   slot mix by Flink's own memory model (`flink_memory`), so memory given to caches
@@ -40,7 +41,7 @@ from packer.flink_memory import (
 )
 from packer.greedy import lower_bound, unfit_slot
 from packer.types import CurrentPlacement, Placement, TaskManagerShape, TaskSlot
-from policies.bill import PodBill
+from policies.bill import PodBill, TaskCpu
 from policies.bill import Prices as Prices  # re-exported: the prices pricing is done at
 from policies.levels import managed_mib
 from policies.model import Configuration, JobGraph, VertexConfig
@@ -89,6 +90,9 @@ class VertexSlot:
     managed_mib: float
     network_mib: float
     neighbours: tuple[str, ...] = ()
+    # `cpu_cores` is the CPU the task is planned to use (a share of a core), not the
+    # footprint's whole slot: a group's slot then needs its members' CPU summed.
+    planned: bool = False
 
 
 @dataclass(frozen=True)
@@ -155,15 +159,19 @@ def upstream_pods(parallelism: Mapping[str, int] | Iterable[int],
 
 def vertex_slots(graph: JobGraph, configuration: Configuration,
                  managed_mib: Callable[[int | None], float], cpu_cores: float, heap_mib: float,
-                 network_mib: float) -> list[VertexSlot]:
+                 network_mib: float, task_cpu: TaskCpu | None = None) -> list[VertexSlot]:
     """Each vertex's task alone (one task's footprint and its level's managed memory),
-    with its neighbours in the job graph, in topological order."""
+    with its neighbours in the job graph, in topological order. `task_cpu`: the CPU the
+    planner expects each task to use, never above the footprint's `cpu_cores`; without
+    it, every task asks for the footprint's."""
     return [
         VertexSlot(
-            vid, configuration[vid].parallelism, cpu_cores, heap_mib,
-            managed_mib(configuration[vid].memory_level), network_mib,
+            vid, configuration[vid].parallelism,
+            cpu_cores if task_cpu is None else min(cpu_cores, task_cpu(vid, configuration[vid])),
+            heap_mib, managed_mib(configuration[vid].memory_level), network_mib,
             tuple(dict.fromkeys([e.source for e in graph.inputs(vid)]
-                                + [e.target for e in graph.outputs(vid)])))
+                                + [e.target for e in graph.outputs(vid)])),
+            planned=task_cpu is not None)
         for vid in graph.topological_order()
     ]
 
@@ -219,11 +227,14 @@ def _slots(ids: Sequence[str], by_id: Mapping[str, VertexSlot]) -> int:
 
 
 def _group(name: str, members: Sequence[VertexSlot]) -> SlotGroup:
-    # One subtask of each member shares the slot: the largest CPU, heap and network
-    # (as in Flink's default group), the members' managed memory summed (each a consumer).
+    # One subtask of each member shares the slot: the largest heap and network (as in
+    # Flink's default group), the members' managed memory summed (each a consumer). CPU:
+    # the footprint's slot is shared as in Flink's default group (the largest); planned
+    # CPU is what each task uses, so the members' is summed.
+    cpu = (sum if any(m.planned for m in members) else max)(m.cpu_cores for m in members)
     return SlotGroup(
         name, tuple(m.vertex_id for m in members), max(m.parallelism for m in members),
-        max(m.cpu_cores for m in members), max(m.heap_mib for m in members),
+        round(cpu, 6), max(m.heap_mib for m in members),
         sum(m.managed_mib for m in members), max(m.network_mib for m in members))
 
 
@@ -428,16 +439,18 @@ class PodPricing:
     prices: Prices = field(default_factory=Prices)
     time_limit_s: float = 0.5  # the exact packer's, per configuration
 
-    def vertices(self, graph: JobGraph, configuration: Configuration) -> list[VertexSlot]:
+    def vertices(self, graph: JobGraph, configuration: Configuration,
+                 task_cpu: TaskCpu | None = None) -> list[VertexSlot]:
         return vertex_slots(graph, configuration,
                             lambda level: managed_mib(level, self.base_managed_mib),
-                            self.cpu_cores, self.heap_mib, self.network_mib)
+                            self.cpu_cores, self.heap_mib, self.network_mib, task_cpu)
 
-    def bound(self, graph: JobGraph, configuration: Configuration) -> float:
+    def bound(self, graph: JobGraph, configuration: Configuration,
+              task_cpu: TaskCpu | None = None) -> float:
         """The screen: the cheapest ceil-per-TaskManager packing over both groupings on
         its best fitted shape (a menu's lower bound). Not a bound on the bill either way:
         the exact packer may do better, and Flink's own first fit may need more."""
-        vertices = self.vertices(graph, configuration)
+        vertices = self.vertices(graph, configuration, task_cpu)
         best = math.inf
         for groups in groupings(vertices):
             ranked = candidate_shapes(groups, self.bounds, self.prices)
@@ -445,25 +458,29 @@ class PodPricing:
                 best = min(best, ranked[0][0])
         return best
 
-    def exact(self, graph: JobGraph, configuration: Configuration) -> Priced | None:
-        return cheapest(self.vertices(graph, configuration), self.bounds, self.prices,
-                        time_limit_s=self.time_limit_s)
+    def exact(self, graph: JobGraph, configuration: Configuration,
+              task_cpu: TaskCpu | None = None) -> Priced | None:
+        return cheapest(self.vertices(graph, configuration, task_cpu), self.bounds,
+                        self.prices, time_limit_s=self.time_limit_s)
 
-    def price(self, graph: JobGraph, configuration: Configuration) -> float:
+    def price(self, graph: JobGraph, configuration: Configuration,
+              task_cpu: TaskCpu | None = None) -> float:
         """Per hour, the pods the exact packer places (inf when nothing holds a slot)."""
-        priced = self.exact(graph, configuration)
+        priced = self.exact(graph, configuration, task_cpu)
         return math.inf if priced is None else priced.price
 
     def cheapest(self, graph: JobGraph, options: Mapping[str, Sequence[VertexConfig]],
-                 start: Configuration) -> tuple[Configuration, float]:
+                 start: Configuration, task_cpu: TaskCpu | None = None
+                 ) -> tuple[Configuration, float]:
         """The configuration of least pod price with each vertex at one of its `options`
         (a vertex without options keeps `start`'s), and its price. Ties keep `start`'s
         choices, so a planner's own order decides among equal bills."""
-        config, priced = self.choose(graph, options, start)
+        config, priced = self.choose(graph, options, start, task_cpu)
         return config, math.inf if priced is None else priced.price
 
     def choose(self, graph: JobGraph, options: Mapping[str, Sequence[VertexConfig]],
-               start: Configuration) -> tuple[Configuration, Priced | None]:
+               start: Configuration, task_cpu: TaskCpu | None = None
+               ) -> tuple[Configuration, Priced | None]:
         """`cheapest`, with its pods (None: nothing holds a slot)."""
         choices = {vid: list(dict.fromkeys([start[vid], *options.get(vid, ())]))
                    for vid in start}
@@ -472,7 +489,7 @@ class PodPricing:
         def bound_of(config: Mapping[str, VertexConfig]) -> float:
             key = tuple(sorted(config.items()))
             if key not in bounds:
-                bounds[key] = self.bound(graph, MappingProxyType(dict(config)))
+                bounds[key] = self.bound(graph, MappingProxyType(dict(config)), task_cpu)
             return bounds[key]
 
         if math.prod(len(c) for c in choices.values()) <= MAX_COMBINATIONS:
@@ -495,12 +512,12 @@ class PodPricing:
         best: tuple[float, int, Configuration, Priced] | None = None
         for key, _ in ranked:
             mix: Configuration = MappingProxyType(dict(key))
-            priced = self.exact(graph, mix)
+            priced = self.exact(graph, mix, task_cpu)
             moves = _moves(key, start_key)
             if priced is not None and (best is None or (priced.price, moves) < best[:2]):
                 best = (priced.price, moves, mix, priced)
         if best is None:
-            return start, self.exact(graph, start)
+            return start, self.exact(graph, start, task_cpu)
         return best[2], best[3]
 
 

@@ -8,7 +8,10 @@ messages, its status and any pricing of configurations compute it the same way.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
+
+from policies.model import VertexConfig
 
 MIB_PER_GIB = 1024.0
 
@@ -76,3 +79,23 @@ def _number(value: float) -> str:
 
 def _gib(mib: float) -> str:
     return f"{_number(mib / MIB_PER_GIB)} GiB" if mib >= MIB_PER_GIB else f"{mib:,.0f} MiB"
+
+
+TaskCpu = Callable[[str, VertexConfig], float]
+"""One task's planned CPU (cores) for a vertex (by id) at a configuration (`slot_cpu`)."""
+
+SLOT_CPU_STEP = 0.1
+"""Planned slot CPU is asked for in tenths of a core (Flink's CPUResource takes any)."""
+
+
+def slot_cpu(busyness: float, footprint: float = 1.0) -> float:
+    """The CPU one task's slot asks for: the busyness it is planned to run at (the load it
+    was sized for over its capacity: target at the utilization target plus catch-up), in
+    tenths of a core up, at least one tenth, at most the footprint's (one task thread
+    keeps at most one core busy; the footprint is what it asked for before). Busy time
+    counts the task thread's waits on state too, so this is an upper bound of its CPU. A
+    busyness that is unknown (NaN, inf) asks for the footprint."""
+    if not math.isfinite(busyness):
+        return footprint
+    steps = math.ceil(max(0.0, busyness) / SLOT_CPU_STEP - 1e-9)
+    return min(footprint, max(SLOT_CPU_STEP, round(steps * SLOT_CPU_STEP, 6)))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import pytest
 
@@ -240,3 +241,51 @@ def test_past_the_combination_cap_one_vertex_at_a_time_still_finds_the_cheaper_m
     config, price_ = PODS.cheapest(JOB, {"agg": AGG_OPTIONS}, _start(AGG_OPTIONS[0]))
     assert config["agg"] == VertexConfig(6, 1)
     assert price_ < PODS.price(JOB, _start(AGG_OPTIONS[0]))
+
+
+# --- planned CPU per task ---------------------------------------------------------------
+
+
+def test_planned_cpu_is_summed_in_a_shared_slot_and_the_footprint_is_shared() -> None:
+    """Without a plan a slot's CPU is the footprint's, shared by its members as in Flink's
+    default group; with one, each member's task uses its own, so a slot needs their sum."""
+    planned = [replace(v, cpu_cores=c, planned=True)
+               for v, c in zip(q11(7, 632), (0.3, 0.6, 0.1), strict=True)]
+    (shared,) = share_slots(planned)
+    assert shared.cpu_cores == pytest.approx(1.0)  # 0.3 + 0.6 + 0.1
+    (footprint,) = share_slots(q11(7, 632))
+    assert footprint.cpu_cores == 1.0  # the largest, as before
+
+
+def test_planned_cpu_never_asks_for_more_than_the_footprint_and_lowers_the_bill() -> None:
+    def cpu(vid: str, _config: VertexConfig) -> float:
+        return {"src": 0.2, "agg": 0.5, "sink": 0.1}[vid]
+
+    start = _start(VertexConfig(6, 1))
+    capped = {v.vertex_id: v.cpu_cores for v in PODS.vertices(JOB, start, lambda *_: 3.0)}
+    assert capped == {"src": 1.0, "agg": 1.0, "sink": 1.0}  # the footprint's core at most
+    slots = {v.vertex_id: v.cpu_cores for v in PODS.vertices(JOB, start, cpu)}
+    planned, footprint = PODS.exact(JOB, start, cpu), PODS.exact(JOB, start)
+    assert planned is not None and footprint is not None
+    assert planned.bill.cpu_cores < footprint.bill.cpu_cores
+    # The placement holds every slot as priced: the group's CPU is its members' summed.
+    for group in planned.groups:
+        assert group.cpu_cores == pytest.approx(sum(slots[m] for m in group.members))
+    assert check(planned.placement, [s for g in planned.groups for s in g.task_slots()],
+                 [planned.shape]) == []
+
+
+def test_the_planner_prices_options_with_their_planned_cpu() -> None:
+    """A memory level that makes a task faster asks for less CPU: with the plan, the option
+    whose tasks are idler wins where the footprint's price would not see it."""
+    def cpu(vid: str, config: VertexConfig) -> float:
+        if vid != "agg":
+            return 0.1
+        return 0.2 if config.memory_level == 2 else 1.0
+
+    options = (VertexConfig(6, 0), VertexConfig(6, 2))
+    start = _start(options[0])
+    config, price_ = PODS.cheapest(JOB, {"agg": options}, start, cpu)
+    assert config["agg"] == VertexConfig(6, 2)
+    assert price_ == pytest.approx(PODS.price(JOB, {**start, "agg": options[1]}, cpu))
+    assert PODS.cheapest(JOB, {"agg": options}, start)[0]["agg"] == VertexConfig(6, 0)

@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from policies.bill import PodBill, describe_change, pod_bill
+from policies.bill import PodBill, describe_change, pod_bill, slot_cpu
 
 PRICES = {"cpu_core_price": 1.0, "memory_gib_price": 0.134}
 
@@ -42,3 +42,13 @@ def test_the_change_says_before_after_and_the_price_difference() -> None:
         "the same price")
     assert pod_bill(1.5, 512, 1, **PRICES).describe() == "1 TaskManager: 1.5 cores, 512 MiB, 1.57/h"
     assert pod_bill(1, 1024, 1, **PRICES).describe().startswith("1 TaskManager: 1 core, 1 GiB")
+
+
+@pytest.mark.parametrize(("busyness", "footprint", "cpu"), [
+    (0.0, 1.0, 0.1), (0.01, 1.0, 0.1), (0.1, 1.0, 0.1), (0.1000000001, 1.0, 0.1),
+    (0.11, 1.0, 0.2), (0.62, 1.0, 0.7), (0.95, 1.0, 1.0), (3.0, 1.0, 1.0),
+    (0.62, 0.5, 0.5), (math.nan, 1.0, 1.0), (math.inf, 0.5, 0.5),
+])
+def test_a_slot_asks_for_its_planned_busyness_in_tenths_of_a_core_up_to_the_footprint(
+        busyness: float, footprint: float, cpu: float) -> None:
+    assert slot_cpu(busyness, footprint) == cpu
