@@ -591,6 +591,7 @@ class TwinServer:
             lower_bounds[vid] = lower
         # In place, as the adaptive scheduler does it: its measured cost, not a savepoint's.
         downtime = twin.apply(config, kind=Enactment.IN_PLACE)
+        twin.cpu_budget = pods_cpu(hosted.job, twin)  # natively, TaskManagers on demand
         if downtime > 0:
             now = self.now_ms()
             hosted.job = replace(hosted.job, running_ms=now + int(1000 * downtime),

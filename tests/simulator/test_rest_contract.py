@@ -324,6 +324,14 @@ def test_put_resource_requirements_rescales_in_place(server, q11):
     twin = server.twin("default", "q11")
     assert twin.last_step == (Enactment.IN_PLACE, twin.downtime_s(Enactment.IN_PLACE))
     assert twin.downtime_s(Enactment.IN_PLACE) < twin.downtime_s(Enactment.SAVEPOINT) / 5
+    # Natively the adaptive scheduler's new slots come with TaskManagers: the pods' CPU is
+    # what the rescaled job's REST view shows, not the old job's (the twin throttles past it).
+    from simulator import flink_format
+    from simulator.serve import pods_cpu
+    hosted = server._get("default", "q11")
+    assert twin.cpu_budget == pods_cpu(hosted.job, twin) == (
+        len(flink_format.slot_plan(hosted.job, twin)) * hosted.job.tm_cpu)
+    assert len(flink_format.slot_plan(hosted.job, twin)) > 1  # one more pod than before
 
 
 # ---- G10: restarts keep time sane ------------------------------------------------------------
