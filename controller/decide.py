@@ -75,10 +75,15 @@ def decide(run: Run, graph: JobGraph, collected: Collected) -> Evaluation:
     # observed downtimes.
     deployment = run.deployment or {}
     state = state_bytes(run, collected)
+    pods = pods_now(run)  # what the running pods request and cost
+    if pods is not None and pods.cpu_cores <= 0:
+        pods = None
     params = replace(run.params, restart=RestartFacts(
         enactment_of(deployment, [], state), state, run.status.observed_steps(),
         engine(deployment), resizable(deployment, run.spec.resize)),
-        sql_buffering_due=sql_buffering_due(run, deployment))
+        sql_buffering_due=sql_buffering_due(run, deployment),
+        pods_cpu=None if pods is None else pods.cpu_cores,
+        pods_price=None if pods is None else pods.price)
     evaluation = evaluate(graph, collected.observation, policy_state(run.status), params,
                           run.now)
     decision = evaluation.decision
@@ -144,19 +149,19 @@ def desired(run: Run, deployment: Mapping[str, Any], graph: JobGraph,
         replicas = current.replicas
     return _fields(run, graph, evaluation, current, cpu, memory_mib, replicas,
                    None if adaptive else placed.groups, placed.flink_options,
-                   per_operator=not adaptive)
+                   per_operator=not adaptive, slot_cpu=None if adaptive else placed.slot_cpu)
 
 
 def _fields(run: Run, graph: JobGraph, evaluation: Evaluation, current: OwnedFields,
             cpu: float, memory_mib: int, replicas: int | None,
             groups: Mapping[str, str] | None, flink_options: Mapping[str, str] | None,
-            per_operator: bool) -> OwnedFields:
+            per_operator: bool, slot_cpu: Mapping[str, float] | None = None) -> OwnedFields:
     task = run.params.footprint
     fields = desired_fields(
         graph, evaluation.configuration, cpu_per_task=task.cpu_cores,
         heap_per_task_mib=task.heap_mib, base_managed_mib=run.spec.memory.base_managed_memory,
         tm_cpu=cpu, tm_memory_mib=memory_mib, replicas=replicas, per_operator=per_operator,
-        groups=groups, flink_options=flink_options)
+        groups=groups, flink_options=flink_options, slot_cpu=slot_cpu)
     return replace(fields, sql_settings=sql_settings(run, current, evaluation.decision))
 
 

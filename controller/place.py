@@ -18,6 +18,7 @@ leave slots unfulfilled and the job unscheduled.
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
 import packer
@@ -39,6 +40,14 @@ class Placed:
     placement: packer.Placement
     # Fine-grained: the priced pods (shape with Flink's fractions, slot sharing groups).
     priced: Priced | None = None
+
+    @property
+    def slot_cpu(self) -> dict[str, float] | None:
+        """vertex id -> the CPU of one slot of its group (the members' planned CPU summed),
+        when groups were chosen."""
+        if self.priced is None:
+            return None
+        return {v: g.cpu_cores for g in self.priced.groups for v in g.members}
 
     @property
     def groups(self) -> dict[str, str] | None:
@@ -111,9 +120,12 @@ def pack(
     graph: JobGraph, configuration: Configuration, memory: MemoryScaling,
     task: TaskFootprint, task_managers: TaskManagerSpec, time_limit_s: float,
     prices: Prices | None = None, pods: PodPricing | None = None,
+    task_cpu: Mapping[str, float] | None = None,
 ) -> Placed | Unplaceable:
     """Fine-grained: the cheapest pods (grouping, shape, packing; packer.pricing), by the
-    planner's own `pods` pricing when given (`ScalingParams.pods`), at `time_limit_s`.
+    planner's own `pods` pricing when given (`ScalingParams.pods`), at `time_limit_s`;
+    `task_cpu`: each vertex's planned CPU per task (`Evaluation.task_cpu`; a vertex not in
+    it asks for the footprint's), none: every task the footprint's.
     Adaptive: every slot alike on one of the spec's shapes (the paper's by default)."""
     if task_managers.realization == Realization.FINE_GRAINED:
         problem = task_managers.bounds_problem()
@@ -122,7 +134,10 @@ def pack(
         pricing = pods or PodPricing(task.cpu_cores, task.heap_mib, task.network_mib,
                                      memory.base_managed_memory,
                                      task_managers.shape_bounds(), prices or Prices())
-        priced = replace(pricing, time_limit_s=time_limit_s).exact(graph, configuration)
+        planned = dict(task_cpu or {})
+        priced = replace(pricing, time_limit_s=time_limit_s).exact(
+            graph, configuration,
+            (lambda vid, _: planned.get(vid, task.cpu_cores)) if planned else None)
         if priced is None:
             return Unplaceable("no TaskManager within spec.taskManager's bounds (minCpu..maxCpu, "
                                "minMemory..maxMemory, maxSlots) holds the largest slot")
@@ -155,7 +170,8 @@ def place(run: Run, graph: JobGraph, evaluation: Evaluation) -> Placed:
     placed = pack(graph, evaluation.configuration, params.memory, params.footprint,
                   spec.task_manager, spec.placement.solver_time_limit,
                   Prices(spec.cost.cpu_core_price, spec.cost.memory_gib_price),
-                  params.pods if isinstance(params.pods, PodPricing) else None)
+                  params.pods if isinstance(params.pods, PodPricing) else None,
+                  evaluation.task_cpu)
     telemetry.DECIDE_SECONDS.observe(time.perf_counter() - run.decide_started)
     if isinstance(placed, Placed):
         telemetry.SOLVER_SECONDS.observe(placed.placement.solve_seconds)

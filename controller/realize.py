@@ -258,13 +258,15 @@ def desired_fields(
     per_operator: bool,
     groups: Mapping[str, str] | None = None,
     flink_options: Mapping[str, str] | None = None,
+    slot_cpu: Mapping[str, float] | None = None,
 ) -> OwnedFields:
     """What the deployment must hold for `configuration` on `replicas` TaskManagers.
 
     `groups` (vertex id -> slot sharing group) makes each member's entry one slot of its
-    group: one task's CPU and heap (a slot holds one subtask of each member, sharing
-    them, as in Flink's default group) and the members' managed memory summed, the
-    same rule as packer.pricing prices."""
+    group: one task's heap (a slot holds one subtask of each member, sharing it, as in
+    Flink's default group) and the members' managed memory summed, the same rule as
+    packer.pricing prices. CPU: `slot_cpu` (vertex id -> one slot's CPU of its group, as
+    priced: planned CPU summed over the members), else `cpu_per_task`."""
     managed = {v.id: round(managed_mib(configuration[v.id].memory_level, base_managed_mib))
                for v in graph.vertices}
     group_managed: dict[str, int] = {}
@@ -276,9 +278,9 @@ def desired_fields(
     for v in graph.vertices:
         group = (groups or {}).get(v.id)
         for uid in v.operator_uids:
-            resources[uid] = (OperatorResources(cpu_per_task, heap, managed[v.id]) if group is None
-                              else OperatorResources(cpu_per_task, heap, group_managed[group],
-                                                     group))
+            cpu = (slot_cpu or {}).get(v.id, cpu_per_task)
+            resources[uid] = (OperatorResources(cpu, heap, managed[v.id]) if group is None
+                              else OperatorResources(cpu, heap, group_managed[group], group))
     return OwnedFields(
         overrides={vid: c.parallelism for vid, c in configuration.items()},
         operator_resources=resources if per_operator else None,

@@ -33,6 +33,7 @@ from dataclasses import dataclass, replace
 from types import MappingProxyType
 
 from policies import ds2, explain, skew, skew_stop, warmup
+from policies.bill import TaskCpu, slot_cpu
 from policies.decision import Branch, SkewFinding, VertexDecision
 from policies.learning import (
     MIN_BUSYNESS,
@@ -55,6 +56,11 @@ SATURATED = 0.9
 # A step fell short when the measured capacity is this much below the prediction
 # (or twice the measured noise, if more).
 SHORT_BY = 0.10
+# The tasks' busy time summed at this share of the CPU they have or more: they may have
+# waited for CPU (`_cpu_use`).
+CPU_BOUND = 0.95
+# A step for pods short of CPU gives each task at least this factor more.
+CPU_GROWTH = 1.25
 # With a hot key the busiest subtask's capacity approaches a plateau as tasks are added;
 # past this share of it, each task buys little (the hot key is then most of its load).
 PLATEAU = 0.8
@@ -76,6 +82,12 @@ class Result:
     configuration: Mapping[str, VertexConfig]
     learned: Mapping[str, VertexLearning]
     skew: tuple[SkewFinding, ...] = ()  # skew-stopped vertices (policies/skew_stop.py)
+    # One task's planned CPU at any configuration of a vertex (`_task_cpu`), as the pods
+    # were priced; None: the footprint's.
+    task_cpu: TaskCpu | None = None
+    # The step is new slots for the same configuration: the pods were short of CPU, or
+    # asked for more than their tasks are planned to use.
+    cpu_step: bool = False
 
 
 @dataclass(frozen=True)
@@ -101,6 +113,9 @@ class _Plan:
     # Every configuration that sustains the need, the fewest tasks at each memory level,
     # cheapest per task first: what the pod price chooses among (`best` is the first).
     options: tuple[VertexConfig, ...] = ()
+    # records/s the pods' CPU is sized for (`_task_cpu`): the target at utilizationMax,
+    # plus the catch-up at full busyness
+    need_cpu: float = 0.0
 
 
 def evaluate(graph: JobGraph, observation: Observation, state: PolicyState,
@@ -113,21 +128,40 @@ def evaluate(graph: JobGraph, observation: Observation, state: PolicyState,
     high_u = 1.0 if backlog else cpu.utilization_max
 
     plans: dict[str, _Plan] = {}
+    use = _cpu_use(graph, observation, state, params.pods_cpu)
+    throttled = use is not None and use[0] >= CPU_BOUND * use[1]
     for v in graph.vertices:
         m = observation.vertices[v.id]
         idle = bool(graph.inputs(v.id)) and _too_idle(m)
         starved = idle and _starved(m, rates[v.id] + catch_up[v.id], cpu.utilization_target)
-        learning = _learn(state.learned.get(v.id), v, observation, params, provisional=idle)
+        learning = _learn(state.learned.get(v.id), v, observation, params,
+                          provisional=idle,
+                          speed=min(1.0, use[1] / use[0]) if throttled and use else None)
         plans[v.id] = _plan_vertex(graph, v, m, learning, rates[v.id], catch_up[v.id], high_u,
                                    params, now, shrink_only=idle and not starved)
 
     deficits = [p for p in plans.values() if p.deficit]
     ready: list[_Plan] = []
-    if deficits:
+    task_cpu = _task_cpu(plans, params.footprint.cpu_cores, throttled,
+                         1.0 if use is None else use[0] / use[1] * 1.1)
+    # Tasks that waited for CPU while the job falls behind, and no vertex short by its
+    # busy time (one that can be scaled: a source may be what saturates first): the pods
+    # are what is short. The step keeps the configuration and asks for new slots with
+    # more CPU (`_task_cpu`). With a deficit, its step plans more CPU as well.
+    cpu_short = (throttled and not deficits and _falling_behind(graph, observation)
+                 and any(task_cpu(vid, p.current) > (p.learning.task_cpu or math.inf)
+                         for vid, p in plans.items()))
+    if cpu_short and use is not None:
+        chosen = {vid: p.current for vid, p in plans.items()}
+        triggered = True
+        reason = (f"capacity: the pods are short of CPU: their tasks were busy {use[0]:.1f} "
+                  f"cores of the {use[1]:.1f} they have, and the job fell behind; new slots "
+                  f"ask for more CPU, the configuration stays")
+    elif deficits:
         chosen = {vid: (p.best if p.deficit or _rides_along(p, params, now) else p.current)
                   for vid, p in plans.items()}
         chosen, _ = _by_pods(graph, chosen, {vid: p.options for vid, p in plans.items()
-                                             if chosen[vid] != p.current}, params)
+                                             if chosen[vid] != p.current}, params, task_cpu)
         triggered = any(chosen[vid] != p.current for vid, p in plans.items())
         reason = "capacity: " + ", ".join(
             f"{p.vertex.name or p.vertex.id} busiest subtask at {p.hottest_now:.2f} "
@@ -143,9 +177,15 @@ def evaluate(graph: JobGraph, observation: Observation, state: PolicyState,
             # The search prices the mix it returns; the running configuration is priced
             # once more, and not at all when the search keeps it.
             chosen, priced = _by_pods(graph, chosen, {p.vertex.id: (*p.options, p.current)
-                                                      for p in ready}, params)
-            cost_new = _job_cost(graph, chosen, params) if priced is None else priced
-            cost_now = cost_new if chosen == current else _job_cost(graph, current, params)
+                                                      for p in ready}, params, task_cpu)
+            cost_new = _job_cost(graph, chosen, params, task_cpu) if priced is None else priced
+            # What runs costs what its pods cost: the saving counts the CPU its tasks were
+            # planned at too (a step sized for a catch-up, or grown after throttling), so
+            # the same configuration on new slots can be the cheaper one (a CPU give-back).
+            cost_now = (params.pods_price
+                        if params.pods_price is not None and params.pods is not None
+                        else cost_new if chosen == current
+                        else _job_cost(graph, current, params, task_cpu))
         blind_ids = {p.vertex.id for p in ready if _blind_scale_in(p, chosen[p.vertex.id])}
         blind = [p.vertex.name or p.vertex.id for p in ready if p.vertex.id in blind_ids]
         pays = pays_back(cost_now, cost_new, params, restarts=2 if blind else 1)
@@ -153,15 +193,21 @@ def evaluate(graph: JobGraph, observation: Observation, state: PolicyState,
         if blind and not pays:
             # The blind scale-ins stay as they run; the rest may still pay one restart back.
             sighted = {vid: current[vid] if vid in blind_ids else c for vid, c in chosen.items()}
-            cost_sighted = _job_cost(graph, sighted, params)
+            cost_sighted = _job_cost(graph, sighted, params, task_cpu)
             if sighted != current and cost_sighted < cost_now and pays_back(
                     cost_now, cost_sighted, params):
                 chosen, cost_new, pays, held, blind = sighted, cost_sighted, True, blind, []
         triggered = bool(ready) and pays and cost_new < cost_now
         if not triggered:
             chosen = current
+        cpu_short = triggered and chosen == current
         waiting = [p for p in plans.values() if p.surplus and not _waited(p, params, now)]
-        if triggered:
+        if cpu_short:
+            reason = (f"capacity: the pods ask for more CPU than their tasks are planned to "
+                      f"use ({cost_now:,.2f}/h against {cost_new:,.2f}/h); new slots, the "
+                      f"configuration stays, pay their restart back within "
+                      f"{params.cost.payback_period:.0f}s")
+        elif triggered:
             reason = (f"capacity: a cheaper configuration has sufficed for "
                       f"{cpu.scale_down_delay:.0f}s and pays its restart back within "
                       f"{params.cost.payback_period:.0f}s")
@@ -213,7 +259,35 @@ def evaluate(graph: JobGraph, observation: Observation, state: PolicyState,
     stopped = tuple(skew_stop.finding(p.vertex, p.metrics, p.stop, rates[vid], sources)
                     for vid, p in plans.items() if p.stop is not None)
     return Result(triggered, reason, tuple(decisions), MappingProxyType(chosen),
-                  MappingProxyType(learned), stopped)
+                  MappingProxyType(learned), stopped,
+                  task_cpu if params.pods is not None else None, cpu_short)
+
+
+def _cpu_use(graph: JobGraph, observation: Observation, state: PolicyState,
+             pods_cpu: float | None) -> tuple[float, float] | None:
+    """The tasks' busy time summed (cores; it bounds their CPU from above) and the CPU
+    they have: the pods' (`pods_cpu`), else what their slots ask for (planned at the last
+    step, `_task_cpu`; the pods hold at least that). None while a vertex asks for the
+    footprint's core, which one task cannot exceed. Busy time at `CPU_BOUND` of that CPU
+    or more: the tasks may have waited for CPU (Kubernetes throttles pods at their CPU
+    request, and a throttled task is busy while it waits). Such a window measures the
+    pods' CPU, not the configuration's capacity: it adds at most a provisional point and
+    judges no step, and a deficit it shows is a step for CPU (`cpu_short`)."""
+    slots = busy = 0.0
+    for v in graph.vertices:
+        learning = state.learned.get(v.id)
+        if learning is None or learning.task_cpu is None:
+            return None
+        slots += v.parallelism * learning.task_cpu
+        busy += v.parallelism * observation.vertices[v.id].busyness
+    have = max(slots, pods_cpu or 0.0)
+    return (busy, have) if have > 0 else None
+
+
+def _falling_behind(graph: JobGraph, observation: Observation) -> bool:
+    """Some source's backlog grows (not merely there, as while a restart is caught up on)."""
+    return any((observation.vertices[v.id].pending_records_growth_per_s or 0.0) > 0
+               for v in graph.vertices if graph.is_source(v.id))
 
 
 def _too_idle(m: VertexMetrics) -> bool:
@@ -239,11 +313,26 @@ def _starved(m: VertexMetrics, rate: float, utilization: float) -> bool:
 
 
 def _learn(old: VertexLearning | None, v: Vertex, observation: Observation,
-           params: ScalingParams, provisional: bool = False) -> VertexLearning:
+           params: ScalingParams, provisional: bool = False, speed: float | None = None
+           ) -> VertexLearning:
     """Add this window's point (`provisional`: also when too idle to measure, `_too_idle`);
-    judge the last step once its configuration has run."""
+    judge the last step once its configuration has run. A window whose tasks may have
+    waited for CPU (`speed`: the share of the CPU they wanted that they got, `_cpu_use`)
+    measured the pods, not the configuration: at most a provisional point where nothing
+    was measured, its service time scaled by `speed`, so that the vertex has a capacity
+    to plan from (a low one still: a saturated task's busy time shows less than it
+    wanted)."""
     learning = old or VertexLearning(vertex_id=v.id)
     m = observation.vertices[v.id]
+    if speed is not None:
+        guess = point_of(v, m, observation.time)
+        known = None if guess is None else learning.point(*guess.key)
+        if guess is None or (known is not None and not known.provisional):
+            return learning
+        return learning.model_copy(update={"points": merge(
+            learning.points, guess.model_copy(update={
+                "provisional": True, "service_us": guess.service_us * speed}),
+            observation.window_s)})
     point = point_of(v, m, observation.time)
     idle = learning.model_copy(update={"warmup": None}) if learning.warming else learning
     if point is None and provisional:
@@ -443,7 +532,8 @@ def _plan_vertex(graph: JobGraph, v: Vertex, m: VertexMetrics, learning: VertexL
         note = (f"busiest subtask carries {spread.hot_share:.0%} of the load it cannot split: "
                 f"scaling out stops at {best.parallelism} (skew)")
     return _Plan(v, m, learning, surface, spread, rate, need, need_hottest, current, best,
-                 hottest_now, deficit, surplus, limited, note, stop, options)
+                 hottest_now, deficit, surplus, limited, note, stop, options,
+                 need_cpu=steady / cpu.utilization_max + transient)
 
 
 def _skew_stop(v: Vertex, surface: Surface, spread: _Skew, learning: VertexLearning,
@@ -600,23 +690,62 @@ def _cheapest(v: Vertex, surface: Surface, spread: _Skew, need: float, need_hott
 
 def _by_pods(graph: JobGraph, chosen: dict[str, VertexConfig],
              options: Mapping[str, tuple[VertexConfig, ...]],
-             params: ScalingParams) -> tuple[dict[str, VertexConfig], float | None]:
+             params: ScalingParams, task_cpu: TaskCpu | None = None
+             ) -> tuple[dict[str, VertexConfig], float | None]:
     """Among the moving vertices' options, the mix whose pods cost least (ties keep the
     per-task choice), and its pod price: memory that saves no pod, or tasks a neighbour's
     slot holds for free, are priced as the cluster bills them. Without a pod price, or
     nothing to choose, `chosen` and None (not priced)."""
     if params.pods is None or not any(len(o) > 1 for o in options.values()):
         return chosen, None
-    config, price = params.pods.cheapest(graph, options, MappingProxyType(chosen))
+    config, price = params.pods.cheapest(graph, options, MappingProxyType(chosen), task_cpu)
     return dict(config), price
 
 
 def _job_cost(graph: JobGraph, config: Mapping[str, VertexConfig],
-              params: ScalingParams) -> float:
+              params: ScalingParams, task_cpu: TaskCpu | None = None) -> float:
     """Price per hour of a whole configuration: its pods, or (without a pod price) its tasks."""
     if params.pods is not None:
-        return params.pods.price(graph, MappingProxyType(dict(config)))
+        return params.pods.price(graph, MappingProxyType(dict(config)), task_cpu)
     return sum(_cost(graph.vertex(vid), c, params) for vid, c in config.items())
+
+
+def _task_cpu(plans: Mapping[str, _Plan], footprint: float, throttled: bool = False,
+              growth: float = 1.0) -> TaskCpu:
+    """One task's CPU at a configuration of its vertex (`slot_cpu`): its busyness at the
+    target at utilizationMax plus the catch-up (`_planned_busyness`). Tasks are sized for
+    the utilization target; their pods' CPU for the load at which the policy scales out
+    anyway: up to there no task is throttled, past it the throttling shows as busy time
+    above utilizationMax, which scales out, new CPU with the new tasks. The pods are priced
+    with it, so memory that makes a task faster comes back as CPU. After a window that may
+    have waited for CPU (`throttled`) the plan fell short: each vertex gets at least
+    `CPU_GROWTH` times the CPU its tasks had, or what the window showed they wanted
+    (`growth`), spread over its new tasks."""
+    def cpu(vertex_id: str, config: VertexConfig) -> float:
+        p = plans.get(vertex_id)
+        if p is None:
+            return footprint
+        planned = slot_cpu(_planned_busyness(p, config), footprint)
+        had = p.learning.task_cpu
+        if throttled and had is not None:
+            wanted = had * p.current.parallelism * max(CPU_GROWTH, growth)
+            planned = max(planned, slot_cpu(wanted / config.parallelism - 1e-9, footprint))
+        return planned
+    return cpu
+
+
+def _planned_busyness(p: _Plan, config: VertexConfig) -> float:
+    """The mean busyness of the vertex's tasks at `config` under the load the pods are
+    sized for (`need_cpu`): their CPU summed is what a TaskManager pools for its slots, so
+    a hot subtask's share above the mean takes what its neighbours leave. inf when not
+    known: no surface, or asynchronous state, whose busy time leaves out the CPU of
+    ForSt's I/O threads (docs/flink-2.md)."""
+    if p.surface is None or p.metrics.async_in_flight_records is not None:
+        return math.inf
+    tpr = p.surface.capacity(config.parallelism, config.memory_level)
+    if not (tpr > 0 and math.isfinite(tpr)):
+        return math.inf
+    return p.need_cpu / tpr
 
 
 def _cost(v: Vertex, config: VertexConfig, params: ScalingParams) -> float:

@@ -8,6 +8,7 @@ from dataclasses import replace
 from types import MappingProxyType
 
 from policies import buffering, capacity, ds2, explain, justin, limits, skew, skew_stop
+from policies.bill import TaskCpu
 from policies.decision import (
     Action,
     Branch,
@@ -97,6 +98,8 @@ def _scaling(graph: JobGraph, observation: Observation, state: PolicyState,
         return _unchanged(current, state, params, now, reason, decisions, skewed)
 
     forced = limits.bounded(graph, params)
+    cpu_plan: TaskCpu | None = None
+    cpu_step = False
     if forced is not None:
         # A bound the running configuration breaks (e.g. a lowered maxParallelism) is a
         # step of its own, whatever the policy would say about this window.
@@ -120,6 +123,7 @@ def _scaling(graph: JobGraph, observation: Observation, state: PolicyState,
             return _unchanged(current, state, params, now, planned.reason, planned.vertices,
                               skewed)
         config, decisions, triggered_by = planned.configuration, planned.vertices, planned.reason
+        cpu_plan, cpu_step = planned.task_cpu, planned.cpu_step and planned.task_cpu is not None
     else:
         proposal = ds2.propose(
             graph, observation, params.cpu,
@@ -145,10 +149,11 @@ def _scaling(graph: JobGraph, observation: Observation, state: PolicyState,
     config = clip.configuration
 
     changed = [d for d in decisions if d.action is not Action.NONE]
-    reconfigures = bool(changed)
+    reconfigures = bool(changed) or cpu_step
     reason = triggered_by + "; " + (
         ", ".join(f"{d.vertex_name or d.vertex_id} {d.action}" for d in changed)
-        if changed else "no vertex changes"
+        if changed else "new slots, the same configuration" if cpu_step
+        else "no vertex changes"
     )
     if clip.clipped:
         reason += "; " + clip.reason
@@ -173,7 +178,31 @@ def _scaling(graph: JobGraph, observation: Observation, state: PolicyState,
     )
     if reconfigures:
         state = _record(state, decision, observation, now)
-    return Evaluation(decision, MappingProxyType(dict(config)), state)
+    state, task_cpu = _planned_cpu(current, config, state, cpu_plan, reconfigures, cpu_step)
+    return Evaluation(decision, MappingProxyType(dict(config)), state, task_cpu)
+
+
+def _planned_cpu(current: Configuration, config: Configuration, state: PolicyState,
+                 cpu_plan: TaskCpu | None, reconfigures: bool, cpu_step: bool = False
+                 ) -> tuple[PolicyState, Mapping[str, float]]:
+    """Each task's planned CPU for the placement (policies.bill.slot_cpu), kept in the
+    vertices' learning: planned anew by a step that changes a parallelism (it restarts
+    the job and asks for new slots anyway) or asks for new slots (`cpu_step`), kept by
+    any other, so that a memory-only step asks for the slots the job runs with and can
+    be resized in place. Empty when the policy plans none (DS2, Justin, per-task
+    prices): the footprint's."""
+    if cpu_plan is None:
+        return state, MappingProxyType({})
+    learned = dict(state.learned)
+    if reconfigures and (cpu_step or any(config[vid].parallelism != c.parallelism
+                                         for vid, c in current.items())):
+        for vid, learning in learned.items():
+            if vid in config:
+                learned[vid] = learning.model_copy(
+                    update={"task_cpu": cpu_plan(vid, config[vid])})
+        state = replace(state, learned=MappingProxyType(learned))
+    return state, MappingProxyType({vid: learning.task_cpu for vid, learning in learned.items()
+                                    if vid in config and learning.task_cpu is not None})
 
 
 def _ds2_or_justin(graph: JobGraph, observation: Observation, proposal: ds2.Proposal,

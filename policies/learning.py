@@ -152,6 +152,10 @@ class VertexLearning(RecordModel):
     surplus_later_need: float | None = None
     # The block cache's warm-up since the vertex's tasks last restarted (policies.warmup).
     warmup: CacheWarmup | None = None
+    # The CPU (cores) one task's slot asks for, as planned at the last step that changed
+    # a parallelism (policies.bill.slot_cpu); a memory-only step keeps it, so that it can
+    # resize in place. None: the task footprint's.
+    task_cpu: float | None = Field(None, gt=0, le=1024)
 
     @property
     def warming(self) -> bool:

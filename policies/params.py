@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Protocol
 
-from policies.bill import Prices
+from policies.bill import Prices, TaskCpu
 from policies.decision import Decision, HistoryRecord, Totals
 from policies.learning import VertexLearning
 from policies.model import Configuration, JobGraph, VertexConfig
@@ -25,10 +25,12 @@ class PodPricer(Protocol):
     """What the pods of a configuration cost per hour (packer.pricing.PodPricing): the
     planner's price when the controller places in fine-grained mode."""
 
-    def price(self, graph: JobGraph, configuration: Configuration) -> float: ...
+    def price(self, graph: JobGraph, configuration: Configuration,
+              task_cpu: TaskCpu | None = None) -> float: ...
 
     def cheapest(self, graph: JobGraph, options: Mapping[str, Sequence[VertexConfig]],
-                 start: Configuration) -> tuple[Configuration, float]: ...
+                 start: Configuration, task_cpu: TaskCpu | None = None
+                 ) -> tuple[Configuration, float]: ...
 
 
 @dataclass(frozen=True)
@@ -52,6 +54,12 @@ class ScalingParams:
     # deployment does not hold the SQL settings yet. Writing them takes a restart, so a
     # skew-limited SQL aggregation is then a step of its own (policies/buffering.py).
     sql_buffering_due: bool = False
+    # The cores the running TaskManager pods request (replicas × resource.cpu; the
+    # controller fills it in): what their tasks' CPU is bounded by. None: not known.
+    pods_cpu: float | None = None
+    # ... and what they cost per hour at spec.cost's prices: a give-back saves from that,
+    # the CPU its tasks were planned at included. None: not known.
+    pods_price: float | None = None
 
     @property
     def restart_downtime_s(self) -> float:
@@ -93,6 +101,9 @@ class Evaluation:
     decision: Decision  # always set, also when nothing changes (reconfigures=False)
     configuration: Configuration  # the target configuration (== current when nothing changes)
     state: PolicyState  # the state to persist
+    # Vertex id -> the CPU one task's slot asks for (capacity policy, fine-grained
+    # placement; policies.bill.slot_cpu). Empty: every task asks for the footprint's.
+    task_cpu: Mapping[str, float] = field(default_factory=_empty)
 
 
 def totals(configuration: Configuration, params: ScalingParams) -> Totals:

@@ -70,3 +70,34 @@ def test_the_written_pods_are_the_priced_ones() -> None:
     per_tm = max(len(t.slots) for t in priced.placement.task_managers)
     assert split.managed_mib >= per_tm * group_slot["managedMemoryMb"]
     assert split.task_heap_mib >= per_tm * group_slot["taskHeapMb"]
+
+
+def test_the_capacity_policys_planned_cpu_is_what_is_priced_and_written() -> None:
+    """The capacity policy plans each task's CPU (status.learned[].taskCpu): the pods are
+    priced with it, and each operator's entry asks for its slot's share, a group's slot
+    for its members' summed."""
+    world = World()
+    world.run(policy(policy="capacity"))
+    [body] = world.deployments.applied
+    conf = body["spec"]["flinkConfiguration"]
+    status = world.store.last
+    planned = {v.vertex_id: v.task_cpu for v in status.learned if v.task_cpu is not None}
+    assert set(planned) == {SOURCE, COUNTER}
+    assert planned[COUNTER] < 1.0  # below the footprint's core: the plan is in effect
+    footprint = policy(policy="capacity").spec.scaling_params().footprint
+    placement = status.placement
+    assert placement is not None and placement.pods is not None
+    resources = json.loads(conf[RESOURCES_KEY])
+    groups = placement.slot_sharing_groups or {}
+    for name, members in groups.items():
+        expected = round(sum(planned[m] for m in members), 6)
+        for uid, vid in (("src", SOURCE), ("counter", COUNTER)):
+            if vid in members:
+                assert resources[uid]["cpuCores"] == pytest.approx(expected), name
+    # The pods requested cover the slots' CPU, and are the bill in status.
+    slots_cpu = sum(max(parse_overrides(conf[OVERRIDES_KEY])[m] for m in members)
+                    * sum(planned[m] for m in members) for members in groups.values())
+    tm = body["spec"]["taskManager"]
+    assert tm["replicas"] * tm["resource"]["cpu"] >= slots_cpu - 1e-6
+    assert placement.pods.cpu == pytest.approx(tm["replicas"] * tm["resource"]["cpu"])
+    assert footprint.cpu_cores == 1.0

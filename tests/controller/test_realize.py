@@ -114,6 +114,25 @@ def test_task_heap_is_never_zero_because_flink_rejects_such_a_group() -> None:
     assert {r.task_heap_mb for r in fields.operator_resources.values()} == {1}
 
 
+def test_each_entry_asks_for_its_slots_planned_cpu_and_a_group_for_its_slots() -> None:
+    """`slot_cpu`: one slot's CPU per vertex as priced (a group's, its members' summed);
+    a vertex without one asks for the footprint's."""
+    config = {A: VertexConfig(2, None), B: VertexConfig(4, 1)}
+    common: dict[str, Any] = dict(cpu_per_task=1.0, heap_per_task_mib=134.4,
+                                  base_managed_mib=158, tm_cpu=2.5, tm_memory_mib=2048,
+                                  replicas=2, per_operator=True)
+    own = desired_fields(GRAPH, config, slot_cpu={B: 0.7}, **common)
+    assert own.operator_resources is not None
+    assert {uid: r.cpu_cores for uid, r in own.operator_resources.items()} == {
+        "src": 1.0, "agg": 0.7, "agg-sink": 0.7}
+    shared = desired_fields(GRAPH, config, groups={A: B, B: B}, slot_cpu={A: 0.9, B: 0.9},
+                            **common)
+    assert shared.operator_resources is not None
+    assert {r.cpu_cores for r in shared.operator_resources.values()} == {0.9}
+    assert json.loads(apply_body("job", "ns", shared)["spec"]["flinkConfiguration"][
+        RESOURCES_KEY])["agg"]["cpuCores"] == 0.9
+
+
 def _tm(**fields: Any) -> dict[str, Any]:
     return {"spec": {"taskManager": fields}}
 

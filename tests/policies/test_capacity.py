@@ -19,6 +19,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from policies import PolicyState, ScalingParams, capacity, evaluate, skew
+from policies.bill import slot_cpu
 from policies.decision import Branch
 from policies.learning import (
     CapacityPoint,
@@ -449,13 +450,14 @@ class MemoryDearPods:
 
     per_gib: float = 40 * 0.134
 
-    def price(self, graph: JobGraph, configuration: Mapping[str, VertexConfig]) -> float:
+    def price(self, graph: JobGraph, configuration: Mapping[str, VertexConfig],
+              task_cpu: object = None) -> float:
         return sum(c.parallelism * (1 + BASE * 2 ** c.memory_level / 1024 * self.per_gib
                                     if c.memory_level is not None else 1)
                    for c in configuration.values())
 
     def cheapest(self, graph: JobGraph, options: Mapping[str, Sequence[VertexConfig]],
-                 start: Mapping[str, VertexConfig]
+                 start: Mapping[str, VertexConfig], task_cpu: object = None
                  ) -> tuple[Mapping[str, VertexConfig], float]:
         mixes = [dict(zip(options, combo, strict=True))
                  for combo in itertools.product(*options.values())]
@@ -800,12 +802,13 @@ class CountedPods:
     priced: list[dict[str, VertexConfig]] = field(default_factory=list)
     searches: int = 0
 
-    def price(self, graph: JobGraph, configuration: Mapping[str, VertexConfig]) -> float:
+    def price(self, graph: JobGraph, configuration: Mapping[str, VertexConfig],
+              task_cpu: object = None) -> float:
         self.priced.append(dict(configuration))
         return self.pods.price(graph, configuration)
 
     def cheapest(self, graph: JobGraph, options: Mapping[str, Sequence[VertexConfig]],
-                 start: Mapping[str, VertexConfig]
+                 start: Mapping[str, VertexConfig], task_cpu: object = None
                  ) -> tuple[Mapping[str, VertexConfig], float]:
         self.searches += 1
         return self.pods.cheapest(graph, options, start)
@@ -839,12 +842,13 @@ def test_a_surplus_the_pods_do_not_bill_is_priced_once_per_delay_not_every_windo
 
     @dataclass
     class FlatPods(CountedPods):
-        def price(self, graph: JobGraph, configuration: Mapping[str, VertexConfig]) -> float:
+        def price(self, graph: JobGraph, configuration: Mapping[str, VertexConfig],
+                  task_cpu: object = None) -> float:
             self.priced.append(dict(configuration))
             return 10.0
 
         def cheapest(self, graph: JobGraph, options: Mapping[str, Sequence[VertexConfig]],
-                     start: Mapping[str, VertexConfig]
+                     start: Mapping[str, VertexConfig], task_cpu: object = None
                      ) -> tuple[Mapping[str, VertexConfig], float]:
             self.searches += 1
             return start, 10.0
@@ -867,3 +871,167 @@ def test_a_surplus_the_pods_do_not_bill_is_priced_once_per_delay_not_every_windo
     # Said as it is: not a saving too small to pay a restart back, no saving at all.
     assert reasons == ["capacity: steady; the configurations cheaper per task need pods "
                        "that cost no less"] * pods.searches
+
+
+@dataclass
+class CpuPods:
+    """A stand-in for the pods' price that bills each task's planned CPU (the footprint's
+    core without a plan) and its managed memory at spec.cost's price."""
+
+    plans: list[object] = field(default_factory=list)
+
+    def price(self, graph: JobGraph, configuration: Mapping[str, VertexConfig],
+              task_cpu: object = None) -> float:
+        self.plans.append(task_cpu)
+        cpu = task_cpu if callable(task_cpu) else (lambda _vid, _c: 1.0)
+        return sum(c.parallelism * (cpu(vid, c) + (0.0 if c.memory_level is None else
+                                                   BASE * 2 ** c.memory_level / 1024 * 0.134))
+                   for vid, c in configuration.items())
+
+    def cheapest(self, graph: JobGraph, options: Mapping[str, Sequence[VertexConfig]],
+                 start: Mapping[str, VertexConfig], task_cpu: object = None
+                 ) -> tuple[Mapping[str, VertexConfig], float]:
+        mixes = [{**start, **dict(zip(options, combo, strict=True))}
+                 for combo in itertools.product(*options.values())]
+        best = min(mixes, key=lambda c: self.price(graph, c, task_cpu))
+        return best, self.price(graph, best, task_cpu)
+
+
+def test_a_step_plans_each_tasks_cpu_for_the_load_at_which_it_would_scale_out() -> None:
+    """Tasks are sized for the utilization target (0.5); their slots' CPU for the target at
+    utilizationMax (0.8): the busyness the world gives them there, a tenth up. The source,
+    too idle to measure (a source that idles may be backpressured), keeps a core. The
+    plan is kept in what the policy learned, and the pods are priced with it."""
+    world, pods = World(), CpuPods()
+    params = replace(PARAMS, pods=pods)
+    g = graph()
+    e = evaluate(g, world.observe(g, 60_000, 120.0), PolicyState(), params, 120.0)
+    after = e.configuration["counter"]
+    assert e.decision.reconfigures and after.parallelism > 1
+    at_trigger = world.counter(after.parallelism, after.memory_level, 60_000 / 0.8).busyness
+    assert e.task_cpu["counter"] == slot_cpu(at_trigger) < 1.0
+    assert e.task_cpu["src"] == 1.0
+    assert {vid: e.state.learned[vid].task_cpu for vid in ("src", "counter")} == e.task_cpu
+    assert any(callable(plan) for plan in pods.plans)
+    # Without a pod price (per-task accounting) there is no plan: the footprint's core.
+    plain = evaluate(g, world.observe(g, 60_000, 120.0), PolicyState(), PARAMS, 120.0)
+    assert plain.decision.reconfigures and plain.task_cpu == {}
+
+
+def test_a_memory_only_step_keeps_the_cpu_the_tasks_run_with() -> None:
+    """Changing a slot's CPU starts new slots: a memory-only step asks for the CPU planned
+    at the last step that changed a parallelism, so it can be resized in place."""
+    from policies.evaluate import _planned_cpu
+
+    learned = {"src": VertexLearning(vertex_id="src", task_cpu=0.2),
+               "counter": VertexLearning(vertex_id="counter", task_cpu=0.6)}
+    state = PolicyState(learned=learned)
+    current = {"src": VertexConfig(1, None), "counter": VertexConfig(4, 0)}
+    memory_only = {**current, "counter": VertexConfig(4, 1)}
+    scale_out = {**current, "counter": VertexConfig(6, 1)}
+
+    def plan(_vid: str, config: VertexConfig) -> float:
+        return 0.15 * config.parallelism
+
+    kept, cpu = _planned_cpu(current, memory_only, state, plan, reconfigures=True)
+    assert kept == state and cpu == {"src": 0.2, "counter": 0.6}
+    moved, cpu = _planned_cpu(current, scale_out, state, plan, reconfigures=True)
+    assert cpu == {"src": pytest.approx(0.15), "counter": pytest.approx(0.9)}
+    assert moved.learned["counter"].task_cpu == pytest.approx(0.9)
+    assert _planned_cpu(current, scale_out, state, None, reconfigures=True)[1] == {}
+
+
+def _planned_step() -> tuple[World, JobGraph, PolicyState, ScalingParams]:
+    """The first step with a pod price: the tasks have a planned CPU (the source's set to
+    a tenth here, as if it had been measured)."""
+    world, params = World(), replace(PARAMS, pods=CpuPods())
+    g = graph()
+    e = evaluate(g, world.observe(g, 60_000, 120.0), PolicyState(), params, 120.0)
+    assert e.decision.reconfigures and e.task_cpu["counter"] < 1.0
+    learned = {**e.state.learned,
+               "src": e.state.learned["src"].model_copy(update={"task_cpu": 0.1})}
+    return world, g.with_configuration(e.configuration), replace(
+        e.state, learned=learned), params
+
+
+def _throttled(world: World, g: JobGraph, state: PolicyState, params: ScalingParams,
+               growth: float) -> tuple[Observation, ScalingParams, float]:
+    """A window at 80k records/s whose tasks' busy time exceeds the pods' CPU by a fifth:
+    the observation, the parameters with those pods, and the share of the CPU the tasks
+    wanted that they got (the slots' CPU, which the pods hold at least, over their busy
+    time). The counter stays below utilizationMax: no vertex is short by its busy time."""
+    obs = world.observe(g, 80_000, 360.0)
+    busy = sum(v.parallelism * obs.vertices[v.id].busyness for v in g.vertices)
+    slots = sum(v.parallelism * (state.learned[v.id].task_cpu or 1.0) for v in g.vertices)
+    assert obs.vertices["counter"].busyness < PARAMS.cpu.utilization_max
+    src = replace(obs.vertices["src"], pending_records_growth_per_s=growth)
+    obs = replace(obs, vertices={**obs.vertices, "src": src})
+    pods = busy / 1.2
+    return obs, replace(params, pods_cpu=pods), min(1.0, max(slots, pods) / busy)
+
+
+def test_a_window_that_waited_for_cpu_adds_a_provisional_point_scaled_by_its_speed() -> None:
+    """Busy time at the pods' CPU: the tasks may have waited for it, so the window measured
+    the pods, not the configuration. Where nothing was measured it leaves a provisional
+    point, its service time scaled by the share of the CPU they got; it judges no step."""
+    world, g, state, params = _planned_step()
+    obs, throttled, speed = _throttled(world, g, state, params, growth=0.0)
+    assert speed < 1.0
+    e = evaluate(g, obs, state, throttled, 360.0)
+    c = g.vertex("counter")
+    point = e.state.learned["counter"].point(c.parallelism, c.memory_level)
+    # The same window where every task asks for the footprint's core: never throttled.
+    footprint = replace(state, learned={vid: v.model_copy(update={"task_cpu": None})
+                                        for vid, v in state.learned.items()})
+    clean = evaluate(g, obs, footprint, params, 360.0).state.learned["counter"].point(
+        c.parallelism, c.memory_level)
+    assert point is not None and clean is not None
+    assert point.provisional and not clean.provisional
+    assert point.service_us == pytest.approx(clean.service_us * speed, rel=1e-6)
+    assert e.state.learned["counter"].predicted == state.learned["counter"].predicted
+
+
+def test_pods_short_of_cpu_get_new_slots_with_more_cpu_and_the_same_configuration() -> None:
+    """Throttled while the sources fall behind, and no vertex short by its busy time: a
+    step that keeps the configuration and gives every task at least a quarter more CPU."""
+    world, g, state, params = _planned_step()
+    obs, throttled, _ = _throttled(world, g, state, params, growth=5_000.0)
+    e = evaluate(g, obs, state, throttled, 360.0)
+    assert e.decision.reconfigures and "short of CPU" in e.decision.reason
+    assert dict(e.configuration) == dict(g.configuration())
+    before = {vid: state.learned[vid].task_cpu for vid in ("src", "counter")}
+    for vid, cpu in before.items():
+        assert cpu is not None
+        assert e.task_cpu[vid] >= min(1.0, slot_cpu(cpu * 1.25 - 1e-9))
+        assert e.state.learned[vid].task_cpu == e.task_cpu[vid]
+    assert e.task_cpu["counter"] > before["counter"]
+    # Not falling behind (a restart's backlog draining), or pods with CPU to spare: none.
+    calm, _, _ = _throttled(world, g, state, params, growth=0.0)
+    assert not evaluate(g, calm, state, throttled, 360.0).decision.reconfigures
+    roomy = replace(params, pods_cpu=100.0)
+    assert not evaluate(g, obs, state, roomy, 360.0).decision.reconfigures
+
+
+def test_pods_that_cost_more_than_the_plan_give_their_cpu_back_when_it_pays() -> None:
+    """After a drop, the cheapest plan may be the same configuration on smaller slots:
+    against what the running pods cost (`pods_price`), that saving is a step of its own
+    once it has waited out the delay and pays its restart back. Without the running
+    pods' price nothing says they cost more than the plan: no step."""
+    def steps(pods_price: float | None) -> list[tuple[str, dict[str, float]]]:
+        world, params = World(), replace(PARAMS, pods=CpuPods())
+        g, state, taken = graph(), PolicyState(), []
+        for n, rate in enumerate([60_000.0] * 4 + [20_000.0] * 8):
+            now = 120.0 * (n + 1)
+            e = evaluate(g, world.observe(g, rate, now), state,
+                         params if n == 0 else replace(params, pods_price=pods_price), now)
+            state = e.state
+            if e.decision.reconfigures:
+                assert n == 0 or dict(e.configuration) == dict(g.configuration())
+                taken.append((e.decision.reason, dict(e.task_cpu)))
+                g = g.with_configuration(e.configuration)
+        return taken
+
+    assert len(steps(None)) == 1
+    first, give_back, *_ = steps(100.0)
+    assert "more CPU than their tasks are planned to use" in give_back[0]
+    assert give_back[1]["counter"] < first[1]["counter"]
