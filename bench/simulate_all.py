@@ -176,7 +176,7 @@ def pods_table(first: dict[str, dict[str, RunResult]],
         ups = [pods.upstream(r["ds2"].final) for r in per_seed]
         baseline = [u.pods.price for u in ups]
         for n, name in enumerate(("ds2", "justin", "capacity")):
-            bills = [pods.ours(model, r[name].final) for r in per_seed]
+            bills = [pods.placed(r[name]) for r in per_seed]
             vs_up = [b.pods.price / u for b, u in zip(bills, baseline, strict=True)]
             vs_or = [b.pods.price / o.bill.pods.price for b, o in zip(bills, oracles, strict=True)
                      if o is not None]

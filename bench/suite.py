@@ -30,7 +30,8 @@ Definitions (the targets, `evaluate`):
   (`PhaseReport.steady`), every reconfiguration except (a) the phase's first one (the
   policy adapting to the phase: convergence in the first phase, the answer to a step
   later) and (b) those made while the running configuration could not sustain the
-  phase's target (capacity < KEEP_UP × target, the twin's truth). Target: 0 on every run.
+  phase's target (capacity < KEEP_UP × target, the twin's truth: its tasks' capacity,
+  and what the pods' CPU allows them, `sustained`). Target: 0 on every run.
 * **write-dominated operators** (access.write ≥ 0.8): memory scale-ups tried = steps
   that raise the vertex's memory level over the configuration before them (each step's
   configuration is the twin's, `Step.configuration`); kept = levels it ends above its
@@ -77,7 +78,7 @@ from typing import Any
 from bench import jobgen
 from bench.peer.__main__ import UPSTREAM, _json_default  # non-finite floats as null
 from policies.decision import Decision
-from policies.model import ShipStrategy
+from policies.model import Configuration, ShipStrategy
 from policies.spec import MemoryScaling
 from simulator import pods
 from simulator.model import JobModel
@@ -138,9 +139,22 @@ def steady_restarts(result: RunResult, seed: int) -> list[float]:
         inside = [n for n, s in enumerate(result.steps) if phase.start_s <= s.time < phase.end_s]
         for n in inside[1:]:
             before = configs[n]  # the configuration running when step n was decided
-            if capacity(model, before, seed=seed) >= KEEP_UP * phase.peak_target:
+            if sustained(model, before, result.steps[n].pods_cpu_before,
+                         seed) >= KEEP_UP * phase.peak_target:
                 found.append(result.steps[n].time)
     return found
+
+
+def sustained(model: JobModel, configuration: Configuration, pods_cpu: float | None,
+              seed: int) -> float:
+    """The highest source rate the configuration sustains on pods of `pods_cpu` cores
+    (None: as many as its tasks want): its tasks' capacity, and what the CPU allows
+    (`cpu_used` is linear in the rate)."""
+    tasks = capacity(model, configuration, seed=seed)
+    if pods_cpu is None:
+        return tasks
+    per_record = cpu_used(model, configuration, 1.0)
+    return min(tasks, pods_cpu / per_record) if per_record > 0 else tasks
 
 
 def write_dominated(model: JobModel) -> list[Any]:
@@ -224,7 +238,7 @@ def measure(result: RunResult, seed: int, onsets: dict[str, float]) -> dict[str,
         "memory_mb": round(result.memory_mib, 1),
         # In pods: what the controller writes for the final configuration, and the same
         # parallelism run the upstream way (Flink's default group, paper TaskManagers).
-        "pods": pods.ours(model, result.final).as_json(),
+        "pods": pods.placed(result).as_json(),
         "upstream_pods": pods.upstream(result.final).as_json(),
         # The cores those pods' tasks need at the last phase's target (either
         # realization: the same tasks), which their CPU requests must cover.

@@ -30,6 +30,7 @@ from controller.api import (
     TaskManagerSpec,
 )
 from controller.loop import reconcile
+from controller.record import bill_of
 from policies.decision import Decision
 from policies.spec import CpuScaling, MemoryScaling, ParallelismOverride, Policy
 from simulator.model import JobModel
@@ -112,6 +113,7 @@ def run(model: JobModel, policy: PolicyName, duration_s: float = 1200.0, seed: i
         restarts, resizes = len(deployments.downtimes), len(resizer.resizes)
         evaluated = {vid: c.parallelism for vid, c in twin.configuration.items()}
         decided = status.last_decision
+        pods_cpu = twin.cpu_budget
         status = reconcile(hsp, 1, status, ports).status
         if status.last_decision is not None and status.last_decision != decided:
             result.evaluations.append((twin.time, MappingProxyType(evaluated)))
@@ -129,6 +131,10 @@ def run(model: JobModel, policy: PolicyName, duration_s: float = 1200.0, seed: i
                 twin.time, deployments.downtimes[-1] if restarted else 0.0,
                 twin.configuration, cores, memory,
                 rate_before, capacity(model, twin.configuration, seed=twin.seed),
-                decision.reason if decision is not None else ""))
+                decision.reason if decision is not None else "", pods_cpu))
+    bill = None if status.placement is None else bill_of(status.placement.pods)
+    if status.placement is not None and bill is not None:
+        result.pods = (bill, status.placement.shape.name(),
+                       status.placement.solver_status == "OPTIMAL")
     finish(result, twin, window_s)
     return result

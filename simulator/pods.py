@@ -13,18 +13,21 @@ Three realizations of a final configuration, priced at spec.cost's default price
 
 from __future__ import annotations
 
+import functools
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
 
 from packer.pricing import PAPER_SHAPE, PodPricing, Priced, Prices, ShapeBounds, upstream_pods
-from policies.bill import PodBill
+from policies.bill import PodBill, TaskCpu, slot_cpu
 from policies.model import Configuration, VertexConfig
-from policies.spec import MemoryScaling
+from policies.spec import CpuScaling, MemoryScaling
 from simulator.model import JobModel
-from simulator.results import _fewest_tasks, oracle, unit_loads
-from simulator.twin import BASE_MANAGED_MIB
+from simulator.perf import channels, vertex_limit
+from simulator.results import RunResult, _fewest_tasks, oracle, unit_loads
+from simulator.twin import BASE_MANAGED_MIB, managed_mib
 
 SLOTS = PAPER_SHAPE.max_slots or 4
 # One task's CPU, heap and network: a slot of the paper's TaskManager, as the controller
@@ -72,6 +75,15 @@ def ours(model: JobModel, configuration: Configuration, base: float = BASE_MANAG
         model.job_graph(), configuration))
 
 
+def placed(result: RunResult) -> Realized:
+    """The pods a run's last step placed (status.placement: its planned CPU per task
+    included), else the pods the controller writes for its final configuration."""
+    if result.pods is None:
+        return ours(result.model, result.final)
+    bill, shape, proven = result.pods
+    return Realized(bill, shape, proven)
+
+
 def upstream(configuration: Configuration, prices: Prices | None = None) -> Realized:
     """Flink's default slot sharing on the paper's TaskManager."""
     pods = upstream_pods({v: c.parallelism for v, c in configuration.items()},
@@ -113,12 +125,37 @@ def pod_oracle(model: JobModel, target_rate: float | None = None, *,
             if p is not None:
                 found.append(VertexConfig(p, level))
         options[vid] = tuple(found) or (paper.configuration[vid],)
-    # The planner's own search (packer.pricing.PodPricing.cheapest) over the same options.
+    # The planner's own search (packer.pricing.PodPricing.cheapest) over the same options,
+    # each task asking for the CPU it uses at the target at utilizationMax, as the
+    # capacity planner's do (policies/capacity.py, `_task_cpu`).
     start = MappingProxyType({vid: o[0] for vid, o in options.items()})
-    config, priced = pricing(bounds=bounds, prices=prices).choose(model.job_graph(), options,
-                                                                   start)
+    config, priced = pricing(bounds=bounds, prices=prices).choose(
+        model.job_graph(), options, start,
+        planned_cpu(model, target, CpuScaling().utilization_max, parallelism, seed))
     screened = math.prod(len(o) for o in options.values())
     return PodOracle(config, Realized.of(model, priced), screened)
+
+
+def planned_cpu(model: JobModel, target_rate: float, utilization: float,
+                parallelism: Mapping[str, int], seed: int = 0) -> TaskCpu:
+    """One task's CPU at a configuration, as the capacity planner plans it (`slot_cpu` of
+    its tasks' mean busyness at the load its CPU is sized for), from the twin's truth: the
+    vertex's load at `target_rate` over `utilization`, over what its tasks absorb."""
+    loads, ops = unit_loads(model), model.by_vertex()
+
+    @functools.cache
+    def cpu(vertex_id: str, config: VertexConfig) -> float:
+        op = ops[vertex_id]
+        need = loads[vertex_id] * target_rate / (1.0 if op.fixed_parallelism else utilization)
+        # Every subtask an equal share: the vertex's mean task, as the planner sizes CPU.
+        p = config.parallelism
+        limit = vertex_limit(op, p, managed_mib(config.memory_level), model.rocksdb,
+                             model.scaling, *channels(model, {**parallelism, vertex_id: p},
+                                                      vertex_id),
+                             shares=(1.0 / p,) * p, forst=model.forst_engine)
+        return slot_cpu(need / limit if limit > 0 else math.inf, TASK_CPU)
+
+    return cpu
 
 
 def ratio(ours_value: float, theirs: float) -> float:

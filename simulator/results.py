@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Literal
 
+from policies.bill import PodBill
 from policies.model import Configuration, VertexConfig
 from policies.spec import MemoryScaling
 from simulator.model import JobModel, Operator
@@ -126,6 +127,9 @@ class Step:
     rate_before: float
     capacity: float  # the highest source rate this configuration sustains
     reason: str
+    # The cores the TaskManager pods requested when it was decided (Twin.cpu_budget); None:
+    # as many as the tasks wanted.
+    pods_cpu_before: float | None = None
 
 
 @dataclass(frozen=True)
@@ -200,6 +204,9 @@ class RunResult:
     # Vertex id → when a decision first named it skewed (Decision.skew, where the policy
     # reports skew findings).
     skew_named: dict[str, float] = field(default_factory=dict)
+    # The pods the last step's placement requests (status.placement): its bill, shape name
+    # and whether the count is proven minimal; None: no step placed any.
+    pods: tuple[PodBill, str, bool] | None = None
     # Each evaluation (a decision, waiting or not): its virtual time and the parallelism
     # it evaluated (key skew shows only at two tasks or more). Not in the JSON.
     evaluations: list[tuple[float, Mapping[str, int]]] = field(default_factory=list)

@@ -251,9 +251,10 @@ def entry(result: RunResult) -> dict[str, Any]:
     out["final"] = describe(result.model, result.final)
     out["steps_at_s"] = [round(s.time, 1) for s in result.steps]
     # In pods: upstream's parallelism as Flink runs it (default slot sharing group, the
-    # paper's TaskManager); ours as the controller writes it (groups, fitted shape).
+    # paper's TaskManager); ours as the controller placed it (groups, planned CPU, fitted
+    # shape).
     out["pods"] = (pods.upstream(result.final) if result.policy == UPSTREAM
-                   else pods.ours(result.model, result.final)).as_json()
+                   else pods.placed(result)).as_json()
     return out
 
 
