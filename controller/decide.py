@@ -183,12 +183,16 @@ def resize_in_place(run: Run, deployment: Mapping[str, Any], graph: JobGraph,
         return None
     resources = current.operator_resources or {}
     groups: dict[str, str] = {}  # the running slot sharing groups, vertex id -> group
+    slot_cpu: dict[str, float] = {}  # ... and each running slot's CPU
     for v in graph.vertices:
         entry = next((resources[u] for u in v.operator_uids if u in resources), None)
-        if entry is not None and entry.slot_sharing_group is not None:
-            groups[v.id] = entry.slot_sharing_group
+        if entry is not None:
+            slot_cpu[v.id] = entry.cpu_cores
+            if entry.slot_sharing_group is not None:
+                groups[v.id] = entry.slot_sharing_group
     kept = _fields(run, graph, evaluation, current, current.tm_cpu, current.tm_memory_mib,
-                   current.replicas, groups, current.flink_options or None, per_operator=True)
+                   current.replicas, groups, current.flink_options or None, per_operator=True,
+                   slot_cpu=slot_cpu)
     if cache_budget_bytes(deployment) is None or not fits_running_pods(deployment, kept, graph):
         return None
     caches = resized_caches(deployment, kept, graph,

@@ -179,11 +179,15 @@ def place(run: Run, graph: JobGraph, evaluation: Evaluation) -> Placed:
     if spec.mode == Mode.RECOMMEND:
         # Recorded as advice only: Justin's history keeps what really runs, and a
         # recommendation is no target a later switch to Active would apply. What the
-        # capacity policy measured is true of the running job: it is kept.
+        # capacity policy measured is true of the running job: it is kept; the CPU it
+        # planned for the advice is not what runs.
         state = policy_state(run.status)
+        learned = {vid: v.model_copy(update={"task_cpu": (
+                       state.learned[vid].task_cpu if vid in state.learned else None)})
+                   for vid, v in evaluation.state.learned.items()}
         run.status = with_policy_state(run.status, replace(
             state, scale_down_wanted_since=evaluation.state.scale_down_wanted_since,
-            learned=evaluation.state.learned))
+            learned=learned))
         where = (f"; {packer.describe_change(pods_now(run), placed.bill(spec.cost))}"
                  if isinstance(placed, Placed) else f" (unplaceable: {placed.reason})")
         run.event("Normal", Reason.RECOMMENDED, decision.reason + where)

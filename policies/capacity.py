@@ -148,7 +148,8 @@ def evaluate(graph: JobGraph, observation: Observation, state: PolicyState,
     # busy time (one that can be scaled: a source may be what saturates first): the pods
     # are what is short. The step keeps the configuration and asks for new slots with
     # more CPU (`_task_cpu`). With a deficit, its step plans more CPU as well.
-    cpu_short = (throttled and not deficits and _falling_behind(graph, observation)
+    cpu_short = (params.pods is not None and throttled and not deficits
+                 and _falling_behind(graph, observation)
                  and any(task_cpu(vid, p.current) > (p.learning.task_cpu or math.inf)
                          for vid, p in plans.items()))
     if cpu_short and use is not None:
@@ -200,7 +201,12 @@ def evaluate(graph: JobGraph, observation: Observation, state: PolicyState,
         triggered = bool(ready) and pays and cost_new < cost_now
         if not triggered:
             chosen = current
+        # The same configuration on smaller slots: only where a task asks for less.
         cpu_short = triggered and chosen == current
+        if cpu_short and not any(task_cpu(vid, p.current) < (p.learning.task_cpu or 0.0)
+                                 for vid, p in plans.items()):
+            cpu_short = triggered = False
+            chosen = current
         waiting = [p for p in plans.values() if p.surplus and not _waited(p, params, now)]
         if cpu_short:
             reason = (f"capacity: the pods ask for more CPU than their tasks are planned to "
@@ -266,13 +272,14 @@ def evaluate(graph: JobGraph, observation: Observation, state: PolicyState,
 def _cpu_use(graph: JobGraph, observation: Observation, state: PolicyState,
              pods_cpu: float | None) -> tuple[float, float] | None:
     """The tasks' busy time summed (cores; it bounds their CPU from above) and the CPU
-    they have: the pods' (`pods_cpu`), else what their slots ask for (planned at the last
-    step, `_task_cpu`; the pods hold at least that). None while a vertex asks for the
-    footprint's core, which one task cannot exceed. Busy time at `CPU_BOUND` of that CPU
-    or more: the tasks may have waited for CPU (Kubernetes throttles pods at their CPU
-    request, and a throttled task is busy while it waits). Such a window measures the
-    pods' CPU, not the configuration's capacity: it adds at most a provisional point and
-    judges no step, and a deficit it shows is a step for CPU (`cpu_short`)."""
+    they have: the running pods' (`pods_cpu`), else what their slots ask for (planned at
+    the last step, `_task_cpu`). None while a vertex asks for the footprint's core, which
+    one task cannot exceed. Busy time at `CPU_BOUND` of that CPU or more: the tasks may
+    have waited for CPU (Kubernetes throttles pods at their CPU request, and a throttled
+    task is busy while it waits). Such a window measures the pods' CPU, not the
+    configuration's capacity: it adds at most a provisional point and judges no step; a
+    deficit it shows is sized as usual and plans more CPU, and without one, pods short of
+    CPU while the job falls behind get new slots (`cpu_short`)."""
     slots = busy = 0.0
     for v in graph.vertices:
         learning = state.learned.get(v.id)
@@ -280,7 +287,7 @@ def _cpu_use(graph: JobGraph, observation: Observation, state: PolicyState,
             return None
         slots += v.parallelism * learning.task_cpu
         busy += v.parallelism * observation.vertices[v.id].busyness
-    have = max(slots, pods_cpu or 0.0)
+    have = pods_cpu if pods_cpu else slots
     return (busy, have) if have > 0 else None
 
 
@@ -713,18 +720,20 @@ def _job_cost(graph: JobGraph, config: Mapping[str, VertexConfig],
 def _task_cpu(plans: Mapping[str, _Plan], footprint: float, throttled: bool = False,
               growth: float = 1.0) -> TaskCpu:
     """One task's CPU at a configuration of its vertex (`slot_cpu`): its busyness at the
-    target at utilizationMax plus the catch-up (`_planned_busyness`). Tasks are sized for
-    the utilization target; their pods' CPU for the load at which the policy scales out
-    anyway: up to there no task is throttled, past it the throttling shows as busy time
-    above utilizationMax, which scales out, new CPU with the new tasks. The pods are priced
-    with it, so memory that makes a task faster comes back as CPU. After a window that may
-    have waited for CPU (`throttled`) the plan fell short: each vertex gets at least
-    `CPU_GROWTH` times the CPU its tasks had, or what the window showed they wanted
-    (`growth`), spread over its new tasks."""
+    target divided by utilizationMax, plus the catch-up (`_planned_busyness`). Tasks are
+    sized for the utilization target (0.5: twice what the target needs); their CPU with
+    a quarter over what the target needs (at 0.8), so the pods carry the target at most
+    80 % busy, and a rise of more than a quarter throttles them before the tasks reach
+    utilizationMax (1.6 times the target): a throttled window is then a deficit, sized
+    as usual, with more CPU (`_cpu_use`). The pods are priced with it, so memory that
+    makes a task faster comes back as CPU. After a window that may have waited for CPU
+    (`throttled`) the plan fell short: each vertex gets at least `CPU_GROWTH` times the
+    CPU its tasks had, or what the window showed they wanted (`growth`), spread over its
+    new tasks. A vertex without operator uids gets no entry in Flink: the footprint's."""
     def cpu(vertex_id: str, config: VertexConfig) -> float:
         p = plans.get(vertex_id)
-        if p is None:
-            return footprint
+        if p is None or not p.vertex.operator_uids:
+            return footprint  # no uid, no entry written: Flink gives it its default slot
         planned = slot_cpu(_planned_busyness(p, config), footprint)
         had = p.learning.task_cpu
         if throttled and had is not None:

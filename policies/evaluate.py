@@ -191,9 +191,14 @@ def _planned_cpu(current: Configuration, config: Configuration, state: PolicySta
     any other, so that a memory-only step asks for the slots the job runs with and can
     be resized in place. Empty when the policy plans none (DS2, Justin, per-task
     prices): the footprint's."""
-    if cpu_plan is None:
-        return state, MappingProxyType({})
     learned = dict(state.learned)
+    if cpu_plan is None:
+        if reconfigures and any(v.task_cpu is not None for v in learned.values()):
+            # A step without a plan (a bound the spec sets, DS2 or Justin) asks for the
+            # footprint's core: what was planned before no longer runs.
+            state = replace(state, learned=MappingProxyType({
+                vid: v.model_copy(update={"task_cpu": None}) for vid, v in learned.items()}))
+        return state, MappingProxyType({})
     if reconfigures and (cpu_step or any(config[vid].parallelism != c.parallelism
                                          for vid, c in current.items())):
         for vid, learning in learned.items():

@@ -89,6 +89,7 @@ def test_the_capacity_policys_planned_cpu_is_what_is_priced_and_written() -> Non
     assert placement is not None and placement.pods is not None
     resources = json.loads(conf[RESOURCES_KEY])
     groups = placement.slot_sharing_groups or {}
+    assert groups
     for name, members in groups.items():
         expected = round(sum(planned[m] for m in members), 6)
         for uid, vid in (("src", SOURCE), ("counter", COUNTER)):
@@ -100,4 +101,14 @@ def test_the_capacity_policys_planned_cpu_is_what_is_priced_and_written() -> Non
     tm = body["spec"]["taskManager"]
     assert tm["replicas"] * tm["resource"]["cpu"] >= slots_cpu - 1e-6
     assert placement.pods.cpu == pytest.approx(tm["replicas"] * tm["resource"]["cpu"])
-    assert footprint.cpu_cores == 1.0
+    assert all(cpu < footprint.cpu_cores for cpu in planned.values())
+
+
+def test_a_recommendation_keeps_the_cpu_that_runs() -> None:
+    """Recommend mode patches nothing: the CPU it planned is advice, and what the policy
+    keeps as the running slots' CPU stays what runs (here, nothing planned yet)."""
+    world = World()
+    world.run(policy("Recommend", policy="capacity"))
+    assert not world.deployments.applied
+    assert world.store.last.learned
+    assert all(v.task_cpu is None for v in world.store.last.learned)

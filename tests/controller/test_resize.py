@@ -53,7 +53,8 @@ def closed_loop(twin: Twin, resize: bool = True) -> HybridScalingPolicy:
 
 
 def deployment_with_headroom(twin: Twin, memory_mib: int = 4096,
-                             policy: HybridScalingPolicy | None = None) -> dict[str, Any]:
+                             policy: HybridScalingPolicy | None = None,
+                             slot_cpu: dict[str, float] | None = None) -> dict[str, Any]:
     """The read job as our earlier step left it (the source without managed memory, the
     reader at level 0), on one TaskManager with managed memory to spare."""
     deployment = twin_deployment(twin.model, NAME, NAMESPACE, resizable=True)
@@ -65,7 +66,8 @@ def deployment_with_headroom(twin: Twin, memory_mib: int = 4096,
     fields = desired_fields(graph, config, cpu_per_task=footprint.cpu_cores,
                             heap_per_task_mib=footprint.heap_mib,
                             base_managed_mib=BASE_MANAGED_MIB, tm_cpu=4.0,
-                            tm_memory_mib=memory_mib, replicas=1, per_operator=True)
+                            tm_memory_mib=memory_mib, replicas=1, per_operator=True,
+                            slot_cpu=slot_cpu)
     body = apply_body(NAME, NAMESPACE, fields)
     deployment["spec"]["flinkConfiguration"].update(body["spec"]["flinkConfiguration"])
     deployment["spec"]["taskManager"] = body["spec"]["taskManager"]
@@ -131,6 +133,22 @@ def test_a_memory_step_that_fits_the_running_pods_is_resized_without_a_restart()
     assert decision is not None
     read = next(v for v in decision.vertices if v.vertex_name == "Read State")
     assert run.status.step == step + 1 and read.memory_level_before == 1
+
+
+def test_a_memory_step_keeps_the_cpu_the_running_slots_ask_for_and_is_resized() -> None:
+    """Slots running with planned CPU (below the footprint's core): the resize keeps each
+    slot's CPU as it runs, or Flink would need new slots and the step would restart."""
+    twin = Twin(load_model("read"), seed=0)
+    planned = {v.id: 0.3 for v in twin.job_graph().vertices}
+    deployment = deployment_with_headroom(twin, slot_cpu=planned)
+    ports, deployments, resizer = twin_ports(twin, deployment, job_started_s=-60)
+    run = Loop(twin, closed_loop(twin), ports, deployments, resizer)
+    run.run_until(130)
+    assert run.status.step == 1
+    assert run.enactment(1).kind == "resize" and run.twin.restarts == 0
+    resources = json.loads(run.deployments.deployment["spec"]["flinkConfiguration"][
+        RESOURCES_KEY])
+    assert {entry["cpuCores"] for entry in resources.values()} == {0.3}
 
 
 def test_the_next_restart_step_carries_the_resized_levels() -> None:

@@ -91,7 +91,8 @@ class World:
 
 
 def graph(p: int = 1, level: int | None = 0) -> JobGraph:
-    return chain(vertex("src", 1, None), vertex("counter", p, level, max_p=128),
+    return chain(vertex("src", 1, None, uids=("src",)),
+                 vertex("counter", p, level, max_p=128, uids=("counter",)),
                  ship=ShipStrategy.HASH)
 
 
@@ -911,6 +912,11 @@ def test_a_step_plans_each_tasks_cpu_for_the_load_at_which_it_would_scale_out() 
     at_trigger = world.counter(after.parallelism, after.memory_level, 60_000 / 0.8).busyness
     assert e.task_cpu["counter"] == slot_cpu(at_trigger) < 1.0
     assert e.task_cpu["src"] == 1.0
+    # A vertex without operator uids gets no entry in Flink: planned as the footprint's.
+    blind = chain(vertex("src", 1, None, uids=("src",)), vertex("counter", 1, 0, max_p=128),
+                  ship=ShipStrategy.HASH)
+    e = evaluate(blind, world.observe(blind, 60_000, 120.0), PolicyState(), params, 120.0)
+    assert e.decision.reconfigures and e.task_cpu["counter"] == 1.0
     assert {vid: e.state.learned[vid].task_cpu for vid in ("src", "counter")} == e.task_cpu
     assert any(callable(plan) for plan in pods.plans)
     # Without a pod price (per-task accounting) there is no plan: the footprint's core.
@@ -958,8 +964,8 @@ def _throttled(world: World, g: JobGraph, state: PolicyState, params: ScalingPar
                growth: float) -> tuple[Observation, ScalingParams, float]:
     """A window at 80k records/s whose tasks' busy time exceeds the pods' CPU by a fifth:
     the observation, the parameters with those pods, and the share of the CPU the tasks
-    wanted that they got (the slots' CPU, which the pods hold at least, over their busy
-    time). The counter stays below utilizationMax: no vertex is short by its busy time."""
+    wanted that they got (the pods' CPU over their busy time). The counter stays below
+    utilizationMax: no vertex is short by its busy time."""
     obs = world.observe(g, 80_000, 360.0)
     busy = sum(v.parallelism * obs.vertices[v.id].busyness for v in g.vertices)
     slots = sum(v.parallelism * (state.learned[v.id].task_cpu or 1.0) for v in g.vertices)
@@ -967,7 +973,8 @@ def _throttled(world: World, g: JobGraph, state: PolicyState, params: ScalingPar
     src = replace(obs.vertices["src"], pending_records_growth_per_s=growth)
     obs = replace(obs, vertices={**obs.vertices, "src": src})
     pods = busy / 1.2
-    return obs, replace(params, pods_cpu=pods), min(1.0, max(slots, pods) / busy)
+    assert pods < slots + 1  # the slots' CPU is not what the tasks have: the pods' is
+    return obs, replace(params, pods_cpu=pods), min(1.0, pods / busy)
 
 
 def test_a_window_that_waited_for_cpu_adds_a_provisional_point_scaled_by_its_speed() -> None:
