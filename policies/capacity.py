@@ -27,6 +27,7 @@ no longer relieve takes no restart and is named (`policies/skew_stop.py`).
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
@@ -148,11 +149,11 @@ def evaluate(graph: JobGraph, observation: Observation, state: PolicyState,
     # busy time (one that can be scaled: a source may be what saturates first): the pods
     # are what is short. The step keeps the configuration and asks for new slots with
     # more CPU (`_task_cpu`). With a deficit, its step plans more CPU as well.
-    cpu_short = (params.pods is not None and throttled and not deficits
-                 and _falling_behind(graph, observation)
-                 and any(task_cpu(vid, p.current) > (p.learning.task_cpu or math.inf)
-                         for vid, p in plans.items()))
-    if cpu_short and use is not None:
+    cpu_step = (params.pods is not None and throttled and not deficits
+                and _falling_behind(graph, observation)
+                and any(task_cpu(vid, p.current) > (p.learning.task_cpu or math.inf)
+                        for vid, p in plans.items()))
+    if cpu_step and use is not None:
         chosen = {vid: p.current for vid, p in plans.items()}
         triggered = True
         reason = (f"capacity: the pods are short of CPU: their tasks were busy {use[0]:.1f} "
@@ -202,13 +203,13 @@ def evaluate(graph: JobGraph, observation: Observation, state: PolicyState,
         if not triggered:
             chosen = current
         # The same configuration on smaller slots: only where a task asks for less.
-        cpu_short = triggered and chosen == current
-        if cpu_short and not any(task_cpu(vid, p.current) < (p.learning.task_cpu or 0.0)
-                                 for vid, p in plans.items()):
-            cpu_short = triggered = False
+        cpu_step = triggered and chosen == current
+        if cpu_step and not any(task_cpu(vid, p.current) < (p.learning.task_cpu or 0.0)
+                                for vid, p in plans.items()):
+            cpu_step = triggered = False
             chosen = current
         waiting = [p for p in plans.values() if p.surplus and not _waited(p, params, now)]
-        if cpu_short:
+        if cpu_step:
             reason = (f"capacity: the pods ask for more CPU than their tasks are planned to "
                       f"use ({cost_now:,.2f}/h against {cost_new:,.2f}/h); new slots, the "
                       f"configuration stays, pay their restart back within "
@@ -266,7 +267,7 @@ def evaluate(graph: JobGraph, observation: Observation, state: PolicyState,
                     for vid, p in plans.items() if p.stop is not None)
     return Result(triggered, reason, tuple(decisions), MappingProxyType(chosen),
                   MappingProxyType(learned), stopped,
-                  task_cpu if params.pods is not None else None, cpu_short)
+                  task_cpu if params.pods is not None else None, cpu_step)
 
 
 def _cpu_use(graph: JobGraph, observation: Observation, state: PolicyState,
@@ -279,7 +280,7 @@ def _cpu_use(graph: JobGraph, observation: Observation, state: PolicyState,
     task is busy while it waits). Such a window measures the pods' CPU, not the
     configuration's capacity: it adds at most a provisional point and judges no step; a
     deficit it shows is sized as usual and plans more CPU, and without one, pods short of
-    CPU while the job falls behind get new slots (`cpu_short`)."""
+    CPU while the job falls behind get new slots (`cpu_step`)."""
     slots = busy = 0.0
     for v in graph.vertices:
         learning = state.learned.get(v.id)
@@ -730,6 +731,8 @@ def _task_cpu(plans: Mapping[str, _Plan], footprint: float, throttled: bool = Fa
     (`throttled`) the plan fell short: each vertex gets at least `CPU_GROWTH` times the
     CPU its tasks had, or what the window showed they wanted (`growth`), spread over its
     new tasks. A vertex without operator uids gets no entry in Flink: the footprint's."""
+    # Priced for every option of every mix the search screens: each surface read once.
+    @functools.cache
     def cpu(vertex_id: str, config: VertexConfig) -> float:
         p = plans.get(vertex_id)
         if p is None or not p.vertex.operator_uids:

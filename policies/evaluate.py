@@ -123,7 +123,7 @@ def _scaling(graph: JobGraph, observation: Observation, state: PolicyState,
             return _unchanged(current, state, params, now, planned.reason, planned.vertices,
                               skewed)
         config, decisions, triggered_by = planned.configuration, planned.vertices, planned.reason
-        cpu_plan, cpu_step = planned.task_cpu, planned.cpu_step and planned.task_cpu is not None
+        cpu_plan, cpu_step = planned.task_cpu, planned.cpu_step
     else:
         proposal = ds2.propose(
             graph, observation, params.cpu,
