@@ -46,7 +46,8 @@ from policies.decision import SkewFinding
 from policies.model import JobGraph, Observation, ShipStrategy, Vertex, VertexMetrics
 from policies.spec import CpuScaling
 
-__all__ = ["SkewFinding", "blocks_scale_out", "caps", "detect", "hot_key_group_share"]
+__all__ = ["SkewFinding", "blocks_scale_out", "caps", "detect", "entry_ratio",
+           "hot_key_group_share"]
 
 # Enter: the hottest subtask carries ≥ 1.5× the mean. Noise is far below that: a window
 # mean of the twin's 2 % white noise per 5-s sample is ~0.4 %, and its 5 % drifting
@@ -54,6 +55,12 @@ __all__ = ["SkewFinding", "blocks_scale_out", "caps", "detect", "hot_key_group_s
 # independent error give a max/mean of ~1 + 2.6·0.05 ≈ 1.13 even at p = 128. Hashing
 # alone gives subtasks ⌈K/p⌉ or ⌊K/p⌋ key groups, a ratio ≤ 1 + p/K, so ≤ 1.5 up to p = K/2.
 SKEW_RATIO = 1.5
+# A saturated busiest subtask throttles the whole vertex (and the job behind it), so a
+# smaller excess is worth naming: over what hashing alone gives the busiest subtask
+# (⌈K/p⌉ key groups against K/p), by a margin above the noise (±5 % per subtask gives
+# at most 1.05/0.95 ≈ 1.11). Without it a hot key at 5–10 % of a join's input, which
+# caps the job, went unnamed at 7–26 tasks (ratio 1.3–1.45) until more restarts showed it.
+SATURATED_MARGIN = 1.2
 # A vertex found skewed in the previous evaluation stays skewed until each test misses by
 # more than this relative margin (exit at 1.35, at 0.9 × the busyness bounds), so a
 # ratio or busyness hovering at a threshold does not flap the condition.
@@ -124,9 +131,10 @@ def _finding(v: Vertex, m: VertexMetrics, keyed: bool, cpu: CpuScaling,
     busy_share = min(1.0, ratio / p)
     records_share = _records_share(m)
     share = records_share if records_share is not None else busy_share
-    if ratio < SKEW_RATIO * slack:
-        return None
     saturated = hottest >= cpu.utilization_max * slack
+    entry = entry_ratio(p, v.max_parallelism if keyed else 0, saturated) * slack
+    if ratio < entry:
+        return None
     name = v.name or v.id
     head = (f"{name}: busiest of {p} subtasks {hottest:.0%} busy, mean {mean:.0%} "
             f"(×{ratio:.2f}); it takes {share:.0%} of the input")
@@ -134,7 +142,7 @@ def _finding(v: Vertex, m: VertexMetrics, keyed: bool, cpu: CpuScaling,
                   hottest_busyness=hottest, mean_busyness=mean, ratio=ratio,
                   hottest_share=share, from_records=records_share is not None,
                   saturated=saturated)
-    even_records = records_share is not None and records_share * p < SKEW_RATIO * slack
+    even_records = records_share is not None and records_share * p < entry
     if not keyed or even_records:
         cause = ("its records are spread evenly: a slow TaskManager, GC pauses or records of "
                  "unequal cost, not the keys" if keyed else
@@ -166,6 +174,17 @@ def _finding(v: Vertex, m: VertexMetrics, keyed: bool, cpu: CpuScaling,
     return SkewFinding(**common, hot_key_group_share=hot, best_hottest_busyness=best,
                        scale_out_helps=helps, useful_parallelism=useful,
                        message=f"{head}; {tail}")
+
+
+def entry_ratio(parallelism: int, key_groups: int, saturated: bool) -> float:
+    """The hottest-to-mean ratio from which a vertex is named skewed: SKEW_RATIO, or, for
+    a keyed vertex whose busiest subtask is saturated, SATURATED_MARGIN over the ratio
+    key-group rounding gives (never above SKEW_RATIO)."""
+    if not saturated or key_groups <= 0:
+        return SKEW_RATIO
+    rounding = math.ceil(key_groups / parallelism) * parallelism / key_groups \
+        if parallelism < key_groups else 1.0
+    return min(SKEW_RATIO, rounding * SATURATED_MARGIN)
 
 
 def hot_key_group_share(share: float, parallelism: int, key_groups: int) -> float:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 import random
 
+import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
@@ -144,9 +145,29 @@ def test_one_task_and_idle_vertices_are_not_judged() -> None:
 
 def test_hysteresis_keeps_a_finding_near_the_threshold() -> None:
     shares = [0.35, 0.65 / 3, 0.65 / 3, 0.65 / 3]  # ratio 1.4: below 1.5, above 1.35
-    agg = measured(shares, 10_000.0, 4_000.0)
+    agg = measured(shares, 5_000.0, 4_000.0)  # busiest 44 %: not saturated
     assert skew.detect(keyed(4), window(keyed(4), agg), CPU) == ()
     assert len(skew.detect(keyed(4), window(keyed(4), agg), CPU, previous={"agg"})) == 1
+
+
+def test_a_saturated_busiest_subtask_is_named_at_a_smaller_excess() -> None:
+    """Ratio 1.3 at 7 tasks: noise and key-group rounding (19 of 128 key groups against
+    18.3, ×1.04) give at most ~1.15. Saturated, it throttles the vertex and is named;
+    at 44 % busy the same spread is below SKEW_RATIO and is not."""
+    weights = [0.95 / (K - 1)] * K
+    weights[3] = 0.05
+    shares = group_shares(weights, 7)
+    assert 1.25 < max(shares) * 7 < 1.35
+    for records in (True, False):
+        hot = measured(shares, 20_000.0, 2_000.0, with_records=records)  # busiest saturated
+        found = skew.detect(keyed(7), window(keyed(7), hot, 20_000.0), CPU)
+        assert [f.vertex_id for f in found] == ["agg"] and found[0].saturated
+        assert "spread evenly" not in found[0].message
+        cool = measured(shares, 2_000.0, 1_500.0, with_records=records)  # busiest ~25 %
+        assert skew.detect(keyed(7), window(keyed(7), cool), CPU) == ()
+    assert skew.entry_ratio(7, K, saturated=False) == skew.SKEW_RATIO
+    assert skew.entry_ratio(7, K, saturated=True) == pytest.approx(19 * 7 / K * 1.2)
+    assert skew.entry_ratio(7, 0, saturated=True) == skew.SKEW_RATIO  # not keyed
 
 
 @settings(max_examples=200, deadline=None)
