@@ -139,7 +139,8 @@ def evaluate(graph: JobGraph, observation: Observation, state: PolicyState,
                           provisional=idle,
                           speed=min(1.0, use[1] / use[0]) if throttled and use else None)
         plans[v.id] = _plan_vertex(graph, v, m, learning, rates[v.id], catch_up[v.id], high_u,
-                                   params, now, shrink_only=idle and not starved)
+                                   params, now, shrink_only=idle and not starved,
+                                   no_scale_in=_quiet_async(m))
 
     deficits = [p for p in plans.values() if p.deficit]
     ready: list[_Plan] = []
@@ -308,6 +309,20 @@ def _too_idle(m: VertexMetrics) -> bool:
     return 0.0 < m.busyness < MIN_BUSYNESS and 0.0 < tpr < math.inf
 
 
+def _quiet_async(m: VertexMetrics) -> bool:
+    """Asynchronous state (ForSt) below saturation. Its busy time counts the task thread
+    only, not ForSt's I/O threads, so its true processing rate reads several times the
+    capacity (3.1× measured on real Flink 2.2, docs/flink-2.md). Such a window may size a
+    vertex's growth (it lands short, and the saturated window that follows measures the
+    truth: the task thread blocks on its full in-flight buffer, which is busy time), and
+    a memory give-back, never a scale-in: fewer tasks divide the capacity by as much as
+    the reading overstates it, and starve the job (suite: 13 of 24 ForSt runs never
+    caught up, 7 with this rule; holding memory back as well changed none of the 24,
+    and real Flink 2.2 kept its rate through a memory give-back, e2e/test_realflink.py)."""
+    return (m.async_in_flight_records is not None
+            and m.busy_ms_per_s_max / 1000.0 < SATURATED)
+
+
 def _starved(m: VertexMetrics, rate: float, utilization: float) -> bool:
     """Too idle to measure (`_too_idle`), yet the target would load it above `utilization`
     at its true processing rate: it idles because an upstream bottleneck starves it, and
@@ -436,7 +451,7 @@ def point_of(v: Vertex, m: VertexMetrics, time: float,
 
 def _plan_vertex(graph: JobGraph, v: Vertex, m: VertexMetrics, learning: VertexLearning,
                  target: float, catch_up: float, high_u: float, params: ScalingParams,
-                 now: float, shrink_only: bool = False) -> _Plan:
+                 now: float, shrink_only: bool = False, no_scale_in: bool = False) -> _Plan:
     cpu = params.cpu
     current = VertexConfig(v.parallelism, v.memory_level)
     anchor = learning.point(v.parallelism, v.memory_level)
@@ -527,6 +542,8 @@ def _plan_vertex(graph: JobGraph, v: Vertex, m: VertexMetrics, learning: VertexL
     if stop is not None:
         best, limited = current, True  # stays as it is, also in a restart that happens anyway
         options = (current,)
+    if no_scale_in and best.parallelism < current.parallelism:
+        best, options = current, (current,)  # `_quiet_async`: no scale-in on such a window
     if shrink_only and (best.parallelism > current.parallelism
                         or (best.memory_level or 0) > (current.memory_level or 0)):
         best, options = current, (current,)  # an idle window sizes give-backs only

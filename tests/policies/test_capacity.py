@@ -1042,3 +1042,43 @@ def test_pods_that_cost_more_than_the_plan_give_their_cpu_back_when_it_pays() ->
     first, give_back, *_ = steps(100.0)
     assert "more CPU than their tasks are planned to use" in give_back[0]
     assert give_back[1]["counter"] < first[1]["counter"]
+
+
+@dataclass(frozen=True)
+class AsyncWorld(World):
+    """The counter on ForSt with asynchronous state: below saturation its busy time is the
+    task thread's `thread_share` of the work (the state runs on ForSt's I/O threads);
+    saturated, the task thread blocks on its full in-flight buffer, which is busy time."""
+
+    thread_share: float = 0.25
+
+    def counter(self, p: int, level: int | None, rate: float) -> VertexMetrics:
+        m = super().counter(p, level, rate)
+        if m.busy_ms_per_s_max >= 1000.0 - 1e-6:
+            return replace(m, async_in_flight_records=6_000.0)
+        return replace(m, busy_ms_per_s=m.busy_ms_per_s * self.thread_share,
+                       busy_ms_per_s_max=m.busy_ms_per_s_max * self.thread_share,
+                       async_in_flight_records=400.0)
+
+
+def test_asynchronous_state_below_saturation_gives_no_task_back() -> None:
+    """Eight tasks at a third of their capacity read 8 % busy on ForSt: sized on that, a
+    scale-in to two or three tasks would saturate them. Such a window sizes no scale-in;
+    the same vertex with busy time that counts all its work (RocksDB) gives tasks back."""
+    rate = 0.33 * 8 * 1e6 / World().service_us(8, 0)
+    _, steps, _ = timed_run(AsyncWorld(), rate, windows=12, start=graph(8, 0))
+    assert all(p == 8 for _, p, _ in steps), steps
+    _, steps, _ = timed_run(World(), rate, windows=12, start=graph(8, 0))
+    assert steps and steps[0][1] < 8
+    assert World().counter(steps[-1][1], steps[-1][2], rate).busyness <= 0.8
+
+
+def test_asynchronous_state_saturated_is_measured_and_scaled_out() -> None:
+    """Saturated, the blocked task thread's busy time is the truth: it scales out to a
+    configuration that keeps up."""
+    rate = 40_000.0
+    g, steps, _ = timed_run(AsyncWorld(), rate, windows=10)
+    assert steps, "a saturated asynchronous vertex scales out"
+    c = g.vertex("counter")
+    assert World().counter(c.parallelism, c.memory_level, rate).records_in_per_s == \
+        pytest.approx(rate)  # it keeps up
