@@ -17,7 +17,11 @@ operator every 20, a hot key on every third model, a join on every fourth):
   (`State.hot_key_share` in [0.03, 0.25]); state from 10 MB to 8 GB (log-uniform);
 * loads over DESIGN_DURATION_S: constant, step up, step down (at the middle), a daily
   peak (diurnal, trough → peak → trough over the run) and a ramp (hold, ramp, hold);
-* the twin's default noise and overheads.
+* the twin's default noise and overheads;
+* the state backend: RocksDB (Flink 1.20) below FORST_FROM, ForSt (Flink 2.x,
+  asynchronous state, `JobModel.engine`) from it on: seeds 40-47 are eight ForSt jobs
+  drawn as the first forty are, the first operator's access mix turning every 2 seeds
+  (every load pattern, mix, a hot key and a join among them).
 
 The peak rate is drawn as a multiple of what one task of the slowest operator
 sustains. A draw is kept when the oracle (simulator.results.oracle) is feasible at
@@ -39,6 +43,7 @@ from typing import Any
 import yaml
 
 from policies.model import ShipStrategy
+from policies.restart_cost import Engine
 from simulator.model import JobModel
 from simulator.perf import task_cost
 from simulator.results import oracle, unit_loads
@@ -51,6 +56,7 @@ MAX_ATTEMPTS = 40
 PATTERNS = ("constant", "step-up", "step-down", "daily-peak", "ramp")
 MIXES = ("write", "read", "update", "mixed")
 MB = 1e6
+FORST_FROM = 40  # model seeds from here on run on ForSt
 
 
 class GenerationError(RuntimeError):
@@ -131,7 +137,8 @@ def _stateless(rng: random.Random, uid: str, name: str, source: str) -> dict[str
 def _draw(seed: int, rng: random.Random) -> dict[str, Any]:
     """A raw model (rate still a placeholder) for this seed's features."""
     pattern = PATTERNS[seed % len(PATTERNS)]
-    first_mix = MIXES[(seed // len(PATTERNS)) % len(MIXES)]
+    # Eight ForSt seeds are too few for a cycle of 20: their mix turns every 2 seeds.
+    first_mix = MIXES[(seed // (2 if seed >= FORST_FROM else len(PATTERNS))) % len(MIXES)]
     hot = seed % 3 == 1
     join = seed % 4 == 3
     prefix = f"g{seed}"
@@ -186,9 +193,14 @@ def _draw(seed: int, rng: random.Random) -> dict[str, Any]:
         ops[-1]["selectivity"] = 0.0  # the keyed operator writes out itself
     ratio = round(rng.uniform(1.8, 3.0), 2)
     return {"name": f"gen-{seed:03d}", "pattern": pattern, "ratio": ratio,
-            "scale": rng.uniform(3.0, 15.0), "operators": ops,
+            "scale": rng.uniform(3.0, 15.0), "operators": ops, "engine": engine(seed),
             "description": f"generated (seed {seed}): {'join' if join else 'chain'} of "
-                           f"{len(ops)} operators, {pattern} load"}
+                           f"{len(ops)} operators, {pattern} load, {engine(seed)}"}
+
+
+def engine(seed: int) -> str:
+    """The state backend of `seed`'s model (simulator.model.Engine's values)."""
+    return Engine.FORST.value if seed >= FORST_FROM else Engine.ROCKSDB.value
 
 
 def _load(pattern: str, peak: float, ratio: float) -> dict[str, Any]:
@@ -212,7 +224,7 @@ def _fit_rate(draw: dict[str, Any]) -> tuple[JobModel, str | None]:
     """The model at its drawn peak rate, and what is wrong with it (None: acceptable)."""
     base = JobModel.model_validate({"name": draw["name"], "description": draw["description"],
                                     "load": {"pattern": "constant", "rate": 1.0},
-                                    "operators": draw["operators"]})
+                                    "operators": draw["operators"], "engine": draw["engine"]})
     loads = unit_loads(base)
     mid = managed_mib(3)
     per_task = [task_cost(op, 1, mid if op.state else None, base.rocksdb,
@@ -229,7 +241,7 @@ def _fit_rate(draw: dict[str, Any]) -> tuple[JobModel, str | None]:
         model = JobModel.model_validate({
             "name": draw["name"], "description": draw["description"],
             "load": _load(draw["pattern"], max(peak, 10.0), draw["ratio"]),
-            "operators": draw["operators"]})
+            "operators": draw["operators"], "engine": draw["engine"]})
         problem = check(model)
         if problem is None or not problem.startswith("oracle above"):
             return model, problem
@@ -268,7 +280,7 @@ def check(model: JobModel) -> str | None:
 
 def features(model: JobModel) -> set[str]:
     """What the model exercises, read from the model itself (tests count them)."""
-    found = {f"operators:{len(model.operators)}"}
+    found = {f"operators:{len(model.operators)}", model.engine.value}
     load = model.load
     if load.pattern == "step":
         assert load.rate is not None and load.step_rate is not None

@@ -64,12 +64,25 @@ def test_every_required_feature_appears_in_the_suite(suite):
         "stateful": 30, "stateless": 10, "write-dominated": 5, "read-heavy": 5,
         "update-heavy": 5, "uniform": 5, "zipf<1": 5, "zipf>=1": 5, "hot key": 5,
         "state<=50MB": 5, "state>=2GB": 5,
+        # the state backend: Flink 1.20's RocksDB, Flink 2.x's ForSt (issue 24)
+        "rocksdb": 40, "forst": 8,
     }
     short = {f: (counts[f], n) for f, n in required.items() if counts[f] < n}
     assert not short, f"feature: (found, needed) {short}"
     assert sum("hot key" not in jobgen.features(m) for m in suite.values()) >= 20
     assert sum(all(o.state is None for o in m.operators) for m in suite.values()) >= 1
     assert {len(m.operators) for m in suite.values()} == set(range(2, 9))
+
+
+def test_forst_models_follow_the_rocksdb_ones_and_vary_as_they_do():
+    """Seeds from FORST_FROM run on ForSt; among the eight: every load pattern, a join, a
+    hot key and each access mix of the first stateful operator."""
+    assert jobgen.generate(jobgen.FORST_FROM - 1).engine.value == "rocksdb"
+    forst = [jobgen.generate(s) for s in range(jobgen.FORST_FROM, jobgen.FORST_FROM + 8)]
+    assert all(m.engine.value == "forst" and m.forst_engine is not None for m in forst)
+    found = set().union(*(jobgen.features(m) for m in forst))
+    assert {*jobgen.PATTERNS, "join", "hot key", "write-dominated", "read-heavy",
+            "update-heavy"} <= found
 
 
 def test_a_draw_the_oracle_cannot_sustain_is_refused():

@@ -241,6 +241,21 @@ def test_the_summary_table_marks_misses():
     assert "| median steps to target ≤ 2 | 5 (**miss**) |" in table
 
 
+def test_each_state_backend_gets_its_own_summary_when_both_ran():
+    """ForSt's models (seeds from jobgen.FORST_FROM) are summed apart as well: a miss on
+    one backend neither hides behind nor drags down the other."""
+    forst = suite.jobgen.FORST_FROM
+    oracles = {**ORACLES, (forst, 0): ORACLES[(0, 0)]}
+    rocksdb_only = rows_for(0, capacity={"steps_to_target": 1})
+    assert suite.engine_tables(rocksdb_only, oracles) == ""
+    runs = rocksdb_only + rows_for(forst, capacity={"steps_to_target": 5})
+    text = suite.engine_tables(runs, oracles)
+    rocks, fo = text.split("On the 1 forst models only:")
+    assert rocks.startswith("On the 1 rocksdb models only:")
+    assert "| median steps to target ≤ 2 | 1 (pass) |" in rocks
+    assert "| median steps to target ≤ 2 | 5 (**miss**) |" in fo
+
+
 @pytest.mark.slow
 def test_quick_run_writes_the_json(tmp_path):
     out = tmp_path / "suite.json"
