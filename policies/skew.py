@@ -58,8 +58,9 @@ SKEW_RATIO = 1.5
 # A saturated busiest subtask throttles the whole vertex (and the job behind it), so a
 # smaller excess is worth naming: over what hashing alone gives the busiest subtask
 # (⌈K/p⌉ key groups against K/p), by a margin above the noise (±5 % per subtask gives
-# at most 1.05/0.95 ≈ 1.11). Without it a hot key at 5–10 % of a join's input, which
-# caps the job, went unnamed at 7–26 tasks (ratio 1.3–1.45) until more restarts showed it.
+# at most 1.05/0.95 ≈ 1.11; 5 % Gaussian over 128 subtasks ~1.13). Without it a hot
+# key at 5–10 % of a join's input, which caps the job, went unnamed at 7–26 tasks
+# (ratio 1.3–1.45) until more restarts showed it.
 SATURATED_MARGIN = 1.2
 # A vertex found skewed in the previous evaluation stays skewed until each test misses by
 # more than this relative margin (exit at 1.35, at 0.9 × the busyness bounds), so a
@@ -132,7 +133,7 @@ def _finding(v: Vertex, m: VertexMetrics, keyed: bool, cpu: CpuScaling,
     records_share = _records_share(m)
     share = records_share if records_share is not None else busy_share
     saturated = hottest >= cpu.utilization_max * slack
-    entry = entry_ratio(p, v.max_parallelism if keyed else 0, saturated) * slack
+    entry = entry_ratio(p, v.max_parallelism if keyed else 0, saturated, was_skewed)
     if ratio < entry:
         return None
     name = v.name or v.id
@@ -176,15 +177,21 @@ def _finding(v: Vertex, m: VertexMetrics, keyed: bool, cpu: CpuScaling,
                        message=f"{head}; {tail}")
 
 
-def entry_ratio(parallelism: int, key_groups: int, saturated: bool) -> float:
-    """The hottest-to-mean ratio from which a vertex is named skewed: SKEW_RATIO, or, for
-    a keyed vertex whose busiest subtask is saturated, SATURATED_MARGIN over the ratio
-    key-group rounding gives (never above SKEW_RATIO)."""
-    if not saturated or key_groups <= 0:
-        return SKEW_RATIO
+def entry_ratio(parallelism: int, key_groups: int, saturated: bool,
+                was_skewed: bool = False) -> float:
+    """The hottest-to-mean ratio from which a vertex is named skewed: SKEW_RATIO; for a
+    keyed vertex whose busiest subtask is saturated, SATURATED_MARGIN over the ratio
+    key-group rounding alone gives (⌈K/p⌉ against K/p key groups: 1.04 at 7 of 128),
+    never above SKEW_RATIO, the bar for any vertex (past about K/2 tasks rounding alone
+    comes near it, and a hot key there is told from rounding only by the records).
+    `was_skewed` (named last time) relaxes the margin by HYSTERESIS, not the rounding: a
+    vertex stays named down to 1.18 × rounding, above the noise."""
+    slack = 1.0 - HYSTERESIS if was_skewed else 1.0
+    if not saturated or key_groups <= 0 or parallelism <= 0:
+        return SKEW_RATIO * slack
     rounding = math.ceil(key_groups / parallelism) * parallelism / key_groups \
         if parallelism < key_groups else 1.0
-    return min(SKEW_RATIO, rounding * SATURATED_MARGIN)
+    return min(SKEW_RATIO * slack, rounding * (1.0 + (SATURATED_MARGIN - 1.0) * slack))
 
 
 def hot_key_group_share(share: float, parallelism: int, key_groups: int) -> float:
