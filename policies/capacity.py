@@ -317,10 +317,11 @@ def _quiet_async(m: VertexMetrics) -> bool:
     truth: the task thread blocks on its full in-flight buffer, which is busy time), and
     a memory give-back, never a scale-in: fewer tasks divide the capacity by as much as
     the reading overstates it, and starve the job (suite: 13 of 24 ForSt runs never
-    caught up, 7 with this rule; holding memory back as well changed none of the 24,
-    and real Flink 2.2 kept its rate through a memory give-back, e2e/test_realflink.py)."""
+    caught up, 8 with this rule). The fewer tasks are ruled out of every option, so the
+    pod price cannot choose them either. Memory may still come back: real Flink 2.2 kept
+    its rate through such a give-back (e2e/test_realflink.py)."""
     return (m.async_in_flight_records is not None
-            and m.busy_ms_per_s_max / 1000.0 < SATURATED)
+            and not m.busy_ms_per_s_max / 1000.0 >= SATURATED)  # NaN: quiet, no scale-in
 
 
 def _starved(m: VertexMetrics, rate: float, utilization: float) -> bool:
@@ -525,9 +526,11 @@ def _plan_vertex(graph: JobGraph, v: Vertex, m: VertexMetrics, learning: VertexL
     need = steady / cpu.utilization_target + transient
     need_hottest = steady / hottest_u + transient
     useful = spread.useful()
+    # `_quiet_async`: the fewest tasks any option may have (growth and memory stay open).
+    floor = v.parallelism if no_scale_in else None
     best, limited, options = _cheapest(v, surface, spread, need, need_hottest, learning,
                                        params, above=current if deficit else None, cap=useful,
-                                       in_place_relief=in_place_relief)
+                                       in_place_relief=in_place_relief, floor=floor)
     if limited and useful is not None:
         # A hot key: its subtask cannot reach the bound within the useful tasks; the
         # cheapest configuration whose busiest subtask still keeps up beats a plateau
@@ -535,15 +538,13 @@ def _plan_vertex(graph: JobGraph, v: Vertex, m: VertexMetrics, learning: VertexL
         keep_up = 1.0 / (1.0 + 3.0 * learning.noise)
         alt, short, _ = _cheapest(v, surface, spread, need, steady / keep_up + transient,
                                   learning, params, above=current if deficit else None,
-                                  cap=useful)
+                                  cap=useful, floor=floor)
         if not short and alt != current:
             best = alt
         options = (best,)
     if stop is not None:
         best, limited = current, True  # stays as it is, also in a restart that happens anyway
         options = (current,)
-    if no_scale_in and best.parallelism < current.parallelism:
-        best, options = current, (current,)  # `_quiet_async`: no scale-in on such a window
     if shrink_only and (best.parallelism > current.parallelism
                         or (best.memory_level or 0) > (current.memory_level or 0)):
         best, options = current, (current,)  # an idle window sizes give-backs only
@@ -641,11 +642,13 @@ def _levels(v: Vertex, surface: Surface, params: ScalingParams) -> list[int | No
     return list(range(params.memory.max_level))
 
 
-def _parallelisms(v: Vertex, params: ScalingParams, cap: int | None = None) -> list[int]:
+def _parallelisms(v: Vertex, params: ScalingParams, cap: int | None = None,
+                  floor: int | None = None) -> list[int]:
     """Candidate parallelisms within the bounds and scale factors; with `cap` (a hot key's
-    useful parallelism) none above it but the current one."""
+    useful parallelism) none above it but the current one; with `floor`, none below it."""
     every = _bounded_parallelisms(v, params)
-    return every if cap is None else [p for p in every if p <= cap or p == v.parallelism]
+    return [p for p in every if (cap is None or p <= cap or p == v.parallelism)
+            and (floor is None or p >= floor)]
 
 
 def _bounded_parallelisms(v: Vertex, params: ScalingParams) -> list[int]:
@@ -665,7 +668,7 @@ def _bounded_parallelisms(v: Vertex, params: ScalingParams) -> list[int]:
 
 def _cheapest(v: Vertex, surface: Surface, spread: _Skew, need: float, need_hottest: float,
               learning: VertexLearning, params: ScalingParams, above: VertexConfig | None = None,
-              cap: int | None = None, in_place_relief: float = 0.0
+              cap: int | None = None, in_place_relief: float = 0.0, floor: int | None = None
               ) -> tuple[VertexConfig, bool, tuple[VertexConfig, ...]]:
     """The cheapest configuration that reaches `need` and whose busiest subtask reaches
     `need_hottest` (both less `in_place_relief`, the restart's catch-up, at the current
@@ -679,7 +682,7 @@ def _cheapest(v: Vertex, surface: Surface, spread: _Skew, need: float, need_hott
     sustaining: list[tuple[float, int, VertexConfig]] = []
     short: list[tuple[float, bool, float, VertexConfig, float]] = []
     for level in _levels(v, surface, params):
-        for p in _parallelisms(v, params, cap):
+        for p in _parallelisms(v, params, cap, floor):
             config = VertexConfig(p, level)
             if learning.excluded(p, level, need) is not None:
                 continue

@@ -1082,3 +1082,13 @@ def test_asynchronous_state_saturated_is_measured_and_scaled_out() -> None:
     c = g.vertex("counter")
     assert World().counter(c.parallelism, c.memory_level, rate).records_in_per_s == \
         pytest.approx(rate)  # it keeps up
+
+
+def test_asynchronous_state_below_saturation_may_still_give_memory_back() -> None:
+    """Eight tasks a third busy at level 2: a quiet window still sizes a give-back of
+    memory at the same parallelism; only fewer tasks are ruled out, in every option the
+    pod price chooses among as well."""
+    rate = 0.33 * 8 * 1e6 / World().service_us(8, 2)
+    _, steps, _ = timed_run(AsyncWorld(), rate, windows=12, start=graph(8, 2))
+    assert steps and all(p >= 8 for _, p, _ in steps), steps
+    assert (steps[-1][2] or 0) < 2, steps
