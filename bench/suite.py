@@ -734,7 +734,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true",
                         help=f"models {QUICK_SEEDS}, {QUICK_DURATION_S:.0f} s, no peer")
-    parser.add_argument("--seeds", type=int, nargs="*", help="model seeds (default 0..39)")
+    parser.add_argument("--seeds", type=int, nargs="*",
+                        help="model seeds (default 0..47: 0..39 on RocksDB, 40..47 on ForSt)")
     parser.add_argument("--run-seeds", type=int, nargs="*", help="twin seeds (default 0)")
     parser.add_argument("--duration", type=float, help="virtual seconds per run")
     parser.add_argument("--workers", type=int, default=min(2, os.cpu_count() or 1))
