@@ -192,10 +192,11 @@ def _draw(seed: int, rng: random.Random) -> dict[str, Any]:
     else:
         ops[-1]["selectivity"] = 0.0  # the keyed operator writes out itself
     ratio = round(rng.uniform(1.8, 3.0), 2)
+    backend = engine(seed)
     return {"name": f"gen-{seed:03d}", "pattern": pattern, "ratio": ratio,
-            "scale": rng.uniform(3.0, 15.0), "operators": ops, "engine": engine(seed),
+            "scale": rng.uniform(3.0, 15.0), "operators": ops, "engine": backend,
             "description": f"generated (seed {seed}): {'join' if join else 'chain'} of "
-                           f"{len(ops)} operators, {pattern} load, {engine(seed)}"}
+                           f"{len(ops)} operators, {pattern} load, {backend}"}
 
 
 def engine(seed: int) -> str:

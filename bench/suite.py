@@ -614,11 +614,9 @@ def engine_tables(runs: list[dict[str, Any]], oracles: dict[tuple[int, int], dic
         mine = [r for r in runs if engine[r["model"]] == name]
         models = sorted({r["model"] for r in mine})
         jobs = {_gen(m) for m in models}
-        theirs = {**peer, "jobs": {j: v for j, v in peer["jobs"].items() if j in jobs}} \
-            if peer else None
-        parts.append(f"On the {len(models)} {name} models only:\n\n"
-                     + summary_table(evaluate(mine, oracles, theirs if theirs and
-                                              theirs["jobs"] else None)))
+        here = {j: v for j, v in (peer or {}).get("jobs", {}).items() if j in jobs}
+        report = evaluate(mine, oracles, {**(peer or {}), "jobs": here} if here else None)
+        parts.append(f"On the {len(models)} {name} models only:\n\n" + summary_table(report))
     return "\n\n".join(parts)
 
 
@@ -777,12 +775,12 @@ def main(argv: list[str] | None = None) -> int:
         peer = run_peer(constant, args.peer_duration, args.workers, sys.stdout, partial)
     report = evaluate(runs, oracles, peer)
     wall = time.monotonic() - started
-    summary = summary_table(report)
-    by_engine = engine_tables(runs, oracles, peer)
+    # The summary, then the same per state backend when the runs span both.
+    summary = "\n\n".join(t for t in (summary_table(report),
+                                       engine_tables(runs, oracles, peer)) if t)
     models = model_table(runs, oracles, run_seeds[0])
     misses = misses_text(report)
-    print("\n" + summary + ("\n\n" + by_engine if by_engine else "")
-          + "\n\nwhere the targets are missed:\n" + (misses or "nowhere")
+    print("\n" + summary + "\n\nwhere the targets are missed:\n" + (misses or "nowhere")
           + "\n\n" + models)
     if peer:
         print("\n" + peer_table(peer))
@@ -809,14 +807,12 @@ def main(argv: list[str] | None = None) -> int:
         when = (f"{payload['date']}, `{command}`, {len(seeds)} models × "
                 f"{len(run_seeds)} seed(s), {duration / 60:.0f} virtual min, "
                 f"{wall / 60:.0f} min wall")
-        body = f"_{when}_\n\n{summary}\n\n{by_engine}" if by_engine else f"_{when}_\n\n{summary}"
-        body += f"\n\nWhere the targets are missed:\n\n{misses or 'nowhere'}"
+        body = f"_{when}_\n\n{summary}\n\nWhere the targets are missed:\n\n{misses or 'nowhere'}"
         if peer:
             body += (f"\n\nThe upstream autoscaler on {len(peer['jobs'])} constant-load models, "
                      f"{peer['duration_s'] / 60:.0f} virtual min:\n\n{peer_table(peer)}")
         _replace(DOC, BEGIN, END, body + "\n\nPer model (run seed 0):\n\n" + models)
-        _replace(README, SUMMARY_BEGIN, SUMMARY_END, f"_{when}_\n\n{summary}"
-                 + (f"\n\n{by_engine}" if by_engine else ""))
+        _replace(README, SUMMARY_BEGIN, SUMMARY_END, f"_{when}_\n\n{summary}")
         print(f"updated {DOC.relative_to(ROOT)} and {README.relative_to(ROOT)}")
     return 0
 

@@ -133,7 +133,7 @@ def _finding(v: Vertex, m: VertexMetrics, keyed: bool, cpu: CpuScaling,
     records_share = _records_share(m)
     share = records_share if records_share is not None else busy_share
     saturated = hottest >= cpu.utilization_max * slack
-    entry = entry_ratio(p, v.max_parallelism if keyed else 0, saturated, was_skewed)
+    entry = entry_ratio(p, v.max_parallelism if keyed else 0, saturated, slack)
     if ratio < entry:
         return None
     name = v.name or v.id
@@ -178,15 +178,14 @@ def _finding(v: Vertex, m: VertexMetrics, keyed: bool, cpu: CpuScaling,
 
 
 def entry_ratio(parallelism: int, key_groups: int, saturated: bool,
-                was_skewed: bool = False) -> float:
+                slack: float = 1.0) -> float:
     """The hottest-to-mean ratio from which a vertex is named skewed: SKEW_RATIO; for a
     keyed vertex whose busiest subtask is saturated, SATURATED_MARGIN over the ratio
     key-group rounding alone gives (⌈K/p⌉ against K/p key groups: 1.04 at 7 of 128),
     never above SKEW_RATIO, the bar for any vertex (past about K/2 tasks rounding alone
     comes near it, and a hot key there is told from rounding only by the records).
-    `was_skewed` (named last time) relaxes the margin by HYSTERESIS, not the rounding: a
-    vertex stays named down to 1.18 × rounding, above the noise."""
-    slack = 1.0 - HYSTERESIS if was_skewed else 1.0
+    `slack` (1 − HYSTERESIS for a vertex named last time) relaxes the margin, not the
+    rounding: a vertex stays named down to 1.18 × rounding, above the noise."""
     if not saturated or key_groups <= 0 or parallelism <= 0:
         return SKEW_RATIO * slack
     rounding = math.ceil(key_groups / parallelism) * parallelism / key_groups \

@@ -178,7 +178,7 @@ def test_a_saturated_busiest_subtask_is_named_at_a_smaller_excess() -> None:
         assert skew.detect(keyed(7), window(keyed(7), cool), CPU) == ()
     assert skew.entry_ratio(7, K, saturated=False) == skew.SKEW_RATIO
     assert skew.entry_ratio(7, K, saturated=True) == pytest.approx(19 * 7 / K * 1.2)
-    assert skew.entry_ratio(7, K, True, was_skewed=True) == pytest.approx(19 * 7 / K * 1.18)
+    assert skew.entry_ratio(7, K, True, 1 - skew.HYSTERESIS) == pytest.approx(19 * 7 / K * 1.18)
     assert skew.entry_ratio(7, 0, saturated=True) == skew.SKEW_RATIO  # not keyed
     assert skew.entry_ratio(60, K, saturated=True) == skew.SKEW_RATIO  # never above it
 
