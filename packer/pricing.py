@@ -187,6 +187,12 @@ def share_slots(vertices: Sequence[VertexSlot]) -> tuple[SlotGroup, ...]:
     slot (the neighbour's group has at least as many slots); those left over share one
     group of their own, as in Flink's default group. A vertex with managed memory keeps
     its own group: its cache is sized for its own tasks and no rider takes from it.
+
+    With planned CPU, a slot sharing group asks for one resource profile per slot (Flink
+    requests every slot of a group alike), so a rider's CPU is added to all the group's
+    slots, not only to the ones its subtasks run in: it rides only where the group has
+    exactly as many slots as it has tasks, and the riders left over share a group per
+    parallelism (`stateless-<p>` when there are several).
     Deterministic: `vertices` in topological order, first qualifying neighbour with the
     most slots."""
     by_id = {v.vertex_id: v for v in vertices}
@@ -204,15 +210,22 @@ def share_slots(vertices: Sequence[VertexSlot]) -> tuple[SlotGroup, ...]:
             if v.vertex_id in group_of:
                 continue
             hosts = [group_of[n] for n in v.neighbours if n in group_of]
-            hosts = [g for g in hosts if _slots(members[g], by_id) >= v.parallelism]
+            hosts = [g for g in hosts if _slots(members[g], by_id) >= v.parallelism
+                     and not (v.planned and _slots(members[g], by_id) > v.parallelism)]
             if hosts:
                 host = max(hosts, key=lambda g: (_slots(members[g], by_id), -hosts.index(g)))
                 group_of[v.vertex_id] = host
                 members[host].append(v.vertex_id)
                 changed = True
-    left = [v.vertex_id for v in riders if v.vertex_id not in group_of]
-    if left:
-        members["stateless"] = left
+    left = [v for v in riders if v.vertex_id not in group_of]
+    if any(v.planned for v in left):
+        by_p: dict[int, list[str]] = {}
+        for v in sorted(left, key=lambda v: -v.parallelism):
+            by_p.setdefault(v.parallelism, []).append(v.vertex_id)
+        for p, ids in by_p.items():
+            members["stateless" if len(by_p) == 1 else f"stateless-{p}"] = ids
+    elif left:
+        members["stateless"] = [v.vertex_id for v in left]
     return tuple(_group(name, [by_id[m] for m in ms]) for name, ms in members.items())
 
 

@@ -249,7 +249,7 @@ def test_past_the_combination_cap_one_vertex_at_a_time_still_finds_the_cheaper_m
 def test_planned_cpu_is_summed_in_a_shared_slot_and_the_footprint_is_shared() -> None:
     """Without a plan a slot's CPU is the footprint's, shared by its members as in Flink's
     default group; with one, each member's task uses its own, so a slot needs their sum."""
-    planned = [replace(v, cpu_cores=c, planned=True)
+    planned = [replace(v, cpu_cores=c, planned=True, parallelism=7)
                for v, c in zip(q11(7, 632), (0.3, 0.6, 0.1), strict=True)]
     (shared,) = share_slots(planned)
     assert shared.cpu_cores == pytest.approx(1.0)  # 0.3 + 0.6 + 0.1
@@ -289,3 +289,22 @@ def test_the_planner_prices_options_with_their_planned_cpu() -> None:
     assert config["agg"] == VertexConfig(6, 2)
     assert price_ == pytest.approx(PODS.price(JOB, {**start, "agg": options[1]}, cpu))
     assert PODS.cheapest(JOB, {"agg": options}, start)[0]["agg"] == VertexConfig(6, 0)
+
+
+def test_with_planned_cpu_a_rider_rides_only_where_it_adds_no_cpu_to_idle_slots() -> None:
+    """Flink asks every slot of a group for the same profile: a p=1 rider in a 7-slot group
+    would ask for its CPU seven times. With a plan it rides only in a group of its own
+    parallelism; the leftovers share a group per parallelism."""
+    planned = [replace(v, cpu_cores=c, planned=True)
+               for v, c in zip(q11(7, 632), (0.3, 0.6, 0.1), strict=True)]
+    groups = {g.name: (g.members, g.slots, g.cpu_cores) for g in share_slots(planned)}
+    assert groups == {"session": (("session",), 7, 0.6),
+                      "stateless-2": (("src",), 2, 0.3), "stateless-1": (("sink",), 1, 0.1)}
+    # CPU the slots ask for: 7 × 0.6 + 2 × 0.3 + 0.1, not 7 × (0.3 + 0.6 + 0.1).
+    assert sum(g.slots * g.cpu_cores for g in share_slots(planned)) == pytest.approx(4.9)
+    # A rider with exactly its host's slots still rides; one leftover group keeps its name.
+    same = [replace(v, parallelism=7) if v.vertex_id == "src" else v for v in planned]
+    assert {g.name: g.members for g in share_slots(same)} == {
+        "session": ("session", "src"), "stateless": ("sink",)}
+    # Without a plan the footprint's core is shared: riders ride as in Flink's default group.
+    assert [g.members for g in share_slots(q11(7, 632))] == [("session", "src", "sink")]
