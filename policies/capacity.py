@@ -144,17 +144,34 @@ def evaluate(graph: JobGraph, observation: Observation, state: PolicyState,
 
     deficits = [p for p in plans.values() if p.deficit]
     ready: list[_Plan] = []
+    # Falling behind with no task busy enough to say why: what is short is not what busy
+    # time shows (`_busy_cpu_short`).
+    idle_short: list[str] = []
+    if params.pods is not None:
+        silent = (not deficits and _falling_behind(graph, observation)
+                  and all(_busy_time_silent(p) for p in plans.values()))
+        marked = {vid: _busy_cpu_short(p, params.footprint.cpu_cores, silent)
+                  for vid, p in plans.items()}
+        idle_short = [p.vertex.name or vid for vid, p in marked.items()
+                      if p.learning.busy_cpu_short and not plans[vid].learning.busy_cpu_short]
+        plans = marked
     task_cpu = _task_cpu(plans, params.footprint.cpu_cores, throttled,
                          1.0 if use is None else use[0] / use[1] * 1.1)
     # Tasks that waited for CPU while the job falls behind, and no vertex short by its
     # busy time (one that can be scaled: a source may be what saturates first): the pods
     # are what is short. The step keeps the configuration and asks for new slots with
     # more CPU (`_task_cpu`). With a deficit, its step plans more CPU as well.
-    cpu_step = (params.pods is not None and throttled and not deficits
+    cpu_step = (params.pods is not None and (throttled or bool(idle_short)) and not deficits
                 and _falling_behind(graph, observation)
                 and any(task_cpu(vid, p.current) > (p.learning.task_cpu or math.inf)
                         for vid, p in plans.items()))
-    if cpu_step and use is not None:
+    if cpu_step and idle_short:
+        chosen = {vid: p.current for vid, p in plans.items()}
+        triggered = True
+        reason = ("capacity: the job fell behind and no task is busy enough to say why; "
+                  f"{', '.join(idle_short)} asked for CPU its near-idle busy time showed, "
+                  "and get the footprint's core back on new slots; the configuration stays")
+    elif cpu_step and use is not None:
         chosen = {vid: p.current for vid, p in plans.items()}
         triggered = True
         reason = (f"capacity: the pods are short of CPU: their tasks were busy {use[0]:.1f} "
@@ -467,6 +484,8 @@ def _plan_vertex(graph: JobGraph, v: Vertex, m: VertexMetrics, learning: VertexL
     if learning.warming and learning.warmup is not None:
         return replace(keep, note=warmup.note(learning.warmup))
     if anchor is None:
+        # Its CPU is planned from its busy time (`_idle_busyness`), for this load.
+        keep = replace(keep, need_cpu=(target + catch_up) / cpu.utilization_max)
         if not m.has_state_backend_metrics and v.memory_level is not None:
             # Idle and stateless: it keeps its tasks, and needs no managed memory.
             return replace(keep, best=VertexConfig(v.parallelism, None), surplus=True,
@@ -769,15 +788,57 @@ def _task_cpu(plans: Mapping[str, _Plan], footprint: float, throttled: bool = Fa
 def _planned_busyness(p: _Plan, config: VertexConfig) -> float:
     """The mean busyness of the vertex's tasks at `config` under the load the pods are
     sized for (`need_cpu`): their CPU summed is what a TaskManager pools for its slots, so
-    a hot subtask's share above the mean takes what its neighbours leave. inf when not
-    known: no surface, or asynchronous state, whose busy time leaves out the CPU of
-    ForSt's I/O threads (docs/flink-2.md)."""
-    if p.surface is None or p.metrics.async_in_flight_records is not None:
+    a hot subtask's share above the mean takes what its neighbours leave. Without a
+    surface, what a near-idle window's busy time shows (`_idle_busyness`). inf when not
+    known: asynchronous state, whose busy time leaves out the CPU of ForSt's I/O threads
+    (docs/flink-2.md)."""
+    if p.metrics.async_in_flight_records is not None:
         return math.inf
+    if p.surface is None:
+        return _idle_busyness(p, config)
     tpr = p.surface.capacity(config.parallelism, config.memory_level)
     if not (tpr > 0 and math.isfinite(tpr)):
         return math.inf
     return p.need_cpu / tpr
+
+
+def _idle_busyness(p: _Plan, config: VertexConfig) -> float:
+    """A vertex too idle for a capacity point (a source, mostly): the busy time its tasks
+    show now, scaled to the load the pods are sized for and spread over `config`'s
+    tasks. Its footprint's core would cost more than all its neighbours together. inf
+    (the footprint's) when the busy time is unknown (NaN: a legacy source) or once it fell
+    short (`busy_cpu_short`)."""
+    m, tpr = p.metrics, p.metrics.true_processing_rate
+    if p.learning.busy_cpu_short or not (p.need_cpu > 0 and 0.0 <= m.busyness < MIN_BUSYNESS
+                                         and tpr > 0):
+        return math.inf
+    return p.need_cpu / tpr * p.current.parallelism / config.parallelism
+
+
+def _busy_time_silent(p: _Plan) -> bool:
+    """Busy time does not say why the job falls behind here: no subtask near saturation,
+    and the tasks busy for less than the CPU their slots ask for (a task busier than that
+    may be waiting for CPU its TaskManager's pool could not lend it)."""
+    m, had = p.metrics, p.learning.task_cpu
+    return (m.busy_ms_per_s_max / 1000.0 < SATURATED
+            and m.busyness < (had if had is not None else math.inf))
+
+
+def _busy_cpu_short(p: _Plan, footprint: float, silent: bool) -> _Plan:
+    """The job falls behind and no vertex is busy enough to say why (`silent`, two windows
+    running: one alone may straddle a rise of the load): a vertex whose slots ask for
+    less than the footprint's core on the strength of a near-idle busy time may be what
+    is short, for work outside its task thread that busy time never shows (a source's
+    split fetcher, a sink's client threads). It gets the footprint's core back, for good:
+    the same windows would say the same again."""
+    learning, had = p.learning, p.learning.task_cpu
+    if (p.surface is not None or had is None or had >= footprint or learning.busy_cpu_short
+            or not (silent or learning.behind_unexplained)):
+        return p
+    update = ({"behind_unexplained": False} if not silent
+              else {"behind_unexplained": True} if not learning.behind_unexplained
+              else {"behind_unexplained": False, "busy_cpu_short": True})
+    return replace(p, learning=learning.model_copy(update=update))
 
 
 def _cost(v: Vertex, config: VertexConfig, params: ScalingParams) -> float:

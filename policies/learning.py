@@ -156,6 +156,12 @@ class VertexLearning(RecordModel):
     # a parallelism (policies.bill.slot_cpu); a memory-only step keeps it, so that it can
     # resize in place. None: the task footprint's.
     task_cpu: float | None = Field(None, gt=0, le=1024)
+    # Its CPU was planned from the busy time of a window too idle to measure, and the job
+    # then fell behind, two windows running, with no vertex busy enough to say why
+    # (capacity._busy_cpu_short): work outside the task thread (a source's split fetcher,
+    # say) may want more. It asks for the footprint's core from then on.
+    busy_cpu_short: bool = False
+    behind_unexplained: bool = False  # the last window was the first of those two
 
     @property
     def warming(self) -> bool:

@@ -53,6 +53,7 @@ class World:
     skew: float = 0.7  # θ = (T / full)^skew
     hot_share: float = 0.0  # one key's share of the records
     reported_miss_us: float | None = None  # what state latency says a miss costs
+    source_rate: float = 500_000.0  # records/s a source task reads when never idle
 
     def latency_ns(self, miss: float) -> float:
         reported = self.miss_us if self.reported_miss_us is None else self.reported_miss_us
@@ -83,8 +84,7 @@ class World:
         c = graph.vertex("counter")
         counter = self.counter(c.parallelism, c.memory_level, rate)
         growth = rate - counter.records_in_per_s
-        # A source task reads 500k records/s when never idle.
-        src_busy = 1000.0 * counter.records_in_per_s / 500_000
+        src_busy = 1000.0 * counter.records_in_per_s / self.source_rate
         return Observation(time=now, window_s=120.0, vertices={
             "src": source(src_busy, counter.records_in_per_s, lag_growth=growth),
             "counter": counter})
@@ -901,17 +901,21 @@ class CpuPods:
 def test_a_step_plans_each_tasks_cpu_for_the_load_at_which_it_would_scale_out() -> None:
     """Tasks are sized for the utilization target (0.5); their slots' CPU for the target at
     utilizationMax (0.8): the busyness the world gives them there, a tenth up. The source,
-    too idle to measure (a source that idles may be backpressured), keeps a core. The
-    plan is kept in what the policy learned, and the pods are priced with it."""
+    too idle to measure (backpressured by the saturated counter), asks for its busy time
+    per record at the same load. The plan is kept in what the policy learned, and the
+    pods are priced with it."""
     world, pods = World(), CpuPods()
     params = replace(PARAMS, pods=pods)
     g = graph()
-    e = evaluate(g, world.observe(g, 60_000, 120.0), PolicyState(), params, 120.0)
+    seen = world.observe(g, 60_000, 120.0)
+    e = evaluate(g, seen, PolicyState(), params, 120.0)
     after = e.configuration["counter"]
     assert e.decision.reconfigures and after.parallelism > 1
     at_trigger = world.counter(after.parallelism, after.memory_level, 60_000 / 0.8).busyness
     assert e.task_cpu["counter"] == slot_cpu(at_trigger) < 1.0
-    assert e.task_cpu["src"] == 1.0
+    src = seen.vertices["src"]
+    assert src.busyness < 0.05 < src.records_out_per_s  # too idle for a capacity point
+    assert e.task_cpu["src"] == slot_cpu(60_000 / 0.8 / src.true_processing_rate) < 1.0
     # A vertex without operator uids gets no entry in Flink: planned as the footprint's.
     blind = chain(vertex("src", 1, None, uids=("src",)), vertex("counter", 1, 0, max_p=128),
                   ship=ShipStrategy.HASH)
@@ -1042,6 +1046,59 @@ def test_pods_that_cost_more_than_the_plan_give_their_cpu_back_when_it_pays() ->
     first, give_back, *_ = steps(100.0)
     assert "more CPU than their tasks are planned to use" in give_back[0]
     assert give_back[1]["counter"] < first[1]["counter"]
+
+
+def test_a_source_too_idle_to_measure_asks_for_the_cpu_its_busy_time_shows() -> None:
+    """A source reading 60k records/s at 20M/s when never idle is 0.3 % busy: too idle for
+    a capacity point, yet its busy time says what its task uses. Its slot asks for that,
+    scaled to the load the pods are sized for (a tenth of a core at least), not for the
+    footprint's core, which would cost more than the counter's tasks. Unknown busy time
+    (NaN: a legacy source) still asks for the footprint's core."""
+    world, params = World(source_rate=20e6), replace(PARAMS, pods=CpuPods())
+    g = graph()
+    obs = world.observe(g, 60_000, 120.0)
+    assert obs.vertices["src"].busyness < 0.05
+    e = evaluate(g, obs, PolicyState(), params, 120.0)
+    assert e.decision.reconfigures and e.task_cpu["src"] == pytest.approx(0.1)
+    blind = replace(obs, vertices={**obs.vertices, "src": replace(
+        obs.vertices["src"], busy_ms_per_s=math.nan, busy_ms_per_s_max=math.nan)})
+    assert evaluate(g, blind, PolicyState(), params, 120.0).task_cpu["src"] == 1.0
+
+
+def test_falling_behind_with_nothing_busy_gives_a_source_its_core_back_for_good() -> None:
+    """Busy time leaves out work outside the task thread (a source's split fetcher). If
+    the job falls behind, two windows running (one alone may straddle a rise of the
+    load), while no task is busy enough to say why, a source that asked for what its
+    near-idle busy time showed may be what is short: it gets the footprint's core back on
+    new slots, the configuration stays, and it keeps that core (the same windows must not
+    start it over)."""
+    world, params = World(source_rate=20e6), replace(PARAMS, pods=CpuPods(), pods_cpu=100.0)
+    g = graph()
+    e = evaluate(g, world.observe(g, 60_000, 120.0), PolicyState(), params, 120.0)
+    g, state = g.with_configuration(e.configuration), e.state
+    assert e.task_cpu["src"] < 1.0
+
+    def behind(now: float) -> Observation:
+        obs = world.observe(g, 60_000, now)
+        assert obs.vertices["counter"].busyness < PARAMS.cpu.utilization_max
+        return replace(obs, vertices={**obs.vertices, "src": replace(
+            obs.vertices["src"], pending_records_growth_per_s=5_000.0)})
+
+    first = evaluate(g, behind(360.0), state, params, 360.0)
+    assert not first.decision.reconfigures and first.state.learned["src"].behind_unexplained
+    # A window that keeps up in between starts the count over.
+    kept_up = evaluate(g, world.observe(g, 60_000, 420.0), first.state, params, 420.0)
+    assert not kept_up.state.learned["src"].behind_unexplained
+    e = evaluate(g, behind(480.0), first.state, params, 480.0)
+    assert e.decision.reconfigures and "no task is busy enough" in e.decision.reason
+    assert dict(e.configuration) == dict(g.configuration())
+    assert e.task_cpu["src"] == 1.0 and e.state.learned["src"].busy_cpu_short
+    again = evaluate(g, behind(600.0), e.state, params, 600.0)
+    assert not again.decision.reconfigures
+    # Caught up: the source's plan stays the footprint's, in any later step as well.
+    calm = evaluate(g, world.observe(g, 60_000, 720.0), again.state, params, 720.0)
+    assert calm.state.learned["src"].busy_cpu_short
+    assert calm.task_cpu.get("src", 1.0) == 1.0
 
 
 @dataclass(frozen=True)
