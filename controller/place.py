@@ -29,6 +29,7 @@ from controller.realize import MANAGED_FRACTION_KEY, NETWORK_FRACTION_KEY, pods_
 from controller.record import Reason, Run, Stop, pod_request, policy_state, with_policy_state
 from packer.pricing import PodPricing, Priced, Prices
 from policies import Evaluation, explain
+from policies.learning import VertexLearning
 from policies.model import Configuration, JobGraph
 from policies.spec import CostSpec, MemoryScaling, TaskFootprint
 
@@ -163,6 +164,13 @@ def pack(
     return Placed(by_name[result.shape], replicas, result)
 
 
+def _running_cpu(running: VertexLearning | None) -> dict[str, object]:
+    """What of a vertex's learning only a realized step changes: its slots' CPU, and
+    whether it got the footprint's core back (`policies.capacity._busy_cpu_short`)."""
+    return {"task_cpu": None if running is None else running.task_cpu,
+            "busy_cpu_short": running is not None and running.busy_cpu_short}
+
+
 def place(run: Run, graph: JobGraph, evaluation: Evaluation) -> Placed:
     """The decided configuration on TaskManagers; Recommend mode advises and stops here."""
     spec = run.spec
@@ -180,10 +188,9 @@ def place(run: Run, graph: JobGraph, evaluation: Evaluation) -> Placed:
         # Recorded as advice only: Justin's history keeps what really runs, and a
         # recommendation is no target a later switch to Active would apply. What the
         # capacity policy measured is true of the running job: it is kept; the CPU it
-        # planned for the advice is not what runs.
+        # planned for the advice is not what runs, nor did the footprint's core come back.
         state = policy_state(run.status)
-        learned = {vid: v.model_copy(update={"task_cpu": (
-                       state.learned[vid].task_cpu if vid in state.learned else None)})
+        learned = {vid: v.model_copy(update=_running_cpu(state.learned.get(vid)))
                    for vid, v in evaluation.state.learned.items()}
         run.status = with_policy_state(run.status, replace(
             state, scale_down_wanted_since=evaluation.state.scale_down_wanted_since,

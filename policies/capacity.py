@@ -117,6 +117,7 @@ class _Plan:
     # records/s the pods' CPU is sized for (`_task_cpu`): the target at utilizationMax,
     # plus the catch-up at full busyness
     need_cpu: float = 0.0
+    idle_cpu: bool = False  # its CPU is planned from a near-idle busy time (`_idle_busyness`)
 
 
 def evaluate(graph: JobGraph, observation: Observation, state: PolicyState,
@@ -484,8 +485,9 @@ def _plan_vertex(graph: JobGraph, v: Vertex, m: VertexMetrics, learning: VertexL
     if learning.warming and learning.warmup is not None:
         return replace(keep, note=warmup.note(learning.warmup))
     if anchor is None:
-        # Its CPU is planned from its busy time (`_idle_busyness`), for this load.
-        keep = replace(keep, need_cpu=(target + catch_up) / cpu.utilization_max)
+        # Its CPU is planned from its busy time (`_idle_busyness`), for this load, sized
+        # as every vertex's is: the target at utilizationMax, the catch-up at full busyness.
+        keep = replace(keep, need_cpu=target / cpu.utilization_max + catch_up, idle_cpu=True)
         if not m.has_state_backend_metrics and v.memory_level is not None:
             # Idle and stateless: it keeps its tasks, and needs no managed memory.
             return replace(keep, best=VertexConfig(v.parallelism, None), surplus=True,
@@ -806,12 +808,13 @@ def _idle_busyness(p: _Plan, config: VertexConfig) -> float:
     """A vertex too idle for a capacity point (a source, mostly): the busy time its tasks
     show now, scaled to the load the pods are sized for and spread over `config`'s
     tasks. Its footprint's core would cost more than all its neighbours together. inf
-    (the footprint's) when the busy time is unknown (NaN: a legacy source) or once it fell
-    short (`busy_cpu_short`)."""
+    (the footprint's) when the busy time says nothing of what a record costs (0, or not a
+    number) or once it fell short (`busy_cpu_short`)."""
     m, tpr = p.metrics, p.metrics.true_processing_rate
-    if p.learning.busy_cpu_short or not (p.need_cpu > 0 and 0.0 <= m.busyness < MIN_BUSYNESS
-                                         and tpr > 0):
-        return math.inf
+    if p.learning.busy_cpu_short or not (p.idle_cpu and p.need_cpu > 0
+                                         and 0.0 < m.busyness < MIN_BUSYNESS
+                                         and 0.0 < tpr < math.inf):
+        return math.inf  # a busy time of 0 says nothing of the CPU a record takes
     return p.need_cpu / tpr * p.current.parallelism / config.parallelism
 
 
@@ -832,11 +835,13 @@ def _busy_cpu_short(p: _Plan, footprint: float, silent: bool) -> _Plan:
     split fetcher, a sink's client threads). It gets the footprint's core back, for good:
     the same windows would say the same again."""
     learning, had = p.learning, p.learning.task_cpu
-    if (p.surface is not None or had is None or had >= footprint or learning.busy_cpu_short
-            or not (silent or learning.behind_unexplained)):
+    if not silent:
+        return p if not learning.behind_unexplained else replace(
+            p, learning=learning.model_copy(update={"behind_unexplained": False}))
+    if (not p.idle_cpu or had is None or had >= footprint or learning.busy_cpu_short
+            or not math.isfinite(_idle_busyness(p, p.current))):
         return p
-    update = ({"behind_unexplained": False} if not silent
-              else {"behind_unexplained": True} if not learning.behind_unexplained
+    update = ({"behind_unexplained": True} if not learning.behind_unexplained
               else {"behind_unexplained": False, "busy_cpu_short": True})
     return replace(p, learning=learning.model_copy(update=update))
 

@@ -1049,20 +1049,22 @@ def test_pods_that_cost_more_than_the_plan_give_their_cpu_back_when_it_pays() ->
 
 
 def test_a_source_too_idle_to_measure_asks_for_the_cpu_its_busy_time_shows() -> None:
-    """A source reading 60k records/s at 20M/s when never idle is 0.3 % busy: too idle for
-    a capacity point, yet its busy time says what its task uses. Its slot asks for that,
-    scaled to the load the pods are sized for (a tenth of a core at least), not for the
-    footprint's core, which would cost more than the counter's tasks. Unknown busy time
-    (NaN: a legacy source) still asks for the footprint's core."""
-    world, params = World(source_rate=20e6), replace(PARAMS, pods=CpuPods())
+    """A source reading 300k records/s when never idle, backpressured by the saturated
+    counter, is 4 % busy: too idle for a capacity point, yet its busy time says what a
+    record costs it. Its slot asks for that at the load the pods are sized for (60k
+    records/s at utilizationMax 0.8: 0.25 of a core, a tenth up), not for the footprint's
+    core, which would cost more than the counter's tasks. A busy time that says nothing
+    (0, or NaN: a legacy source) still asks for the footprint's core."""
+    world, params = World(source_rate=300_000), replace(PARAMS, pods=CpuPods())
     g = graph()
     obs = world.observe(g, 60_000, 120.0)
-    assert obs.vertices["src"].busyness < 0.05
+    assert 0 < obs.vertices["src"].busyness < 0.05
     e = evaluate(g, obs, PolicyState(), params, 120.0)
-    assert e.decision.reconfigures and e.task_cpu["src"] == pytest.approx(0.1)
-    blind = replace(obs, vertices={**obs.vertices, "src": replace(
-        obs.vertices["src"], busy_ms_per_s=math.nan, busy_ms_per_s_max=math.nan)})
-    assert evaluate(g, blind, PolicyState(), params, 120.0).task_cpu["src"] == 1.0
+    assert e.decision.reconfigures and e.task_cpu["src"] == pytest.approx(0.3)
+    for busy in (0.0, math.nan):
+        blind = replace(obs, vertices={**obs.vertices, "src": replace(
+            obs.vertices["src"], busy_ms_per_s=busy, busy_ms_per_s_max=busy)})
+        assert evaluate(g, blind, PolicyState(), params, 120.0).task_cpu["src"] == 1.0
 
 
 def test_falling_behind_with_nothing_busy_gives_a_source_its_core_back_for_good() -> None:
@@ -1087,18 +1089,22 @@ def test_falling_behind_with_nothing_busy_gives_a_source_its_core_back_for_good(
     first = evaluate(g, behind(360.0), state, params, 360.0)
     assert not first.decision.reconfigures and first.state.learned["src"].behind_unexplained
     # A window that keeps up in between starts the count over.
-    kept_up = evaluate(g, world.observe(g, 60_000, 420.0), first.state, params, 420.0)
+    kept_up = evaluate(g, world.observe(g, 60_000, 480.0), first.state, params, 480.0)
+    assert not kept_up.decision.reconfigures
     assert not kept_up.state.learned["src"].behind_unexplained
-    e = evaluate(g, behind(480.0), first.state, params, 480.0)
+    restarted = evaluate(g, behind(600.0), kept_up.state, params, 600.0)
+    assert not restarted.decision.reconfigures
+    e = evaluate(g, behind(720.0), restarted.state, params, 720.0)
     assert e.decision.reconfigures and "no task is busy enough" in e.decision.reason
     assert dict(e.configuration) == dict(g.configuration())
     assert e.task_cpu["src"] == 1.0 and e.state.learned["src"].busy_cpu_short
-    again = evaluate(g, behind(600.0), e.state, params, 600.0)
+    again = evaluate(g, behind(840.0), e.state, params, 840.0)
     assert not again.decision.reconfigures
-    # Caught up: the source's plan stays the footprint's, in any later step as well.
-    calm = evaluate(g, world.observe(g, 60_000, 720.0), again.state, params, 720.0)
-    assert calm.state.learned["src"].busy_cpu_short
-    assert calm.task_cpu.get("src", 1.0) == 1.0
+    # The source's plan stays the footprint's, in a later step that plans anew as well.
+    rise = evaluate(g, world.observe(g, 240_000, 960.0), again.state, params, 960.0)
+    assert rise.decision.reconfigures
+    assert rise.configuration["counter"].parallelism > g.vertex("counter").parallelism
+    assert rise.task_cpu["src"] == 1.0 and rise.state.learned["src"].busy_cpu_short
 
 
 @dataclass(frozen=True)
