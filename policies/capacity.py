@@ -592,10 +592,9 @@ def _skew_stop(v: Vertex, surface: Surface, spread: _Skew, learning: VertexLearn
                spread.useful() or v.max_parallelism)
     ps = list(range(v.parallelism, max(v.parallelism, high) + 1))
     candidates = [VertexConfig(p, level) for level in _levels(v, surface, params) for p in ps]
-    keep_up = rate * (1.0 + 3.0 * learning.noise)
     return skew_stop.assess(current, surface, {p: spread.ratio(p) for p in ps},
                             spread.hot_share, candidates, learning,
-                            max(SHORT_BY, 2 * learning.noise), keep_up)
+                            max(SHORT_BY, 2 * learning.noise), rate)
 
 
 def busiest_bound(target: float, high_u: float, noise: float, hot: bool) -> float:
@@ -645,12 +644,19 @@ class _Skew:
             return None
         return skew.useful_parallelism(h, self.parallelism, self.key_groups)
 
+    def busiest_keys(self, p: int, h: float) -> float:
+        """The busiest subtask's share of the input at p tasks: the hot key group and
+        ⌈K/p⌉ − 1 others at the mean of the rest, as `skew.hot_key_group_share` takes
+        them off (so the running parallelism's ratio is what was measured there)."""
+        groups = math.ceil(self.key_groups / p)
+        return h + (groups - 1) * (1.0 - h) / (self.key_groups - 1) if groups > 1 else h
+
     def ratio(self, p: int) -> float:
         h = self.hot_share
         if not self.key_groups and h > 0:
             modelled = min(float(p), self.observed)  # not hashed: the imbalance stays
         else:
-            modelled = max(self.rounding(p), p * h + (1.0 - h) * self.rounding(p))
+            modelled = max(self.rounding(p), p * self.busiest_keys(p, h))
         return max(modelled, self.measured.get(p, 1.0))
 
 

@@ -21,7 +21,9 @@ while the mean is not) and either
   did not help);
 
 and no such configuration would make a busiest subtask that falls behind keep up (that
-restart is taken: one step, then it stops).
+restart is taken: one step, then it stops). A busiest subtask that keeps up, but within the
+noise margin of the trigger, restarts only for a gain a measurement could confirm
+(`short_by`): a plateau's last few per cent are the noise's, not the keys'.
 
 Then no restart is taken for it (a restart that happens anyway leaves it as it is), and
 a `SkewFinding` that blocks scale-out names it (the `Skewed` condition and its Warning
@@ -64,11 +66,13 @@ def busiest_capacity(point: CapacityPoint) -> float:
 
 def assess(current: VertexConfig, surface: Surface, ratio_at: dict[int, float],
            hot_share: float, candidates: Iterable[VertexConfig], learning: VertexLearning,
-           short_by: float, keep_up: float) -> SkewStop | None:
+           short_by: float, rate: float) -> SkewStop | None:
     """The vertex's stop, or None when more tasks (or memory) still relieve its busiest
     subtask. `ratio_at`: busiest / mean at each candidate parallelism (the skew model);
-    `keep_up`: what its busiest subtask must reach to keep up (records/s, mean-based): a
-    restart that makes it keep up is never skipped, however little it gains."""
+    `rate`: the vertex's records/s to sustain. A restart that makes a busiest subtask
+    falling behind (below `rate`) keep up, with three times the noise to spare, is never
+    skipped, however little it gains; one that keeps up already, within that margin,
+    restarts only for a gain of `short_by`."""
     if hot_share <= 0:
         return None
     p = current.parallelism
@@ -85,7 +89,8 @@ def assess(current: VertexConfig, surface: Surface, ratio_at: dict[int, float],
              if pt.parallelism < p and pt.memory_level == current.memory_level]
     measured = (anchor is not None and bool(fewer)
                 and max(fewer) >= busiest_capacity(anchor) * (1.0 - short_by))
-    if now < keep_up <= reachable:
+    keep_up = rate * (1.0 + 3.0 * learning.noise)
+    if now < keep_up <= reachable and (now < rate or reachable >= now * (1.0 + short_by)):
         return None
     if measured or now >= PLATEAU * reachable:
         return SkewStop(now, reachable, measured, hot_share)
