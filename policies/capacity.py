@@ -272,7 +272,8 @@ def evaluate(graph: JobGraph, observation: Observation, state: PolicyState,
                     parallelism=after.parallelism, memory_level=after.memory_level,
                     capacity=predicted, need=p.need,
                     hottest_capacity=predicted / p.skew.ratio(after.parallelism),
-                    need_hottest=p.need_hottest, from_capacity=_predict(p, p.current)),
+                    need_hottest=p.need_hottest, from_capacity=_predict(p, p.current),
+                    memory_led=_memory_led(p, after, predicted)),
                 "surplus_since": None, "surplus_peak_need": None, "surplus_later_need": None})
         elif triggered:
             learning = learning.model_copy(update={"surplus_since": None,
@@ -419,9 +420,12 @@ def _learn(old: VertexLearning | None, v: Vertex, observation: Observation,
             shorts = (*shorts, ShortConfiguration(parallelism=point.parallelism,
                                                   memory_level=point.memory_level,
                                                   need=predicted.need))[-8:]
+        realized = _realized(predicted, measured, short_by, learning.realized)
+        judged = realized != learning.realized  # else the share stands as it was measured
         learning = learning.model_copy(update={
-            "predicted": None, "fell_short": shorts,
-            "realized": _realized(predicted, measured, short_by, learning.realized)})
+            "predicted": None, "fell_short": shorts, "realized": realized,
+            "realized_memory_led": (predicted.memory_led and realized is not None
+                                    if judged else learning.realized_memory_led)})
     return learning
 
 
@@ -501,12 +505,14 @@ def _plan_vertex(graph: JobGraph, v: Vertex, m: VertexMetrics, learning: VertexL
     # numbers a pause distorts.
     known = [pt for pt in learning.points if not pt.provisional or pt.key == anchor.key]
     surface = fit(known, anchor, params.memory.base_managed_memory).damped(
-        anchor, learning.realized)
+        anchor, learning.realized, learning.realized_memory_led)
     hashed = any(e.ship_strategy == ShipStrategy.HASH for e in graph.inputs(v.id))
     measured = {pt.parallelism: pt.hottest_ratio for pt in learning.points
                 if not pt.provisional}
+    records = skew.busiest_records_share(m)
     spread = _Skew(anchor.hottest_ratio, v.parallelism, v.max_parallelism if hashed else 0,
-                 MappingProxyType(measured))
+                 MappingProxyType(measured),
+                 None if records is None else records * v.parallelism)
     def after_downtime(downtime_s: float) -> float:
         """The rate to sustain when a step's downtime must be caught up on as well."""
         restart = target * downtime_s / cpu.catch_up_duration if cpu.catch_up_duration > 0 else 0.0
@@ -615,12 +621,20 @@ class _Skew:
 
     Flink hashes keys into K key groups and gives each subtask a contiguous range: at p
     tasks the busiest gets ceil(K/p) of them.
+
+    Where the busiest subtask's records were measured, they alone say how the keys
+    spread; its busy time over its records (`cost`) is carried to every parallelism
+    as measured. A saturated task on asynchronous state (ForSt) counts its wait on a
+    full in-flight buffer as busy time, its idler peers only their task thread's share:
+    taken for keys, that excess would make the hot key look larger, and the tasks that
+    relieve it look fewer, than they are.
     """
 
-    observed: float  # busiest / mean now
+    observed: float  # busiest / mean busy time now
     parallelism: int
     key_groups: int  # 0: input not hashed
     measured: Mapping[int, float]  # parallelism -> busiest / mean seen there
+    records: float | None = None  # busiest / mean records in now; None: not measured
 
     def rounding(self, p: int) -> float:
         if not self.key_groups:
@@ -628,10 +642,24 @@ class _Skew:
         return math.ceil(self.key_groups / p) * p / self.key_groups
 
     @property
+    def keys(self) -> float:
+        """Busiest / mean load from the keys alone: the records where measured."""
+        return self.observed if self.records is None else max(1.0, self.records)
+
+    @property
+    def cost(self) -> float:
+        """The busiest subtask's busy time per record over the mean's, where its records
+        were measured and it stands out beyond the noise (else 1; never below 1: a
+        cheaper hot key is not counted on). A slow TaskManager keeps it too."""
+        if self.records is None or self.observed <= self.keys * SKEW_TOLERANCE:
+            return 1.0
+        return self.observed / self.keys
+
+    @property
     def hot_share(self) -> float:
-        if self.observed <= self.rounding(self.parallelism) * SKEW_TOLERANCE:
+        if self.keys <= self.rounding(self.parallelism) * SKEW_TOLERANCE:
             return 0.0
-        share = min(1.0, self.observed / self.parallelism)
+        share = min(1.0, self.keys / self.parallelism)
         if not self.key_groups:
             return share
         return skew.hot_key_group_share(share, self.parallelism, self.key_groups)
@@ -653,10 +681,11 @@ class _Skew:
 
     def ratio(self, p: int) -> float:
         h = self.hot_share
-        if not self.key_groups and h > 0:
+        if not self.key_groups and (h > 0 or self.cost > 1.0):
             modelled = min(float(p), self.observed)  # not hashed: the imbalance stays
         else:
-            modelled = max(self.rounding(p), p * self.busiest_keys(p, h))
+            keys = max(self.rounding(p), p * self.busiest_keys(p, h))
+            modelled = min(float(p), keys * self.cost)
         return max(modelled, self.measured.get(p, 1.0))
 
 
@@ -902,6 +931,15 @@ def _surplus_bookkeeping(p: _Plan, now: float, restart_wait: bool = False) -> Ve
     return learning.model_copy(update={
         "surplus_peak_need": max(learning.surplus_peak_need or 0.0, p.rate),
         "surplus_later_need": max(learning.surplus_later_need or 0.0, p.rate)})
+
+
+def _memory_led(p: _Plan, after: VertexConfig, predicted: float) -> bool:
+    """Whether memory was to bring most of the step's predicted gain: more than its tasks
+    at the running memory level would."""
+    if (after.memory_level or 0) <= (p.current.memory_level or 0):
+        return False
+    tasks_alone = _predict(p, VertexConfig(after.parallelism, p.current.memory_level))
+    return predicted - tasks_alone > tasks_alone - _predict(p, p.current)
 
 
 def _predict(p: _Plan, config: VertexConfig) -> float:

@@ -131,6 +131,8 @@ class Prediction(RecordModel):
     need_hottest: float | None = Field(None, description="what that had to reach")
     from_capacity: float | None = Field(
         None, description="true processing rate measured where the step started, records/s")
+    memory_led: bool = Field(False, description="memory, not more tasks, was to bring most "
+                                                "of the predicted gain")
 
 
 class VertexLearning(RecordModel):
@@ -143,6 +145,10 @@ class VertexLearning(RecordModel):
     # (None: all, or none judged): the surface's gains over the current configuration are
     # shrunk by it until a step measures more than it was promised (capacity._realized).
     realized: float | None = Field(None, ge=0, le=1)
+    # ... measured on a step memory led (`Prediction.memory_led`): it shrinks the gains
+    # memory adds, not those of more tasks (a cache that did not help says nothing of how
+    # the tasks divide the load).
+    realized_memory_led: bool = False
     # The scale-down wait: since when a cheaper configuration suffices, and the
     # highest need seen since (a scale-down sizes for it).
     surplus_since: EpochTime | None = None
@@ -261,9 +267,13 @@ class Surface:
     base_mib: float
     correction: float = 1.0  # measured / fitted at the current configuration
     # Gains over `anchor_capacity` (the current configuration's) count at `realized`, the
-    # share the last step's measurement confirmed of what it predicted (1: all).
+    # share the last step's measurement confirmed of what it predicted (1: all); with
+    # `memory_led` (the share was measured on a step memory led), only those memory adds
+    # over `anchor_level` at the same parallelism.
     anchor_capacity: float = 0.0
     realized: float = 1.0
+    anchor_level: int | None = None
+    memory_led: bool = False
 
     def service_us(self, parallelism: int, level: int | None) -> float:
         miss = 0.0
@@ -279,17 +289,26 @@ class Surface:
         if not 0 < service < math.inf:
             return 0.0
         capacity = parallelism * 1e6 / service
+        if self.memory_led:
+            same = self.service_us(parallelism, self.anchor_level)
+            base = parallelism * 1e6 / same if 0 < same < math.inf else 0.0
+            if capacity > base > 0:
+                return base + (capacity - base) * self.realized
+            return capacity
         if capacity > self.anchor_capacity > 0:
             return self.anchor_capacity + (capacity - self.anchor_capacity) * self.realized
         return capacity
 
-    def damped(self, anchor: CapacityPoint, realized: float | None) -> Surface:
-        """This surface with its gains over `anchor` shrunk to `realized` (None: as is)."""
+    def damped(self, anchor: CapacityPoint, realized: float | None,
+               memory_led: bool = False) -> Surface:
+        """This surface with its gains over `anchor` shrunk to `realized` (None: as is);
+        `memory_led`: only the gains of memory over the anchor's level."""
         if realized is None or realized >= 1.0:
             return self
         return replace(self, anchor_capacity=self.capacity(anchor.parallelism,
                                                            anchor.memory_level),
-                       realized=max(0.0, realized))
+                       realized=max(0.0, realized), anchor_level=anchor.memory_level,
+                       memory_led=memory_led)
 
 
 def fit(points: Sequence[CapacityPoint], anchor: CapacityPoint, base_mib: float) -> Surface:

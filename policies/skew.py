@@ -130,7 +130,7 @@ def _finding(v: Vertex, m: VertexMetrics, keyed: bool, cpu: CpuScaling,
         return None
     ratio = hottest / mean
     busy_share = min(1.0, ratio / p)
-    records_share = _records_share(m)
+    records_share = busiest_records_share(m)
     share = records_share if records_share is not None else busy_share
     saturated = hottest >= cpu.utilization_max * slack
     entry = entry_ratio(p, v.max_parallelism if keyed else 0, saturated, slack)
@@ -208,7 +208,7 @@ def hot_key_group_share(share: float, parallelism: int, key_groups: int) -> floa
     return max(share - others, 0.0)
 
 
-def _records_share(m: VertexMetrics) -> float | None:
+def busiest_records_share(m: VertexMetrics) -> float | None:
     """The busiest subtask's share of the records in, when the collector measured it."""
     top = m.records_in_per_s_max
     if top is None or m.records_in_per_s <= 0 or not math.isfinite(top):

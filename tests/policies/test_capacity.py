@@ -34,7 +34,7 @@ from policies.learning import (
 )
 from policies.model import JobGraph, Observation, ShipStrategy, VertexConfig, VertexMetrics
 from policies.restart_cost import Enactment, RestartFacts
-from policies.spec import CpuScaling, MemoryScaling, Policy
+from policies.spec import CpuScaling, MemoryScaling, ParallelismOverride, Policy
 from tests.policies.builders import chain, metrics, observe, source, vertex
 
 BASE = 158.0
@@ -56,6 +56,10 @@ class World:
     hot_share: float = 0.0  # one key's share of the records
     reported_miss_us: float | None = None  # what state latency says a miss costs
     source_rate: float = 500_000.0  # records/s a source task reads when never idle
+    # Asynchronous state (ForSt): the share of a record's work on the task thread, the
+    # only part busy time shows, but a saturated task's whole second (it blocks on its
+    # full in-flight buffer). Below 1, the busiest subtask's records are measured too.
+    thread_share: float = 1.0
 
     def latency_ns(self, miss: float) -> float:
         reported = self.miss_us if self.reported_miss_us is None else self.reported_miss_us
@@ -74,13 +78,17 @@ class World:
         tpr = p * 1e6 / self.service_us(p, level)
         hottest = max(1.0 / p, self.hot_share + (1 - self.hot_share) / p)
         processed = min(rate, tpr / (hottest * p))
-        busy = 1000.0 * processed / tpr
+        work = processed / tpr  # the mean task's share of a second
+        hot_work = work * hottest * p
+        hot_busy = 1.0 if hot_work >= 1.0 - 1e-9 else hot_work * self.thread_share
+        busy = 1000.0 * (hot_busy + (work * p - hot_work) * self.thread_share) / p
         miss = self.miss(p, level)
         return replace(
             metrics(busy, processed, 0.0, hits=processed * 3 * self.gets * (1 - miss),
                     misses=processed * 3 * self.gets * miss,
                     latency_ns=self.latency_ns(miss)),
-            busy_ms_per_s_max=min(1000.0, busy * hottest * p), state_bytes=self.state_bytes)
+            busy_ms_per_s_max=min(1000.0, 1000.0 * hot_busy), state_bytes=self.state_bytes,
+            records_in_per_s_max=processed * hottest if self.thread_share < 1 else None)
 
     def observe(self, graph: JobGraph, rate: float, now: float) -> Observation:
         c = graph.vertex("counter")
@@ -392,6 +400,47 @@ def test_a_wait_that_did_not_pay_back_starts_over_and_forgets_its_old_peak() -> 
     last = times[-1]
     assert last[0] > large_drop, times
     assert world.counter(last[1], last[2], 20_000).busyness <= 0.6, times
+
+
+@pytest.mark.parametrize("tasks,load", [(8, 0.85), (8, 0.95), (16, 0.9)])
+def test_a_memory_step_that_fell_short_does_not_shrink_what_more_tasks_add(
+        tasks: int, load: float) -> None:
+    """State latency overstates a miss 40x, and the vertex may not scale in: when the
+    load doubles, it takes memory alone, which buys almost nothing (the share of its
+    predicted gain measured falls to the floor, on a step memory led). The scale-out that
+    follows is sized by what more tasks add, undamped: it lands at the cheapest
+    configuration in one step, not at 1.2-1.5x the tasks with a scale-in to follow."""
+    world = World(miss_us=10.0, reported_miss_us=400.0, cpu_us=60.0)
+    pinned = ParallelismOverride(vertex_id="counter", min_parallelism=tasks)
+    params = replace(PARAMS, cpu=CpuScaling(scale_down_delay=300, catch_up_duration=0,
+                                            overrides=(pinned,)))
+    rate = load * 0.8 * tasks * 1e6 / world.service_us(tasks, 0)
+    _, times, state = timed_run(world, [rate] * 4 + [2 * rate] * 10, params=params,
+                                start=graph(tasks, 0))
+    learned = state.learned["counter"]
+    memory = [n for n, (_, p, m) in enumerate(times) if (p, m) == (tasks, 2)]
+    assert memory and learned.realized_memory_led, times
+    assert learned.realized is not None and learned.realized < 0.5, learned.realized
+    after = [(p, m) for _, p, m in times[memory[0] + 1:]]
+    best, _ = oracle(world, 2 * rate)
+    assert len(after) == 1 and after[0][0] <= best * 1.1, (after, best)
+    assert world.counter(*after[0], 2 * rate).busyness <= 0.8, after
+
+
+@pytest.mark.parametrize("tasks,rate", [(8, 100_000.0), (8, 120_000.0), (16, 200_000.0)])
+def test_a_step_memory_led_that_fell_short_leaves_the_next_scale_out_at_the_oracle(
+        tasks: int, rate: float) -> None:
+    """As above, free to scale in: the first jump trades tasks for memory (fewer tasks,
+    two levels up), memory's promised gain is most of it, and it falls short. The next
+    step, and the one after the load doubles, land at the cheapest configuration each;
+    shrinking every gain by the failed step's share, the next overshot to 2-3x the tasks
+    and a scale-in followed."""
+    world = World(miss_us=10.0, reported_miss_us=400.0, cpu_us=60.0)
+    _, times, state = timed_run(world, [rate] * 4 + [2 * rate] * 10, start=graph(tasks, 0))
+    assert state.learned["counter"].realized_memory_led, times
+    first, *rest = [(p, m) for _, p, m in times]
+    assert first[0] < tasks and (first[1] or 0) > 0, times
+    assert rest == [oracle(world, rate), oracle(world, 2 * rate)], times
 
 
 def test_a_configuration_that_fell_short_is_never_chosen_again() -> None:
@@ -832,6 +881,27 @@ def test_a_busiest_subtask_that_keeps_up_restarts_only_for_a_gain_it_can_measure
     stop = assess(rate=0.97 * now)  # 97 % busy: keeps up, so no restart for 8 %
     assert stop is not None and stop.reachable == pytest.approx(1.08 * now)
     assert assess(rate=0.80 * now) is not None  # far from the trigger: never a restart
+
+
+@pytest.mark.parametrize("hot", [0.04, 0.08])
+def test_a_saturated_hot_subtask_on_async_state_is_not_taken_for_a_larger_hot_key(
+        hot: float) -> None:
+    """On ForSt a saturated task's busy time is its whole second while its peers' shows
+    only their task thread's work (here 60 %): the busiest looks 1/0.6 times busier than
+    its records make it. Its records tell the keys' spread: the step lands where it does
+    when busy time shows all the work, and its busiest subtask keeps up. Taken for a
+    hot key, that excess would stop the scale-out short, the busiest still saturated."""
+    def first_step(thread_share: float) -> tuple[int, float]:
+        world = World(hot_share=hot, gets=0.0, cpu_us=50.0, thread_share=thread_share)
+        g = graph(10, 0)
+        rate = 1.6 * 20_000 / (hot + (1 - hot) / 10)  # the busiest needs 1.6 tasks
+        e = evaluate(g, world.observe(g, rate, 120.0), PolicyState(), PARAMS, 120.0)
+        assert e.decision.reconfigures, e.decision.reason
+        p = e.configuration["counter"].parallelism
+        return p, world.counter(p, 0, rate).busy_ms_per_s_max
+    (whole, _), (p, busiest) = first_step(1.0), first_step(0.6)
+    assert busiest < 1000.0, (p, whole)
+    assert p <= whole * 1.1, (p, whole)
 
 
 @dataclass
