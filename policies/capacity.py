@@ -420,26 +420,37 @@ def _learn(old: VertexLearning | None, v: Vertex, observation: Observation,
             shorts = (*shorts, ShortConfiguration(parallelism=point.parallelism,
                                                   memory_level=point.memory_level,
                                                   need=predicted.need))[-8:]
-        realized = _realized(predicted, measured, short_by, learning.realized)
-        judged = realized != learning.realized  # else the share stands as it was measured
+        judged: dict[str, object] = {}
+        if _judges(predicted, measured, short_by):
+            # A share measured on the other kind of step shrank gains this one's did not.
+            same = learning.realized_memory_led == predicted.memory_led
+            realized = _realized(predicted, measured, short_by,
+                                 learning.realized if same else None)
+            judged = {"realized": realized,
+                      "realized_memory_led": predicted.memory_led and realized is not None}
         learning = learning.model_copy(update={
-            "predicted": None, "fell_short": shorts, "realized": realized,
-            "realized_memory_led": (predicted.memory_led and realized is not None
-                                    if judged else learning.realized_memory_led)})
+            "predicted": None, "fell_short": shorts, **judged})
     return learning
+
+
+def _judges(predicted: Prediction, measured: float, short_by: float) -> bool:
+    """Whether a step says how far the surface's gains hold: it promised a gain a
+    measurement can confirm, and measured outside the noise of it."""
+    start = predicted.from_capacity
+    if start is None or not start > 0 or predicted.capacity < start * (1 + 2 * short_by):
+        return False
+    return abs(measured - predicted.capacity) > predicted.capacity * short_by
 
 
 def _realized(predicted: Prediction, measured: float, short_by: float,
               before: float | None) -> float | None:
     """The share of the surface's predicted gains that measurements confirm, after the
     step `predicted` was made with the share `before` (None: all): unchanged when the step
-    measured within the noise of its prediction or gained too little to judge; else
-    scaled by how much of the predicted gain it measured (never above 1: all)."""
-    start = predicted.from_capacity
-    if start is None or not start > 0 or predicted.capacity < start * (1 + 2 * short_by):
+    does not judge it (`_judges`); else scaled by how much of the predicted gain it
+    measured (never above 1: all)."""
+    if not _judges(predicted, measured, short_by):
         return before
-    if abs(measured - predicted.capacity) <= predicted.capacity * short_by:
-        return before
+    start = predicted.from_capacity or 0.0
     share = (before or 1.0) * (measured - start) / (predicted.capacity - start)
     share = min(1.0, max(0.05, share))
     return None if share >= 1.0 else share
@@ -649,8 +660,8 @@ class _Skew:
     @property
     def cost(self) -> float:
         """The busiest subtask's busy time per record over the mean's, where its records
-        were measured and it stands out beyond the noise (else 1; never below 1: a
-        cheaper hot key is not counted on). A slow TaskManager keeps it too."""
+        were measured and it stands out by more than SKEW_TOLERANCE (else 1; never below
+        1: a cheaper hot key is not counted on). A slow TaskManager keeps it too."""
         if self.records is None or self.observed <= self.keys * SKEW_TOLERANCE:
             return 1.0
         return self.observed / self.keys
@@ -672,19 +683,12 @@ class _Skew:
             return None
         return skew.useful_parallelism(h, self.parallelism, self.key_groups)
 
-    def busiest_keys(self, p: int, h: float) -> float:
-        """The busiest subtask's share of the input at p tasks: the hot key group and
-        ⌈K/p⌉ − 1 others at the mean of the rest, as `skew.hot_key_group_share` takes
-        them off (so the running parallelism's ratio is what was measured there)."""
-        groups = math.ceil(self.key_groups / p)
-        return h + (groups - 1) * (1.0 - h) / (self.key_groups - 1) if groups > 1 else h
-
     def ratio(self, p: int) -> float:
         h = self.hot_share
         if not self.key_groups and (h > 0 or self.cost > 1.0):
             modelled = min(float(p), self.observed)  # not hashed: the imbalance stays
         else:
-            keys = max(self.rounding(p), p * self.busiest_keys(p, h))
+            keys = max(self.rounding(p), p * skew.busiest_share(h, p, self.key_groups))
             modelled = min(float(p), keys * self.cost)
         return max(modelled, self.measured.get(p, 1.0))
 

@@ -208,6 +208,17 @@ def hot_key_group_share(share: float, parallelism: int, key_groups: int) -> floa
     return max(share - others, 0.0)
 
 
+def busiest_share(hot: float, parallelism: int, key_groups: int) -> float:
+    """The busiest subtask's share of the input at `parallelism` tasks, with a hot key
+    group of share `hot`: that group and ⌈K/p⌉ − 1 others at the mean of the rest, the
+    inverse of `hot_key_group_share` (the running parallelism gives back what was
+    measured there)."""
+    groups = -(-key_groups // parallelism)
+    if groups <= 1:
+        return hot
+    return hot + (groups - 1) * (1.0 - hot) / (key_groups - 1)
+
+
 def busiest_records_share(m: VertexMetrics) -> float | None:
     """The busiest subtask's share of the records in, when the collector measured it."""
     top = m.records_in_per_s_max

@@ -21,9 +21,9 @@ while the mean is not) and either
   did not help);
 
 and no such configuration would make a busiest subtask that falls behind keep up (that
-restart is taken: one step, then it stops). A busiest subtask that keeps up, but within the
-noise margin of the trigger, restarts only for a gain a measurement could confirm
-(`short_by`): a plateau's last few per cent are the noise's, not the keys'.
+restart is taken: one step, then it stops). A busiest subtask that keeps up, but within
+three times the noise of the rate to sustain, restarts only for a gain a measurement
+could confirm (`short_by`): a plateau's last few per cent are the noise's, not the keys'.
 
 Then no restart is taken for it (a restart that happens anyway leaves it as it is), and
 a `SkewFinding` that blocks scale-out names it (the `Skewed` condition and its Warning

@@ -850,23 +850,26 @@ def test_a_hot_key_class_restarts_at_most_once_and_is_named_within_two_windows(
 @settings(max_examples=300, deadline=None)
 @given(st.sampled_from([128, 256, 32768]), st.integers(2, 400),
        st.floats(1.2, 10.0))
-def test_the_skew_model_reproduces_the_ratio_measured_where_it_runs(
+def test_the_skew_model_gives_back_the_share_measured_where_it_runs(
         key_groups: int, parallelism: int, above_rounding: float) -> None:
     """The hot key group taken off the busiest subtask's share, and put back at the same
-    parallelism, gives the measured ratio: the model predicts other parallelisms from what
+    parallelism, gives the measured share: other parallelisms are predicted from what
     was measured, not from a ratio up to 41 % off it (one key group counted twice)."""
     p = min(parallelism, key_groups - 1)
     rounding = math.ceil(key_groups / p) * p / key_groups
-    observed = min(float(p), rounding * above_rounding)
-    spread = capacity._Skew(observed, p, key_groups, MappingProxyType({}))
-    if spread.hot_share > 0:
-        assert spread.ratio(p) == pytest.approx(observed, rel=1e-9)
+    share = min(1.0, rounding * above_rounding / p)
+    hot = skew.hot_key_group_share(share, p, key_groups)
+    if hot > 0:
+        assert skew.busiest_share(hot, p, key_groups) == pytest.approx(share, rel=1e-9)
+        spread = capacity._Skew(share * p, p, key_groups, MappingProxyType({}))
+        assert spread.ratio(p) == pytest.approx(share * p, rel=1e-9)
 
 
 def test_a_busiest_subtask_that_keeps_up_restarts_only_for_a_gain_it_can_measure() -> None:
     """More tasks would raise the busiest subtask's capacity by 8 %: worth a restart when
     it falls behind (the gain makes it keep up), not when it keeps up already within the
-    noise margin (three times the 2 % noise): 8 % is less than a measurement confirms."""
+    noise margin (three times the 2 % noise over the rate): 8 % is less than a
+    measurement confirms, 15 % is not."""
     surface = Surface(a=50.0, b=0.0, contention=0.0, curve=None, base_mib=BASE)
     ratio = {32: 5.65, 43: 5.65 * 43 / 32 / 1.08}
     current, candidates = VertexConfig(32, 0), [VertexConfig(32, 0), VertexConfig(43, 0)]
@@ -880,7 +883,9 @@ def test_a_busiest_subtask_that_keeps_up_restarts_only_for_a_gain_it_can_measure
     assert assess(rate=1.01 * now) is None  # falling behind: the restart is taken
     stop = assess(rate=0.97 * now)  # 97 % busy: keeps up, so no restart for 8 %
     assert stop is not None and stop.reachable == pytest.approx(1.08 * now)
-    assert assess(rate=0.80 * now) is not None  # far from the trigger: never a restart
+    assert assess(rate=0.80 * now) is not None  # far from the margin: never a restart
+    ratio[43] = 5.65 * 43 / 32 / 1.15
+    assert assess(rate=0.97 * now) is None  # 15 %: a gain a measurement confirms
 
 
 @pytest.mark.parametrize("hot", [0.04, 0.08])
