@@ -702,6 +702,9 @@ class Status(StatusModel):
         (), max_length=1000, description="vertices waiting out cpu.scaleDownDelay"
     )
     last_reconfiguration_time: EpochTime | None = None
+    cpu_short_since: EpochTime | None = Field(
+        None, description="capacity policy: end of the first of two windows running in "
+                          "which the tasks waited for CPU while the job fell behind")
     learned: tuple[VertexLearning, ...] = Field(
         (), max_length=1000,
         description="capacity policy: per vertex, the data points and judgements it learned "

@@ -369,6 +369,7 @@ def policy_state(status: Status) -> PolicyState:
         skewed=frozenset(f.vertex_id for f in status.last_decision.skew)
         if status.last_decision is not None else frozenset(),
         learned=MappingProxyType({v.vertex_id: v for v in status.learned}),
+        cpu_short_since=status.cpu_short_since,
     )
 
 
@@ -385,6 +386,8 @@ def with_policy_state(status: Status, state: PolicyState) -> Status:
                                       else epoch_seconds(state.last_reconfiguration_time)),
         "summary": status.summary.model_copy(update={"step": state.step}),
         "learned": tuple(v for _, v in sorted(state.learned.items())),
+        "cpu_short_since": (None if state.cpu_short_since is None
+                            else epoch_seconds(state.cpu_short_since)),
     })
 
 

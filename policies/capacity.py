@@ -89,6 +89,8 @@ class Result:
     # The step is new slots for the same configuration: the pods were short of CPU, or
     # asked for more than their tasks are planned to use.
     cpu_step: bool = False
+    # PolicyState.cpu_short_since after this window (None once a step changes the pods).
+    cpu_short_since: float | None = None
 
 
 @dataclass(frozen=True)
@@ -136,9 +138,9 @@ def evaluate(graph: JobGraph, observation: Observation, state: PolicyState,
         m = observation.vertices[v.id]
         idle = bool(graph.inputs(v.id)) and _too_idle(m)
         starved = idle and _starved(m, rates[v.id] + catch_up[v.id], cpu.utilization_target)
+        speed = min(1.0, use[1] / use[0]) if throttled and use else None
         learning = _learn(state.learned.get(v.id), v, observation, params,
-                          provisional=idle,
-                          speed=min(1.0, use[1] / use[0]) if throttled and use else None)
+                          provisional=idle, speed=speed)
         plans[v.id] = _plan_vertex(graph, v, m, learning, rates[v.id], catch_up[v.id], high_u,
                                    params, now, shrink_only=idle and not starved,
                                    no_scale_in=_quiet_async(m))
@@ -161,9 +163,14 @@ def evaluate(graph: JobGraph, observation: Observation, state: PolicyState,
     # Tasks that waited for CPU while the job falls behind, and no vertex short by its
     # busy time (one that can be scaled: a source may be what saturates first): the pods
     # are what is short. The step keeps the configuration and asks for new slots with
-    # more CPU (`_task_cpu`). With a deficit, its step plans more CPU as well.
-    cpu_step = (params.pods is not None and (throttled or bool(idle_short)) and not deficits
-                and _falling_behind(graph, observation)
+    # more CPU (`_task_cpu`). With a deficit, its step plans more CPU as well. Two windows
+    # running, as for `_busy_cpu_short`: one alone may hold a stall (a GC or checkpoint
+    # pause, counted as busy time) whose backlog the pods' CPU limits while it drains.
+    behind = not deficits and _falling_behind(graph, observation)
+    cpu_short = params.pods is not None and throttled and behind
+    cpu_short_since = (state.cpu_short_since or now) if cpu_short else None
+    cpu_step = ((bool(idle_short) or (cpu_short and state.cpu_short_since is not None))
+                and behind
                 and any(task_cpu(vid, p.current) > (p.learning.task_cpu or math.inf)
                         for vid, p in plans.items()))
     if cpu_step and idle_short:
@@ -287,7 +294,8 @@ def evaluate(graph: JobGraph, observation: Observation, state: PolicyState,
                     for vid, p in plans.items() if p.stop is not None)
     return Result(triggered, reason, tuple(decisions), MappingProxyType(chosen),
                   MappingProxyType(learned), stopped,
-                  task_cpu if params.pods is not None else None, cpu_step)
+                  task_cpu if params.pods is not None else None, cpu_step,
+                  None if triggered else cpu_short_since)
 
 
 def _cpu_use(graph: JobGraph, observation: Observation, state: PolicyState,
@@ -300,7 +308,7 @@ def _cpu_use(graph: JobGraph, observation: Observation, state: PolicyState,
     task is busy while it waits). Such a window measures the pods' CPU, not the
     configuration's capacity: it adds at most a provisional point and judges no step; a
     deficit it shows is sized as usual and plans more CPU, and without one, pods short of
-    CPU while the job falls behind get new slots (`cpu_step`)."""
+    CPU while the job falls behind, two windows running, get new slots (`cpu_step`)."""
     slots = busy = 0.0
     for v in graph.vertices:
         learning = state.learned.get(v.id)

@@ -115,7 +115,7 @@ def _scaling(graph: JobGraph, observation: Observation, state: PolicyState,
             f"{graph.vertex(vid).name or vid} {note}" for vid, note in notes.items())
     elif params.policy == Policy.CAPACITY:
         planned = capacity.evaluate(graph, observation, state, params, now)
-        state = replace(state, learned=planned.learned)
+        state = replace(state, learned=planned.learned, cpu_short_since=planned.cpu_short_since)
         # A skew-stopped vertex is named (Skewed) with what it sustains and what would lift it.
         skewed = skew_stop.merge(skewed, planned.skew)
         state = replace(state, skewed=frozenset(f.vertex_id for f in skewed))

@@ -94,6 +94,9 @@ class PolicyState:
     skewed: frozenset[str] = frozenset()
     # The capacity policy's per-vertex data points and judgements (policies/learning.py).
     learned: Mapping[str, VertexLearning] = field(default_factory=lambda: MappingProxyType({}))
+    # End of the first of two windows running in which the tasks waited for CPU while
+    # the job fell behind (capacity policy): the second asks for pods with more CPU.
+    cpu_short_since: float | None = None
 
 
 @dataclass(frozen=True)

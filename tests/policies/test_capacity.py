@@ -1118,12 +1118,22 @@ def test_a_window_that_waited_for_cpu_adds_a_provisional_point_scaled_by_its_spe
 
 
 def test_pods_short_of_cpu_get_new_slots_with_more_cpu_and_the_same_configuration() -> None:
-    """Throttled while the sources fall behind, and no vertex short by its busy time: a
-    step that keeps the configuration and gives every task at least a quarter more CPU."""
+    """Throttled while the sources fall behind, two windows running, and no vertex short
+    by its busy time: a step that keeps the configuration and gives every task at least a
+    quarter more CPU. The first window only remembers itself (a stall's backlog drained
+    at the pods' CPU looks the same); a window between that is not short forgets it."""
     world, g, state, params = _planned_step()
     obs, throttled, _ = _throttled(world, g, state, params, growth=5_000.0)
+    first = evaluate(g, obs, state, throttled, 240.0)
+    assert not first.decision.reconfigures and first.state.cpu_short_since == 240.0
+    calm, _, _ = _throttled(world, g, state, params, growth=0.0)
+    between = evaluate(g, calm, first.state, throttled, 300.0)
+    assert not between.decision.reconfigures and between.state.cpu_short_since is None
+    assert not evaluate(g, obs, between.state, throttled, 360.0).decision.reconfigures
+    state = replace(state, learned=first.state.learned, cpu_short_since=240.0)
     e = evaluate(g, obs, state, throttled, 360.0)
     assert e.decision.reconfigures and "short of CPU" in e.decision.reason
+    assert e.state.cpu_short_since is None
     assert dict(e.configuration) == dict(g.configuration())
     before = {vid: state.learned[vid].task_cpu for vid in ("src", "counter")}
     for vid, cpu in before.items():
@@ -1132,7 +1142,6 @@ def test_pods_short_of_cpu_get_new_slots_with_more_cpu_and_the_same_configuratio
         assert e.state.learned[vid].task_cpu == e.task_cpu[vid]
     assert e.task_cpu["counter"] > before["counter"]
     # Not falling behind (a restart's backlog draining), or pods with CPU to spare: none.
-    calm, _, _ = _throttled(world, g, state, params, growth=0.0)
     assert not evaluate(g, calm, state, throttled, 360.0).decision.reconfigures
     roomy = replace(params, pods_cpu=100.0)
     assert not evaluate(g, obs, state, roomy, 360.0).decision.reconfigures
