@@ -120,6 +120,8 @@ class _Plan:
     # plus the catch-up at full busyness
     need_cpu: float = 0.0
     idle_cpu: bool = False  # its CPU is planned from a near-idle busy time (`_idle_busyness`)
+    # Asynchronous state: cores one record/s took, from the JVMs' CPU (`_async_cpu`).
+    cpu_per_record: float | None = None
 
 
 def evaluate(graph: JobGraph, observation: Observation, state: PolicyState,
@@ -145,6 +147,8 @@ def evaluate(graph: JobGraph, observation: Observation, state: PolicyState,
                                    params, now, shrink_only=idle and not starved,
                                    no_scale_in=_quiet_async(m))
 
+    for vid, per_record in _async_cpu(graph, observation).items():
+        plans[vid] = replace(plans[vid], cpu_per_record=per_record)
     deficits = [p for p in plans.values() if p.deficit]
     ready: list[_Plan] = []
     # Falling behind with no task busy enough to say why: what is short is not what busy
@@ -300,7 +304,8 @@ def evaluate(graph: JobGraph, observation: Observation, state: PolicyState,
 
 def _cpu_use(graph: JobGraph, observation: Observation, state: PolicyState,
              pods_cpu: float | None) -> tuple[float, float] | None:
-    """The tasks' busy time summed (cores; it bounds their CPU from above) and the CPU
+    """The tasks' busy time summed (cores; it bounds their CPU from above, except on
+    asynchronous state: there the JVMs' measured CPU where it is higher) and the CPU
     they have: the running pods' (`pods_cpu`), else what their slots ask for (planned at
     the last step, `_task_cpu`). None while a vertex asks for the footprint's core, which
     one task cannot exceed. Busy time at `CPU_BOUND` of that CPU or more: the tasks may
@@ -316,8 +321,37 @@ def _cpu_use(graph: JobGraph, observation: Observation, state: PolicyState,
             return None
         slots += v.parallelism * learning.task_cpu
         busy += v.parallelism * observation.vertices[v.id].busyness
+    # Asynchronous state's I/O threads are not busy time: the JVMs' CPU where measured.
+    if any(m.async_in_flight_records is not None for m in observation.vertices.values()):
+        busy = max(busy, observation.cpu_cores_used or 0.0)
     have = pods_cpu if pods_cpu else slots
     return (busy, have) if have > 0 else None
+
+
+def _async_cpu(graph: JobGraph, observation: Observation) -> dict[str, float]:
+    """Per vertex on asynchronous state, the cores one record/s takes: the CPU the job's
+    TaskManager JVMs used (`Observation.cpu_cores_used`) less the synchronous vertices'
+    busy time (which bounds their CPU from above, so this errs low), shared among the
+    asynchronous vertices by their task threads' busy time, and never below it (it
+    counts the task thread only). Busy time alone cannot say: ForSt's I/O threads do
+    the state's work outside it. Empty when the CPU was not measured."""
+    used = observation.cpu_cores_used
+    if used is None or not math.isfinite(used):
+        return {}
+    busy = {v.id: v.parallelism * observation.vertices[v.id].busyness for v in graph.vertices}
+    async_ids = [v.id for v in graph.vertices
+                 if observation.vertices[v.id].async_in_flight_records is not None]
+    threads = sum(busy[vid] for vid in async_ids)
+    left = used - sum(b for vid, b in busy.items() if vid not in async_ids)
+    out = {}
+    for vid in async_ids:
+        m = observation.vertices[vid]
+        records = m.records_in_per_s if m.records_in_per_s > 0 else m.records_out_per_s
+        share = busy[vid] / threads if threads > 0 else 1.0 / len(async_ids)
+        cores = max(left * share, busy[vid])
+        if records > 0 and 0.0 < cores < math.inf:
+            out[vid] = cores / records
+    return out
 
 
 def _falling_behind(graph: JobGraph, observation: Observation) -> bool:
@@ -838,11 +872,14 @@ def _planned_busyness(p: _Plan, config: VertexConfig) -> float:
     """The mean busyness of the vertex's tasks at `config` under the load the pods are
     sized for (`need_cpu`): their CPU summed is what a TaskManager pools for its slots, so
     a hot subtask's share above the mean takes what its neighbours leave. Without a
-    surface, what a near-idle window's busy time shows (`_idle_busyness`). inf when not
-    known: asynchronous state, whose busy time leaves out the CPU of ForSt's I/O threads
-    (docs/flink-2.md)."""
+    surface, what a near-idle window's busy time shows (`_idle_busyness`). Asynchronous
+    state, whose busy time leaves out the CPU of ForSt's I/O threads (docs/flink-2.md):
+    the CPU a record took as the TaskManagers' JVMs measured it (`_async_cpu`), else inf
+    (not known: the footprint's core)."""
     if p.metrics.async_in_flight_records is not None:
-        return math.inf
+        if p.cpu_per_record is None:
+            return math.inf
+        return p.cpu_per_record * p.need_cpu / config.parallelism
     if p.surface is None:
         return _idle_busyness(p, config)
     tpr = p.surface.capacity(config.parallelism, config.memory_level)

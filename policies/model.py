@@ -233,6 +233,10 @@ class Observation:
     # When the job's tasks last (re)started, their block caches empty (policies.warmup);
     # None when not known.
     restarted: float | None = None
+    # Cores the job's TaskManager JVMs used (Status.JVM.CPU.Time's rate, summed): every
+    # thread's CPU, also the I/O threads of asynchronous state that busy time leaves
+    # out. None when not measured.
+    cpu_cores_used: float | None = None
 
     def missing(self, graph: JobGraph) -> tuple[str, ...]:
         """Vertex ids of `graph` this observation has no metrics for."""

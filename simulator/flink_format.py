@@ -543,10 +543,16 @@ def jvm_metrics(job: DeployedJob, twin: Twin, slots: list[tuple[str, int]]) -> d
     memory = flink_memory_model(job.tm_memory_mib)
     heap_max = float(memory["frameworkHeap"] + memory["taskHeap"])
     tick = twin.last_tick()
-    busy = 0.0
+    busy = cores = 0.0
     if tick is not None and tick.running and slots:
         busy = sum(tick.vertices[vid].subtasks[i].busy for vid, i in slots) / len(slots) / 1000
+        cores = sum(tick.vertices[vid].subtasks[i].cpu for vid, i in slots)
+    # Its tasks' CPU since they started (the JVM's own threads are not modelled): the
+    # process CPU time in ns, and the load over the cores the pod may use.
+    cpu_s = sum(twin.io[vid].cpu_s[i] for vid, i in slots if i < len(twin.io[vid].cpu_s))
     return {
+        "Status.JVM.CPU.Time": float(round(cpu_s * 1e9)),
+        "Status.JVM.CPU.Load": min(1.0, cores / job.tm_cpu) if job.tm_cpu > 0 else 0.0,
         "Status.JVM.Memory.Heap.Used": float(round(heap_max * (0.15 + 0.3 * busy))),
         "Status.JVM.Memory.Heap.Committed": heap_max,
         "Status.JVM.Memory.Heap.Max": heap_max,

@@ -89,6 +89,9 @@ class SubtaskSample:
     share: float = 1.0  # of the vertex's records
     # Records in flight (asynchronous state on ForSt; 0 elsewhere).
     in_flight: float = 0.0
+    # Cores its records took: the task thread's work and, on ForSt, its I/O threads'
+    # (what the TaskManager's Status.JVM.CPU.Time counts, and busy time may not).
+    cpu: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -149,10 +152,11 @@ class IoCounters:
     busy_ms: list[float]
     backpressured_ms: list[float]
     idle_ms: list[float]
+    cpu_s: list[float]  # CPU seconds its records took (SubtaskSample.cpu)
 
     @classmethod
     def zeros(cls, subtasks: int) -> IoCounters:
-        return cls(*([0.0] * subtasks for _ in range(5)))
+        return cls(*([0.0] * subtasks for _ in range(6)))
 
 
 def mean(values: list[float]) -> float:
@@ -488,6 +492,7 @@ class Twin:
                         records_out=records * (1.0 if op.is_source else op.selectivity),
                         share=share,
                         in_flight=self._in_flight(cost, records, saturated),
+                        cpu=records / cost.capacity,
                     )
                 subtasks.append(sample)
                 self._count(vid, i, rate * share * dt, cost)
@@ -544,6 +549,7 @@ class Twin:
         io.busy_ms[subtask] += sample.busy * dt
         io.backpressured_ms[subtask] += sample.backpressured * dt
         io.idle_ms[subtask] += sample.idle * dt
+        io.cpu_s[subtask] += sample.cpu * dt
 
     def _ancestors(self, vid: str) -> set[str]:
         seen: set[str] = set()
@@ -629,7 +635,12 @@ class Twin:
                     or ticks[0].time - start > (self.time - start) / 2 + SCRAPE_S):
                 continue
             vertices[vid] = self._measure(op, ticks)
-        return Observation(self.time, window_s, MappingProxyType(vertices))
+        # The TaskManagers' JVM CPU, summed over the job: Status.JVM.CPU.Time is a
+        # counter of the process's CPU time, its rate over the window exact.
+        cpu = mean([sum(s.cpu for v in t.vertices.values() for s in v.subtasks)
+                    for t in scrapes]) if scrapes and vertices else None
+        return Observation(self.time, window_s, MappingProxyType(vertices),
+                           cpu_cores_used=cpu)
 
     def _measure(self, op: Operator, ticks: list[Tick]) -> VertexMetrics:
         vid = op.vertex_id

@@ -152,7 +152,7 @@ TASK_SIGNALS = ("busy_avg", "busy_sample_time", "backpressure", "records_in", "r
                 "pending", "cache_hits", "cache_misses", "cache_capacity", "state_bytes",
                 "file_cache_hits", "file_cache_misses", "async_in_flight")
 SUBTASK_SIGNALS = ("busy_max", "records_in_max")
-WINDOW_SIGNALS = (*TASK_SIGNALS, *SUBTASK_SIGNALS, "state_latency")
+WINDOW_SIGNALS = (*TASK_SIGNALS, *SUBTASK_SIGNALS, "state_latency", "cpu_used")
 # The label that tells the parts of a combined query apart (no Flink metric carries it).
 PART_LABEL = "hybridscaler_part"
 
@@ -245,8 +245,19 @@ def collect(
     if problems:
         return MetricsUnavailable("metrics unavailable: " + "; ".join(problems))
     capacity = {vid: _mean(pts) for vid, pts in rows["cache_capacity"].items() if vid in vertices}
-    return Collected(Observation(time=now, window_s=window_s, vertices=vertices), capacity,
-                     checkpoint_bytes(source, q, now))
+    return Collected(Observation(time=now, window_s=window_s, vertices=vertices,
+                                 cpu_cores_used=_cpu_used(parts["cpu_used"])),
+                     capacity, checkpoint_bytes(source, q, now))
+
+
+def _cpu_used(result: Sequence[Series]) -> float | None:
+    """The job's TaskManagers' CPU over the window (cores); None when not reported (a
+    reporter without JVM metrics) or not a sane number (an endpoint may answer anything)."""
+    points = [p for s in result for p in _points(s)]
+    if not points:
+        return None
+    cores = _mean(points)
+    return cores if 0.0 <= cores < 1e6 else None
 
 
 def checkpoint_bytes(source: MetricsSource, q: JobQueries, now: float) -> float | None:

@@ -38,10 +38,14 @@ _TICKER = re.compile(
     r'\{.*subtask_index="(\d+)".*\}) \S+$',
     re.MULTILINE,
 )
+# A TaskManager JVM's CPU time (ns) counts up at this many cores; the JobManager's stays.
+JVM_CPU_CORES = 1.5
+_JVM_CPU = re.compile(r"^(flink_taskmanager_Status_JVM_CPU_Time\{.*\}) (\S+)$", re.MULTILINE)
 
 
 def golden_scrape(name: str, t0: float, samples: Path = SAMPLES) -> Callable[[], str]:
-    """A golden scrape whose cache tickers count up at a known rate per subtask.
+    """A golden scrape whose cache tickers count up at a known rate per subtask, and
+    its TaskManagers' JVM CPU time at JVM_CPU_CORES.
 
     Subtask 1's tickers reset every RESET_EVERY_S seconds, as after a restart. Each ticker
     carries the timestamp its value was computed for: Prometheus would otherwise stamp it
@@ -61,7 +65,11 @@ def golden_scrape(name: str, t0: float, samples: Path = SAMPLES) -> Callable[[],
             t = elapsed % RESET_EVERY_S if m.group(3) == "1" else elapsed
             return f"{m.group(1)} {rate * t} {int(now * 1000)}"
 
-        return _TICKER.sub(value, text)
+        def cpu_time(m: re.Match[str]) -> str:
+            return f"{m.group(1)} {float(m.group(2)) + JVM_CPU_CORES * 1e9 * elapsed} " \
+                   f"{int(now * 1000)}"
+
+        return _JVM_CPU.sub(cpu_time, _TICKER.sub(value, text))
 
     return body
 

@@ -30,7 +30,15 @@ from policies.restart_cost import (
 )
 from tests.golden import FLINK_2_2
 
-from .conftest import FILE_HIT_RATE, FILE_MISS_RATE, HIT_RATE, MISS_RATE, Exporter, wait_for
+from .conftest import (
+    FILE_HIT_RATE,
+    FILE_MISS_RATE,
+    HIT_RATE,
+    JVM_CPU_CORES,
+    MISS_RATE,
+    Exporter,
+    wait_for,
+)
 from .promproc import PrometheusProcess
 
 RECORDING = json.loads((FLINK_2_2 / "recording.json").read_text())
@@ -110,6 +118,12 @@ def test_asynchronous_state_has_in_flight_records_and_no_latency(observed: Colle
     assert v[ASYNC].state_latency_ns is None  # latency tracking wraps synchronous state only
     assert v[SYNC].async_in_flight_records is None
     assert v[SYNC].state_latency_ns is not None and v[SYNC].state_latency_ns > 0
+
+
+def test_the_jobs_taskmanagers_cpu_is_their_jvms_cpu_time_rate(observed: Collected) -> None:
+    """Status.JVM.CPU.Time (ns, a gauge that counts up) of the TaskManagers the job's tasks
+    report from (their tm_id): its rate in cores. The JobManager's is not the job's."""
+    assert observed.observation.cpu_cores_used == pytest.approx(JVM_CPU_CORES, rel=0.1)
 
 
 def test_managed_memory_sizes_forsts_block_cache(observed: Collected) -> None:

@@ -1279,3 +1279,44 @@ def test_asynchronous_state_below_saturation_may_still_give_memory_back() -> Non
     _, steps, _ = timed_run(AsyncWorld(), rate, windows=12, start=graph(8, 2))
     assert steps and all(p >= 8 for _, p, _ in steps), steps
     assert (steps[-1][2] or 0) < 2, steps
+
+
+def _with_jvm_cpu(world: World, g: JobGraph, obs: Observation) -> Observation:
+    """The window with the TaskManagers' JVM CPU measured: all of the counter's work (its
+    I/O threads' too) and the source's."""
+    c = g.vertex("counter")
+    counter = obs.vertices["counter"].records_in_per_s * world.service_us(
+        c.parallelism, c.memory_level) / 1e6
+    return replace(obs, cpu_cores_used=counter + obs.vertices["src"].busyness)
+
+
+def test_asynchronous_state_takes_its_cpu_per_record_from_the_jvms() -> None:
+    """Busy time leaves out ForSt's I/O threads: the CPU a record takes is the JVMs'
+    measured CPU less the synchronous vertices' busy time, over the records. Unmeasured,
+    nothing is known; on synchronous state, busy time says it already."""
+    world, g = AsyncWorld(), graph(4, 0)
+    obs = world.observe(g, 0.5 * 4e6 / world.service_us(4, 0), 120.0)
+    measured = _with_jvm_cpu(world, g, obs)
+    assert obs.vertices["counter"].busyness < 0.2  # a quarter of the work shows
+    assert capacity._async_cpu(g, measured) == {
+        "counter": pytest.approx(world.service_us(4, 0) / 1e6)}
+    assert capacity._async_cpu(g, obs) == {}
+    sync = World().observe(g, 0.5 * 4e6 / world.service_us(4, 0), 120.0)
+    assert capacity._async_cpu(g, _with_jvm_cpu(World(), g, sync)) == {}
+
+
+def test_asynchronous_state_asks_for_the_cpu_its_jvms_measured() -> None:
+    """A saturated counter on ForSt scales out. Without the JVMs' CPU its slots ask for
+    the footprint's core; with it, for what a record took there at the load the pods are
+    sized for (at most utilizationMax busy at the target), under a core."""
+    world, params = AsyncWorld(), replace(PARAMS, pods=CpuPods())
+    g, rate = graph(), 40_000.0
+    obs = world.observe(g, rate, 120.0)
+    blind = evaluate(g, obs, PolicyState(), params, 120.0)
+    seen = evaluate(g, _with_jvm_cpu(world, g, obs), PolicyState(), params, 120.0)
+    assert blind.decision.reconfigures and seen.decision.reconfigures
+    assert blind.task_cpu["counter"] == 1.0
+    # Per record, what it took at the running configuration (not a fit across levels).
+    p = seen.configuration["counter"].parallelism
+    per_task = rate * world.service_us(1, 0) / 1e6 / p
+    assert per_task / PARAMS.cpu.utilization_max <= seen.task_cpu["counter"] < 1.0

@@ -178,6 +178,38 @@ def test_the_twin_speaks_flink_2_2s_forst_metric_names():
     assert any("Latency" in n for n in theirs) and not any("forst" in n for n in theirs)
 
 
+def test_the_twins_jvm_cpu_counts_what_busy_time_leaves_out_on_forst():
+    """Each TaskManager's Status.JVM.CPU.Time (golden names and labels) counts all of its
+    tasks' work: on ForSt more than their busy time (the I/O threads'), on RocksDB the
+    same. The window's view (`Observation.cpu_cores_used`) is its rate, summed."""
+    golden = families((FLINK_2_2 / "prom-scrape.txt").read_text())
+    for name, more in (("q11-forst", True), ("q11", False)):
+        model = quiet(load_model(name))
+        twin = Twin(model, configuration={session(model): VertexConfig(24, 1)})
+        twin.advance(120)
+        obs = twin.observe(60)
+        busy = sum(twin.configuration[vid].parallelism * m.busyness
+                   for vid, m in obs.vertices.items())
+        assert obs.cpu_cores_used is not None
+        assert (obs.cpu_cores_used > 1.2 * busy) if more else (
+            obs.cpu_cores_used == pytest.approx(busy, rel=0.1))
+        first = cpu_time_s(twin)
+        twin.advance(60)
+        assert (cpu_time_s(twin) - first) / 60 == pytest.approx(obs.cpu_cores_used, rel=0.05)
+        kind, help_text, labels = scraped(twin)["flink_taskmanager_Status_JVM_CPU_Time"]
+        assert (kind, help_text) == golden["flink_taskmanager_Status_JVM_CPU_Time"][:2]
+        assert labels <= golden["flink_taskmanager_Status_JVM_CPU_Time"][2]
+
+
+def cpu_time_s(twin: Twin) -> float:
+    """The TaskManagers' JVM CPU time summed, in seconds, as the reporter shows it."""
+    job = DeployedJob("ns", twin.model.name, "j" * 32, twin.model.name, 0, 4, 1, 4.0, 2048.0, 0)
+    scrape = Scrape()
+    add_job_metrics(scrape, job, twin, 0)
+    return sum(s.value for f in text_string_to_metric_families(scrape.render())
+               if f.name == "flink_taskmanager_Status_JVM_CPU_Time" for s in f.samples) / 1e9
+
+
 def test_a_forst_step_costs_what_restart_cost_measured_on_forst():
     """One source of truth: the twin prices a step with policies/restart_cost.py's costs for
     its engine; on ForSt a last-state restart reads no state, so its downtime does not grow
