@@ -466,8 +466,7 @@ def _learn(old: VertexLearning | None, v: Vertex, observation: Observation,
         if _judges(predicted, measured, short_by):
             # A share measured on the other kind of step shrank gains this one's did not.
             same = learning.realized_memory_led == predicted.memory_led
-            realized = _realized(predicted, measured, short_by,
-                                 learning.realized if same else None)
+            realized = _realized(predicted, measured, learning.realized if same else None)
             judged = {"realized": realized,
                       "realized_memory_led": predicted.memory_led and realized is not None}
         learning = learning.model_copy(update={
@@ -484,14 +483,10 @@ def _judges(predicted: Prediction, measured: float, short_by: float) -> bool:
     return abs(measured - predicted.capacity) > predicted.capacity * short_by
 
 
-def _realized(predicted: Prediction, measured: float, short_by: float,
-              before: float | None) -> float | None:
-    """The share of the surface's predicted gains that measurements confirm, after the
-    step `predicted` was made with the share `before` (None: all): unchanged when the step
-    does not judge it (`_judges`); else scaled by how much of the predicted gain it
-    measured (never above 1: all)."""
-    if not _judges(predicted, measured, short_by):
-        return before
+def _realized(predicted: Prediction, measured: float, before: float | None) -> float | None:
+    """The share of the surface's predicted gains that measurements confirm, after a step
+    that judges it (`_judges`), `predicted`, made with the share `before` (None: all):
+    scaled by how much of the predicted gain it measured (never above 1: all)."""
     start = predicted.from_capacity or 0.0
     share = (before or 1.0) * (measured - start) / (predicted.capacity - start)
     share = min(1.0, max(0.05, share))
@@ -514,10 +509,13 @@ def point_of(v: Vertex, m: VertexMetrics, time: float,
         if records > 0:
             accesses = ((m.cache_hits_per_s or 0.0) + (m.cache_misses_per_s or 0.0)) / records
     hottest = m.busy_ms_per_s_max / m.busy_ms_per_s if m.busy_ms_per_s > 0 else 1.0
+    records_share = skew.busiest_records_share(m)
     return CapacityPoint(
         parallelism=v.parallelism, memory_level=v.memory_level, time=time,
         service_us=service_us,
         hottest_ratio=min(float(v.parallelism), max(1.0, hottest)),
+        records_ratio=None if records_share is None else min(
+            float(v.parallelism), max(1.0, records_share * v.parallelism)),
         miss_ratio=None if theta is None else min(1.0, max(0.0, 1.0 - theta)),
         cache_accesses_per_record=explain.finite(accesses),
         state_latency_ns=explain.finite(m.state_latency_ns),
@@ -562,10 +560,10 @@ def _plan_vertex(graph: JobGraph, v: Vertex, m: VertexMetrics, learning: VertexL
     hashed = any(e.ship_strategy == ShipStrategy.HASH for e in graph.inputs(v.id))
     measured = {pt.parallelism: pt.hottest_ratio for pt in learning.points
                 if not pt.provisional}
-    records = skew.busiest_records_share(m)
+    # Busy time and records over the same windows (`CapacityPoint`), so their ratio is a
+    # cost per record and not a change of load between them.
     spread = _Skew(anchor.hottest_ratio, v.parallelism, v.max_parallelism if hashed else 0,
-                 MappingProxyType(measured),
-                 None if records is None else records * v.parallelism)
+                   MappingProxyType(measured), anchor.records_ratio)
     def after_downtime(downtime_s: float) -> float:
         """The rate to sustain when a step's downtime must be caught up on as well."""
         restart = target * downtime_s / cpu.catch_up_duration if cpu.catch_up_duration > 0 else 0.0
@@ -687,7 +685,7 @@ class _Skew:
     parallelism: int
     key_groups: int  # 0: input not hashed
     measured: Mapping[int, float]  # parallelism -> busiest / mean seen there
-    records: float | None = None  # busiest / mean records in now; None: not measured
+    records: float | None = None  # busiest / mean records in at the anchor; None: not measured
 
     def rounding(self, p: int) -> float:
         if not self.key_groups:

@@ -88,6 +88,8 @@ class CapacityPoint(RecordModel):
     service_us: float = Field(gt=0, description="µs one task spends per input record")
     service_sq: float = Field(0.0, ge=0, description="mean of squared service_us (noise)")
     hottest_ratio: float = Field(1.0, ge=1, description="busiest subtask / mean busyness")
+    records_ratio: float | None = Field(
+        None, ge=1, description="busiest subtask / mean records in, where measured")
     miss_ratio: float | None = Field(None, ge=0, le=1, description="1 − θ")
     cache_accesses_per_record: float | None = Field(None, ge=0)
     state_latency_ns: float | None = Field(None, ge=0)
@@ -213,7 +215,9 @@ def merge(points: Sequence[CapacityPoint], new: CapacityPoint, window_s: float
         # on it is cautious), asynchronous state's task-thread busy time one faster.
         new = new.model_copy(update={"service_us": max(old.service_us, new.service_us),
                                      "hottest_ratio": max(old.hottest_ratio,
-                                                          new.hottest_ratio)})
+                                                          new.hottest_ratio),
+                                     "records_ratio": _max_of(old.records_ratio,
+                                                              new.records_ratio)})
         old = None
     if old is not None:
         if new.time - old.time < window_s * 0.999:
@@ -224,6 +228,7 @@ def merge(points: Sequence[CapacityPoint], new: CapacityPoint, window_s: float
             "service_us": old.service_us + (new.service_us - old.service_us) / n,
             "service_sq": old.service_sq + (new.service_us**2 - old.service_sq) / n,
             "hottest_ratio": old.hottest_ratio + (new.hottest_ratio - old.hottest_ratio) / n,
+            "records_ratio": _mean_of(old.records_ratio, new.records_ratio, n),
             "miss_ratio": _mean_of(old.miss_ratio, new.miss_ratio, n),
             "cache_accesses_per_record": _mean_of(
                 old.cache_accesses_per_record, new.cache_accesses_per_record, n),
@@ -234,6 +239,10 @@ def merge(points: Sequence[CapacityPoint], new: CapacityPoint, window_s: float
         new = new.model_copy(update={"service_sq": new.service_us**2})
     merged = sorted([*rest, new], key=lambda p: p.time)
     return tuple(merged[-POINTS_PER_VERTEX:])
+
+
+def _max_of(old: float | None, new: float | None) -> float | None:
+    return new if old is None else old if new is None else max(old, new)
 
 
 def _mean_of(old: float | None, new: float | None, n: int) -> float | None:
@@ -305,10 +314,11 @@ class Surface:
         `memory_led`: only the gains of memory over the anchor's level."""
         if realized is None or realized >= 1.0:
             return self
-        return replace(self, anchor_capacity=self.capacity(anchor.parallelism,
-                                                           anchor.memory_level),
-                       realized=max(0.0, realized), anchor_level=anchor.memory_level,
-                       memory_led=memory_led)
+        # Memory-led, the anchor is its level at each parallelism (`capacity`).
+        at_anchor = 0.0 if memory_led else self.capacity(anchor.parallelism,
+                                                         anchor.memory_level)
+        return replace(self, anchor_capacity=at_anchor, realized=max(0.0, realized),
+                       anchor_level=anchor.memory_level, memory_led=memory_led)
 
 
 def fit(points: Sequence[CapacityPoint], anchor: CapacityPoint, base_mib: float) -> Surface:

@@ -602,6 +602,16 @@ def test_a_window_is_merged_once() -> None:
     twice = merge(points, a.model_copy(update={"time": 240.0, "service_us": 110.0}), 120.0)
     assert twice[0].windows == 2 and twice[0].service_us == 105.0
     assert twice[0].noise > 0
+    # The busiest subtask's busy time and records are averaged over the same windows, so
+    # their ratio (`_Skew.cost`) compares like with like; a window without records keeps
+    # what was measured.
+    skewed = merge((), a.model_copy(update={"hottest_ratio": 1.6, "records_ratio": 1.2}),
+                   120.0)
+    later = a.model_copy(update={"time": 240.0, "hottest_ratio": 1.8, "records_ratio": 1.4})
+    both = merge(skewed, later, 120.0)[0]
+    assert (both.hottest_ratio, both.records_ratio) == pytest.approx((1.7, 1.3))
+    unmeasured = later.model_copy(update={"time": 360.0, "records_ratio": None})
+    assert merge((both,), unmeasured, 120.0)[0].records_ratio == pytest.approx(1.3)
 
 
 def test_a_measured_window_replaces_a_provisional_point_and_never_averages_with_it() -> None:
@@ -748,14 +758,17 @@ def test_a_steps_measurement_sets_the_share_of_gains_counted(
         measured: float, before: float | None, after: float | None) -> None:
     predicted = Prediction(parallelism=4, memory_level=1, capacity=200.0, need=180.0,
                            from_capacity=100.0)
-    assert capacity._realized(predicted, measured, 0.1, before) == (
-        None if after is None else pytest.approx(after))
+    judges = capacity._judges(predicted, measured, 0.1)
+    assert judges == (after != before)
+    if judges:
+        assert capacity._realized(predicted, measured, before) == (
+            None if after is None else pytest.approx(after))
 
 
 def test_a_gain_too_small_to_judge_leaves_the_share_as_it_was() -> None:
     small = Prediction(parallelism=4, memory_level=1, capacity=110.0, need=100.0,
                        from_capacity=100.0)
-    assert capacity._realized(small, 100.0, 0.1, 0.5) == 0.5
+    assert not capacity._judges(small, 100.0, 0.1)
 
 
 def test_contention_is_learned_from_two_parallelisms() -> None:
