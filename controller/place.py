@@ -194,7 +194,7 @@ def place(run: Run, graph: JobGraph, evaluation: Evaluation) -> Placed:
                    for vid, v in evaluation.state.learned.items()}
         run.status = with_policy_state(run.status, replace(
             state, scale_down_wanted_since=evaluation.state.scale_down_wanted_since,
-            learned=learned))
+            learned=learned, cpu_short_since=evaluation.state.cpu_short_since))
         where = (f"; {packer.describe_change(pods_now(run), placed.bill(spec.cost))}"
                  if isinstance(placed, Placed) else f" (unplaceable: {placed.reason})")
         run.event("Normal", Reason.RECOMMENDED, decision.reason + where)

@@ -172,8 +172,12 @@ def evaluate(graph: JobGraph, observation: Observation, state: PolicyState,
     # pause, counted as busy time) whose backlog the pods' CPU limits while it drains.
     behind = not deficits and _falling_behind(graph, observation)
     cpu_short = params.pods is not None and throttled and behind
-    cpu_short_since = (state.cpu_short_since or now) if cpu_short else None
-    cpu_step = ((bool(idle_short) or (cpu_short and state.cpu_short_since is not None))
+    # The last window evaluated, not one before a gap (no metrics, a failover): within
+    # two windows of this one.
+    since = state.cpu_short_since
+    running = since is not None and now - since <= 2.0 * observation.window_s + 1e-6
+    cpu_short_since = (since if running else now) if cpu_short else None
+    cpu_step = ((bool(idle_short) or (cpu_short and running))
                 and behind
                 and any(task_cpu(vid, p.current) > (p.learning.task_cpu or math.inf)
                         for vid, p in plans.items()))
@@ -186,9 +190,10 @@ def evaluate(graph: JobGraph, observation: Observation, state: PolicyState,
     elif cpu_step and use is not None:
         chosen = {vid: p.current for vid, p in plans.items()}
         triggered = True
-        reason = (f"capacity: the pods are short of CPU: their tasks were busy {use[0]:.1f} "
-                  f"cores of the {use[1]:.1f} they have, and the job fell behind; new slots "
-                  f"ask for more CPU, the configuration stays")
+        reason = (f"capacity: the pods are short of CPU: their tasks used or were busy "
+                  f"{use[0]:.1f} cores of the {use[1]:.1f} they have, and the job fell "
+                  f"behind, two windows running; new slots ask for more CPU, the "
+                  f"configuration stays")
     elif deficits:
         chosen = {vid: (p.best if p.deficit or _rides_along(p, params, now) else p.current)
                   for vid, p in plans.items()}
@@ -331,10 +336,12 @@ def _cpu_use(graph: JobGraph, observation: Observation, state: PolicyState,
 def _async_cpu(graph: JobGraph, observation: Observation) -> dict[str, float]:
     """Per vertex on asynchronous state, the cores one record/s takes: the CPU the job's
     TaskManager JVMs used (`Observation.cpu_cores_used`) less the synchronous vertices'
-    busy time (which bounds their CPU from above, so this errs low), shared among the
-    asynchronous vertices by their task threads' busy time, and never below it (it
-    counts the task thread only). Busy time alone cannot say: ForSt's I/O threads do
-    the state's work outside it. Empty when the CPU was not measured."""
+    busy time, shared among the asynchronous vertices by their task threads' busy time,
+    and never below it (it counts the task thread only). Busy time alone cannot say:
+    ForSt's I/O threads do the state's work outside it. It errs both ways: low where a
+    synchronous vertex's busy time counts waiting, high by the JVM's own threads (GC,
+    network, compaction, checkpoint uploads), which it charges to these vertices. Empty
+    when the CPU was not measured."""
     used = observation.cpu_cores_used
     if used is None or not math.isfinite(used):
         return {}
@@ -875,8 +882,8 @@ def _planned_busyness(p: _Plan, config: VertexConfig) -> float:
     the CPU a record took as the TaskManagers' JVMs measured it (`_async_cpu`), else inf
     (not known: the footprint's core)."""
     if p.metrics.async_in_flight_records is not None:
-        if p.cpu_per_record is None:
-            return math.inf
+        if p.cpu_per_record is None or not p.need_cpu > 0:
+            return math.inf  # not measured, or not planned (excluded, or still warming)
         return p.cpu_per_record * p.need_cpu / config.parallelism
     if p.surface is None:
         return _idle_busyness(p, config)

@@ -635,8 +635,8 @@ class Twin:
                     or ticks[0].time - start > (self.time - start) / 2 + SCRAPE_S):
                 continue
             vertices[vid] = self._measure(op, ticks)
-        # The TaskManagers' JVM CPU, summed over the job: Status.JVM.CPU.Time is a
-        # counter of the process's CPU time, its rate over the window exact.
+        # The TaskManagers' JVM CPU, summed over the job, at the window's scrapes:
+        # Status.JVM.CPU.Time counts the process's CPU time, with no sampling noise.
         cpu = mean([sum(s.cpu for v in t.vertices.values() for s in v.subtasks)
                     for t in scrapes]) if scrapes and vertices else None
         return Observation(self.time, window_s, MappingProxyType(vertices),

@@ -39,7 +39,7 @@ LIVE_DATA_NAME = OPERATOR + ".+_rocksdb_estimate_live_data_size"
 STATE_LATENCY_NAME = OPERATOR + "state_name_[A-Za-z]+Latency"
 OPERATOR_RECORDS_IN = OPERATOR + "numRecordsIn"
 # A TaskManager JVM's process CPU time (ns, cumulative; a gauge in the reporter's text).
-# It carries no job_id: its TaskManagers are those whose tm_id the job's tasks report.
+# It carries no job_id: its TaskManagers are the targets whose tm_id the job's tasks report.
 JVM_CPU_TIME = "flink_taskmanager_Status_JVM_CPU_Time"
 
 
@@ -134,7 +134,10 @@ def job_queries(job_id: str, resolution_s: float) -> JobQueries:
         ),
         # Every thread of the job's TaskManagers, also asynchronous state's I/O threads that
         # busy time leaves out (docs/flink-2.md); Flink 1.20 and 2.x name it alike.
-        cpu_used=f"sum(rate({JVM_CPU_TIME}[{rw}]) and on (tm_id) {busy}) / 1e9",
+        # tm_id is a pod name, unique within a namespace only: the same scrape target
+        # (job, instance) as the job's task series, so a namesake elsewhere is not counted.
+        cpu_used=(f"sum(rate({JVM_CPU_TIME}[{rw}]) and on (job, instance, tm_id) {busy})"
+                  " / 1e9"),
         operator_ids=f"count by (task_id, operator_id) ({selector(OPERATOR_RECORDS_IN, job_id)})",
         # The JobManager's gauge, -1 until a checkpoint completes (full size: incremental
         # checkpoints report only their increment as lastCheckpointSize).

@@ -221,8 +221,13 @@ def test_times_are_rfc3339_on_the_wire_and_round_trip_at_microseconds() -> None:
     waits = {"count": now - 30.123456789}
     status = rich_status(now)
     status = with_policy_state(status, replace(policy_state(status),
-                                              scale_down_wanted_since=waits))
+                                              scale_down_wanted_since=waits,
+                                              cpu_short_since=now - 120.0))
     wire = status.model_dump(mode="json", by_alias=True)
+    # The first window of pods short of CPU survives a controller restart.
+    assert wire["cpuShortSince"] == "2026-11-22T06:56:27.251110Z"
+    back = api.Status.model_validate(json.loads(json.dumps(wire)))
+    assert policy_state(back).cpu_short_since == pytest.approx(now - 120.0, abs=1e-6)
     assert wire["lastReconfigurationTime"] == "2026-11-22T06:58:27.251110Z"
     assert wire["lastDecision"]["time"] == "2026-11-22T06:58:27.251110Z"
     assert wire["history"][0]["time"] == "2026-11-22T06:58:27.251110Z"

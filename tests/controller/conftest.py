@@ -21,7 +21,7 @@ from tests.controller.promproc import PrometheusProcess
 from tests.golden import FLINK_1_20, FLINK_2_2
 
 SAMPLES = FLINK_1_20
-TARGET_PATHS = ("/golden", "/cfvar", "/forst", "/dynamic", "/hostile")
+TARGET_PATHS = ("/golden", "/cfvar", "/forst", "/dynamic", "/hostile", "/namesake")
 
 
 def free_port() -> int:
@@ -74,6 +74,22 @@ def golden_scrape(name: str, t0: float, samples: Path = SAMPLES) -> Callable[[],
     return body
 
 
+def namesake_taskmanager(samples: Path, t0: float) -> Callable[[], str]:
+    """Another scrape target's TaskManager with the golden one's tm_id (a pod name, unique
+    only within its namespace), burning NAMESAKE_CPU_CORES: not the golden job's CPU."""
+    tm = re.search(r'^flink_taskmanager_Status_JVM_CPU_Time\{(.*)\} ',
+                   (samples / "prom-scrape.txt").read_text(), re.MULTILINE)
+    assert tm is not None
+
+    def body() -> str:
+        now = time.time()
+        return (f"flink_taskmanager_Status_JVM_CPU_Time{{{tm.group(1)}}} "
+                f"{NAMESAKE_CPU_CORES * 1e9 * (now - t0)} {int(now * 1000)}\n")
+
+    return body
+
+
+NAMESAKE_CPU_CORES = 7.0
 LONELY_JOB, LONELY_TASK = "f" * 32, "e" * 32
 
 
@@ -97,6 +113,7 @@ class Exporter:
         self.bodies["/golden"] = golden_scrape("prom-scrape.txt", self.started)
         self.bodies["/forst"] = golden_scrape("prom-scrape.txt", self.started, FLINK_2_2)
         self.bodies["/dynamic"] = lonely_job
+        self.bodies["/namesake"] = namesake_taskmanager(FLINK_2_2, self.started)
         self.bodies["/cfvar"] = golden_scrape(
             "prom-scrape-column-family-as-variable.txt", self.started
         )

@@ -122,7 +122,8 @@ def test_asynchronous_state_has_in_flight_records_and_no_latency(observed: Colle
 
 def test_the_jobs_taskmanagers_cpu_is_their_jvms_cpu_time_rate(observed: Collected) -> None:
     """Status.JVM.CPU.Time (ns, a gauge that counts up) of the TaskManagers the job's tasks
-    report from (their tm_id): its rate in cores. The JobManager's is not the job's."""
+    report from (their scrape target and tm_id): its rate in cores. A namesake pod of
+    another target (tests/controller/conftest.py, /namesake) is not the job's."""
     assert observed.observation.cpu_cores_used == pytest.approx(JVM_CPU_CORES, rel=0.1)
 
 

@@ -1144,6 +1144,10 @@ def test_pods_short_of_cpu_get_new_slots_with_more_cpu_and_the_same_configuratio
     assert not between.decision.reconfigures and between.state.cpu_short_since is None
     assert not evaluate(g, obs, between.state, throttled, 360.0).decision.reconfigures
     state = replace(state, learned=first.state.learned, cpu_short_since=240.0)
+    # After a gap (windows without metrics, a failover) the first window starts over.
+    late = evaluate(g, obs, state, throttled, 240.0 + 3 * obs.window_s)
+    assert not late.decision.reconfigures
+    assert late.state.cpu_short_since == 240.0 + 3 * obs.window_s
     e = evaluate(g, obs, state, throttled, 360.0)
     assert e.decision.reconfigures and "short of CPU" in e.decision.reason
     assert e.state.cpu_short_since is None
@@ -1333,3 +1337,19 @@ def test_asynchronous_state_asks_for_the_cpu_its_jvms_measured() -> None:
     p = seen.configuration["counter"].parallelism
     per_task = rate * world.service_us(1, 0) / 1e6 / p
     assert per_task / PARAMS.cpu.utilization_max <= seen.task_cpu["counter"] < 1.0
+
+
+def test_an_asynchronous_vertex_not_planned_asks_for_the_footprints_core() -> None:
+    """Excluded from scaling: no load to size its CPU for (as for a vertex whose cache
+    still warms after a restart: the same plan without a need), so its slots keep the
+    footprint's core, measured CPU or not (a tenth of a core would starve it in a step
+    another vertex takes)."""
+    world, g = AsyncWorld(), graph(4, 0)
+    obs = _with_jvm_cpu(world, g, world.observe(g, 0.5 * 4e6 / world.service_us(4, 0), 120.0))
+    params = replace(PARAMS, pods=CpuPods())
+    planned = capacity.evaluate(g, obs, PolicyState(), params, 120.0)
+    assert planned.task_cpu is not None and planned.task_cpu("counter", VertexConfig(4, 0)) < 1.0
+    excluded = replace(params, cpu=params.cpu.model_copy(update={"overrides": (
+        ParallelismOverride(operator_uid="counter", exclude=True),)}))
+    kept = capacity.evaluate(g, obs, PolicyState(), excluded, 120.0)
+    assert kept.task_cpu is not None and kept.task_cpu("counter", VertexConfig(4, 0)) == 1.0
