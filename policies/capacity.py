@@ -136,11 +136,13 @@ def evaluate(graph: JobGraph, observation: Observation, state: PolicyState,
     plans: dict[str, _Plan] = {}
     use = _cpu_use(graph, observation, state, params.pods_cpu)
     throttled = use is not None and use[0] >= CPU_BOUND * use[1]
+    # The share of the CPU they wanted that the tasks got, in a window that may have
+    # waited for it.
+    speed = min(1.0, use[1] / use[0]) if throttled and use else None
     for v in graph.vertices:
         m = observation.vertices[v.id]
         idle = bool(graph.inputs(v.id)) and _too_idle(m)
         starved = idle and _starved(m, rates[v.id] + catch_up[v.id], cpu.utilization_target)
-        speed = min(1.0, use[1] / use[0]) if throttled and use else None
         learning = _learn(state.learned.get(v.id), v, observation, params,
                           provisional=idle, speed=speed)
         plans[v.id] = _plan_vertex(graph, v, m, learning, rates[v.id], catch_up[v.id], high_u,
@@ -327,7 +329,7 @@ def _cpu_use(graph: JobGraph, observation: Observation, state: PolicyState,
         slots += v.parallelism * learning.task_cpu
         busy += v.parallelism * observation.vertices[v.id].busyness
     # Asynchronous state's I/O threads are not busy time: the JVMs' CPU where measured.
-    if any(m.async_in_flight_records is not None for m in observation.vertices.values()):
+    if any(m.asynchronous_state for m in observation.vertices.values()):
         busy = max(busy, observation.cpu_cores_used or 0.0)
     have = pods_cpu if pods_cpu else slots
     return (busy, have) if have > 0 else None
@@ -347,13 +349,12 @@ def _async_cpu(graph: JobGraph, observation: Observation) -> dict[str, float]:
         return {}
     busy = {v.id: v.parallelism * observation.vertices[v.id].busyness for v in graph.vertices}
     async_ids = [v.id for v in graph.vertices
-                 if observation.vertices[v.id].async_in_flight_records is not None]
+                 if observation.vertices[v.id].asynchronous_state]
     threads = sum(busy[vid] for vid in async_ids)
     left = used - sum(b for vid, b in busy.items() if vid not in async_ids)
     out = {}
     for vid in async_ids:
-        m = observation.vertices[vid]
-        records = m.records_in_per_s if m.records_in_per_s > 0 else m.records_out_per_s
+        records = observation.vertices[vid].processed_per_s
         share = busy[vid] / threads if threads > 0 else 1.0 / len(async_ids)
         cores = max(left * share, busy[vid])
         if records > 0 and 0.0 < cores < math.inf:
@@ -388,7 +389,7 @@ def _quiet_async(m: VertexMetrics) -> bool:
     caught up, 8 with this rule). The fewer tasks are ruled out of every option, so the
     pod price cannot choose them either. Memory may still come back: real Flink 2.2 kept
     its rate through such a give-back (e2e/test_realflink.py)."""
-    return (m.async_in_flight_records is not None
+    return (m.asynchronous_state
             and not m.busy_ms_per_s_max / 1000.0 >= SATURATED)  # NaN: quiet, no scale-in
 
 
@@ -512,7 +513,7 @@ def point_of(v: Vertex, m: VertexMetrics, time: float,
     theta = m.cache_hit_rate if m.has_state_backend_metrics else None
     accesses = None
     if m.cache_hits_per_s is not None or m.cache_misses_per_s is not None:
-        records = m.records_in_per_s if m.records_in_per_s > 0 else m.records_out_per_s
+        records = m.processed_per_s
         if records > 0:
             accesses = ((m.cache_hits_per_s or 0.0) + (m.cache_misses_per_s or 0.0)) / records
     hottest = m.busy_ms_per_s_max / m.busy_ms_per_s if m.busy_ms_per_s > 0 else 1.0
@@ -881,7 +882,7 @@ def _planned_busyness(p: _Plan, config: VertexConfig) -> float:
     state, whose busy time leaves out the CPU of ForSt's I/O threads (docs/flink-2.md):
     the CPU a record took as the TaskManagers' JVMs measured it (`_async_cpu`), else inf
     (not known: the footprint's core)."""
-    if p.metrics.async_in_flight_records is not None:
+    if p.metrics.asynchronous_state:
         if p.cpu_per_record is None or not p.need_cpu > 0:
             return math.inf  # not measured, or not planned (excluded, or still warming)
         return p.cpu_per_record * p.need_cpu / config.parallelism

@@ -211,16 +211,26 @@ class VertexMetrics:
         return 1.0 if total <= 0 else hits / total
 
     @property
+    def asynchronous_state(self) -> bool:
+        """Its state is accessed asynchronously (ForSt, State V2): busy time counts the
+        task thread only, not the I/O threads that do the state's work."""
+        return self.async_in_flight_records is not None
+
+    @property
+    def processed_per_s(self) -> float:
+        """Records/s it took in; a source, which has no input records, its output."""
+        return self.records_in_per_s if self.records_in_per_s > 0 else self.records_out_per_s
+
+    @property
     def true_processing_rate(self) -> float:
         """Records/s the vertex could process if never idle (DS2): input rate / busyness.
 
         Sources have no input records: their output rate stands in. Returns inf
         when the vertex was not busy at all (capacity unknown, but not binding).
         """
-        observed = self.records_in_per_s if self.records_in_per_s > 0 else self.records_out_per_s
         if self.busyness <= 0:
             return math.inf
-        return observed / self.busyness
+        return self.processed_per_s / self.busyness
 
 
 @dataclass(frozen=True)

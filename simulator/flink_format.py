@@ -549,7 +549,7 @@ def jvm_metrics(job: DeployedJob, twin: Twin, slots: list[tuple[str, int]]) -> d
         cores = sum(tick.vertices[vid].subtasks[i].cpu for vid, i in slots)
     # Its tasks' CPU since they started (the JVM's own threads are not modelled): the
     # process CPU time in ns, and the load over the cores the pod may use.
-    cpu_s = sum(twin.io[vid].cpu_s[i] for vid, i in slots if i < len(twin.io[vid].cpu_s))
+    cpu_s = sum(twin.io[vid].cpu_s[i] for vid, i in slots)
     return {
         "Status.JVM.CPU.Time": float(round(cpu_s * 1e9)),
         "Status.JVM.CPU.Load": min(1.0, cores / job.tm_cpu) if job.tm_cpu > 0 else 0.0,
