@@ -784,7 +784,9 @@ def _cheapest(v: Vertex, surface: Surface, spread: _Skew, need: float, need_hott
     memory level the fewest tasks that do (the options the pod price chooses among).
     Failing any, the busiest subtask cannot keep up (a hot key, or the bounds): the
     cheapest configuration that reaches `need` and `PLATEAU` of the most the busiest
-    subtask can reach, flagged skew-limited when a hot key is why."""
+    subtask can reach, flagged skew-limited when a hot key is why; without a hot key,
+    that most itself where it costs about what it buys (the bounds stop the step, not a
+    plateau of the surface)."""
     current = VertexConfig(v.parallelism, v.memory_level)
     best: tuple[float, int, VertexConfig, float] | None = None
     sustaining: list[tuple[float, int, VertexConfig]] = []
@@ -821,6 +823,16 @@ def _cheapest(v: Vertex, surface: Surface, spread: _Skew, need: float, need_hott
     plateau = [x for x in short if x[0] >= PLATEAU * top]
     enough = [x for x in plateau if x[1]] or plateau
     config = min(enough, key=lambda x: (x[2], x[3] != current))[3]
+    if spread.hot_share <= 0:
+        # No hot key: if the most the busiest subtask reaches costs about what it buys
+        # (capacity per price within PLATEAU of the cheaper choice's), the bounds (a
+        # scale factor, maxParallelism) stop the step, not a plateau of the surface: it
+        # goes as far as they let it, or it lands short twice (1 → 9 of a needed 20
+        # tasks where 11 were allowed, then a second restart at utilizationMax).
+        chosen = next(x for x in enough if x[3] == config)
+        peak = min((x for x in short if x[0] >= top * (1 - 1e-9)), key=lambda x: x[2])
+        if peak[0] / peak[2] >= PLATEAU * chosen[0] / chosen[2]:
+            config = peak[3]
     return config, spread.hot_share > 0, (config,)
 
 

@@ -171,6 +171,17 @@ def test_a_step_the_bounds_cut_short_says_so_rather_than_that_it_sustains_the_ta
     assert "predicted to sustain the target;" not in why
 
 
+def test_a_step_the_scale_factor_cuts_short_goes_as_far_as_it_allows() -> None:
+    """No hot key: from one task, 30x its load and maxScaleUpFactor 10 allow 11 tasks. The
+    step takes all 11; stopping at 80 % of what they reach (the hot-key plateau rule)
+    would leave the vertex near utilizationMax and a second restart due."""
+    world = World()
+    one = world.counter(1, 0, 1e9).records_in_per_s
+    g = graph()
+    e = evaluate(g, world.observe(g, 30 * one, 120.0), PolicyState(), PARAMS, 120.0)
+    assert e.decision.reconfigures and e.configuration["counter"].parallelism == 11
+
+
 def test_a_vertex_starved_behind_the_bottleneck_is_sized_in_the_same_step() -> None:
     """The first window: Hot saturated, Starved behind it 4 % busy (below what the
     policy otherwise measures), yet at its true processing rate (250k/s) the target would
@@ -333,12 +344,14 @@ def test_a_skewed_vertex_is_scaled_in_blind_only_when_it_pays_back_two_restarts(
     vertex never ran at. Which heavy key groups share its busiest subtask there is
     unknown, so the scale-in is priced with the restart likely to undo it: with 120-s
     restarts the saving pays back one restart but not two, and the vertex stays; with
-    30-s restarts it pays back both, and it is taken."""
+    30-s restarts it pays back both, and it is taken. (No scale factor cuts the first
+    step short: it takes the tasks the hot key's need asks for, in one.)"""
     world = World(hot_share=0.05, gets=0.0, cpu_us=108.0)
     rates = [60_000.0] * 10 + [50_000.0] * 15
+    unbounded = PARAMS.cpu.model_copy(update={"max_scale_up_factor": 100.0})
 
     def reasons(downtime_s: float) -> tuple[list[tuple[float, int, int | None]], str]:
-        params = replace(PARAMS, expected_downtime_s=downtime_s)
+        params = replace(PARAMS, expected_downtime_s=downtime_s, cpu=unbounded)
         g, state, steps, said = graph(), PolicyState(), [], []
         for n, r in enumerate(rates):
             now = 120.0 * (n + 1)
@@ -352,12 +365,12 @@ def test_a_skewed_vertex_is_scaled_in_blind_only_when_it_pays_back_two_restarts(
         return steps, "\n".join(said)
 
     steps, reason = reasons(120.0)
-    assert len(steps) == 2 and all(t <= 120.0 * 10 for t, _, _ in steps), steps
+    assert len(steps) == 1 and steps[0][0] == 120.0, steps
     assert "both its restart and the one likely to undo it" in reason, reason
     assert "(Counter: skewed, to a parallelism never run)" in reason, reason
     again, _ = reasons(30.0)
-    assert again[:2] == steps and len(again) == 3, again  # the drop's scale-in
-    assert again[2][1] < steps[1][1] and again[2][1] not in {p for _, p, _ in steps}, again
+    assert again[:1] == steps and len(again) == 2, again  # the drop's scale-in
+    assert again[1][1] < steps[0][1] and again[1][1] != 1, again  # never run at
 
 
 def test_a_blind_scale_in_that_does_not_pay_stays_and_the_rest_goes_ahead() -> None:
@@ -769,6 +782,22 @@ def test_a_gain_too_small_to_judge_leaves_the_share_as_it_was() -> None:
     small = Prediction(parallelism=4, memory_level=1, capacity=110.0, need=100.0,
                        from_capacity=100.0)
     assert not capacity._judges(small, 100.0, 0.1)
+
+
+def test_a_step_that_does_not_judge_the_surface_keeps_the_share_it_had() -> None:
+    """A step measured within the noise of its prediction says nothing new of how far the
+    surface's gains hold: the share an earlier step measured (0.4) stays, and the
+    prediction is spent."""
+    world = World()
+    g = graph(4, 1)
+    seen = world.observe(g, 60_000.0, 600.0)
+    tpr = seen.vertices["counter"].true_processing_rate
+    predicted = Prediction(parallelism=4, memory_level=1, capacity=tpr * 1.02, need=60_000.0,
+                           from_capacity=tpr / 2)
+    old = VertexLearning(vertex_id="counter", predicted=predicted, realized=0.4)
+    learned = capacity._learn(old, g.vertex("counter"), seen, PARAMS)
+    assert learned.predicted is None and learned.realized == 0.4
+    assert [p.key for p in learned.points] == [(4, 1)]
 
 
 def test_contention_is_learned_from_two_parallelisms() -> None:
