@@ -586,8 +586,15 @@ def _plan_vertex(graph: JobGraph, v: Vertex, m: VertexMetrics, learning: VertexL
     hottest_now = mean_now * spread.ratio(v.parallelism)
     # The mean above utilizationMax, or the busiest subtask close to saturation: a hot
     # subtask between the two is sized away in a step that happens anyway, but does not
-    # restart the job alone (its busyness moves more with noise and key placement).
-    deficit = mean_now > high_u or hottest_now > max(high_u, SATURATED)
+    # restart the job alone (its busyness moves more with noise and key placement). A
+    # backlog's catch-up counts at full busyness, as it is sized and as the Flink
+    # autoscaler's threshold counts it (target / utilizationMax + catch-up): the headroom
+    # below utilizationMax drains it, so it alone takes no step.
+    def short_at(trigger: float) -> float:
+        return (target / trigger + catch_up) / tpr if tpr > 0 else math.inf
+    mean_short = short_at(high_u) > 1.0
+    deficit = mean_short or short_at(max(high_u, SATURATED)) * spread.ratio(
+        v.parallelism) > 1.0
     # Idling (a starved window, `_starved`): not what holds the job back now, so it only
     # rides along in a step another vertex takes; near idle, a pause alone can make its
     # busy time, and with it the shortfall, several times too large. A vertex that only
@@ -595,7 +602,7 @@ def _plan_vertex(graph: JobGraph, v: Vertex, m: VertexMetrics, learning: VertexL
     deficit = (deficit and not shrink_only
                and max(m.busyness, m.busy_ms_per_s_max / 1000.0) >= MIN_BUSYNESS)
     stop = _skew_stop(v, surface, spread, learning, params, target + catch_up) if (
-        deficit and mean_now <= high_u) else None
+        deficit and not mean_short) else None
     if stop is not None:
         deficit = False  # only its busiest subtask is short, and more tasks do not help
 

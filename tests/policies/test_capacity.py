@@ -600,6 +600,29 @@ def test_a_backlogs_catch_up_is_carried_at_full_busyness_not_at_the_target() -> 
     assert e.configuration["counter"].parallelism == math.ceil(3 / 0.5 + 3 + restart)
 
 
+def test_a_backlog_the_headroom_drains_takes_no_step() -> None:
+    """The trigger counts a backlog's catch-up as the sizing does, and as the Flink
+    autoscaler's threshold (target / utilizationMax + catch-up): 10 tasks at 60 % of
+    their capacity, and a catch-up of 22 % of it, drain within the catch-up duration at
+    97 % busy, so no step (counting the catch-up at utilizationMax, 0.60 + 0.22 > 0.80,
+    would take one). A catch-up of 35 % would not drain in time: that one steps."""
+    world = World(miss_us=0.0)
+    one = world.counter(1, 0, 1e9).records_in_per_s
+    params = replace(PARAMS, cpu=CpuScaling(scale_down_delay=300, catch_up_duration=300))
+    g = graph(10, 0)
+    counter = world.counter(10, 0, 6 * one)
+
+    def steps(catch_up_tasks: float) -> bool:
+        seen = Observation(time=120.0, window_s=120.0, vertices={
+            "src": source(100.0, counter.records_in_per_s, lag=catch_up_tasks * one * 300,
+                          lag_growth=0.0),
+            "counter": counter})
+        return evaluate(g, seen, PolicyState(), params, 120.0).decision.reconfigures
+
+    assert not steps(2.2)
+    assert steps(3.5)
+
+
 def point(p: int, level: int | None, service: float, miss: float | None, t: float = 0.0
           ) -> CapacityPoint:
     return CapacityPoint(parallelism=p, memory_level=level, time=t, service_us=service,
