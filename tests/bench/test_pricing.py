@@ -20,3 +20,5 @@ def test_the_pricing_bench_prints_its_table(monkeypatch: pytest.MonkeyPatch,
     cells = [c.strip() for c in rows[0].strip("|").split("|")]
     assert cells[4] == "1/1"  # proven for 10 tasks
     assert float(cells[5]) > 0  # price now / before
+    assert len(cells) == 8  # the planner's choice, with and without planned CPU
+    assert all(float(t) > 0 for t in cells[7].split(","))
