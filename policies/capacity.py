@@ -283,6 +283,14 @@ def evaluate(graph: JobGraph, observation: Observation, state: PolicyState,
         # Every waiting vertex starts over together, so the next full wait can take them
         # in one restart rather than one at a time.
         learning = _surplus_bookkeeping(p, now, restart_wait=not triggered and bool(ready))
+        if triggered and p.deficit and after != p.current and learning.excluded(
+                p.current.parallelism, p.current.memory_level, p.need) is None:
+            # What ran short of this need is not returned to while it holds (a scale-in
+            # across a cache cliff the surface does not see would flip-flop), as DS2's
+            # scale-in floor does (docs/policies.md, `scale-in-floor`).
+            learning = learning.model_copy(update={"fell_short": (*learning.fell_short, (
+                ShortConfiguration(parallelism=p.current.parallelism,
+                                   memory_level=p.current.memory_level, need=p.need)))[-8:]})
         predicted = _predict(p, after)
         if triggered and after != p.current and math.isfinite(predicted):
             learning = learning.model_copy(update={

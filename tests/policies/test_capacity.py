@@ -459,18 +459,39 @@ def test_a_step_memory_led_that_fell_short_leaves_the_next_scale_out_at_the_orac
 def test_a_configuration_that_fell_short_is_never_chosen_again() -> None:
     """State latency overstates what a miss costs (40x): the prior promises a big gain
     from memory, the first jump falls short, and the policy never returns to it (or to
-    anything it dominates), and ends where the vertex keeps up."""
+    anything it dominates), and ends where the vertex keeps up. (What ran short when a
+    deficit step left it, the start included, is remembered the same way.)"""
     world = World(miss_us=10.0, reported_miss_us=400.0, cpu_us=60.0)
     g, steps, state = run(world, 80_000)
     learned = state.learned["counter"]
     assert learned.fell_short, steps
+    assert any((s.parallelism, s.memory_level) != (1, 0)  # the first jump
+               for s in learned.fell_short), learned.fell_short
+    path = [(1, 0), *steps]
     for short in learned.fell_short:
-        later = steps[steps.index((short.parallelism, short.memory_level)) + 1:]
+        later = path[path.index((short.parallelism, short.memory_level)) + 1:]
         assert later, steps
         assert all(not (p <= short.parallelism and (m or 0) <= (short.memory_level or 0))
                    for p, m in later), (short, steps)
     c = g.vertex("counter")
     assert world.counter(c.parallelism, c.memory_level, 80_000).busyness <= 0.8
+
+
+def test_what_ran_short_when_a_deficit_step_left_it_is_not_returned_to() -> None:
+    """4 tasks at 90 % busy: the step out remembers 4 tasks at that memory as short of
+    the need it sized for (`VertexLearning.excluded`), so no later scale-in returns to
+    them, or to less, while the need holds: a scale-in across a cache cliff the surface
+    does not see (its window throttled, gen-005) went back and forth five times."""
+    world = World()
+    g = graph(4, 1)
+    rate = 0.9 * world.counter(4, 1, 1e9).records_in_per_s
+    e = evaluate(g, world.observe(g, rate, 120.0), PolicyState(), PARAMS, 120.0)
+    assert e.decision.reconfigures and e.configuration["counter"].parallelism > 4
+    learned = e.state.learned["counter"]
+    short = learned.excluded(4, 1, learned.predicted.need)
+    assert short is not None and (short.parallelism, short.memory_level) == (4, 1)
+    assert learned.excluded(3, 0, learned.predicted.need) is not None  # what it dominates
+    assert learned.excluded(4, 1, 0.5 * learned.predicted.need) is None  # a lower need
 
 
 def test_a_hot_key_stops_the_scale_out_and_says_so() -> None:
