@@ -475,6 +475,7 @@ def evaluate(runs: list[dict[str, Any]], oracles: dict[tuple[int, int], dict[str
         # 6. in pods: the price against upstream (its run, else DS2's parallelism run the
         # upstream way) and against the pod oracle
         priced: list[str | None] = []
+        fed: list[str | None] = []  # where the reference's pods hold its tasks' CPU
         for r in mine:
             ref = by_key.get((r["model"], r["run_seed"], REFERENCE))
             theirs = up_price.get(_gen(r["model"])) or (
@@ -485,8 +486,16 @@ def evaluate(runs: list[dict[str, Any]], oracles: dict[tuple[int, int], dict[str
             priced.append(None if price <= theirs + 1e-9 else
                           f"{_name(r)}: price {price:.2f} vs upstream {theirs:.2f} "
                           f"({price / theirs:.2f}×)")
+            if (_gen(r["model"]) not in up_price and ref and ref.get("cpu_used")
+                    and ref["upstream_pods"]["pod_cpu"] >= ref["cpu_used"] - 1e-9):
+                fed.append(priced[-1])
         if priced:
             targets["pod price ≤ upstream on ≥ 90 %"] = _share(priced)
+        if fed:
+            # Reported beside it: a reference whose pods request fewer cores than DS2's
+            # tasks used could not carry the target, and would not stay that cheap.
+            targets["pod price ≤ upstream where its pods hold the CPU its tasks use"] = {
+                **_share(fed), "pass": None, "reported": True}
         bounded: list[str | None] = []
         for r in mine:
             o = oracles[(r["model"], r["run_seed"])].get("pod_oracle")
