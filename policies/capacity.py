@@ -287,10 +287,11 @@ def evaluate(graph: JobGraph, observation: Observation, state: PolicyState,
                 p.current.parallelism, p.current.memory_level, p.need) is None:
             # What ran short of this need is not returned to while it holds (a scale-in
             # across a cache cliff the surface does not see would flip-flop), as DS2's
-            # scale-in floor does (docs/policies.md, `scale-in-floor`).
-            learning = learning.model_copy(update={"fell_short": (*learning.fell_short, (
-                ShortConfiguration(parallelism=p.current.parallelism,
-                                   memory_level=p.current.memory_level, need=p.need)))[-8:]})
+            # scale-in floor does (docs/policies.md, `scale-in-floor`); for one payback
+            # period, as one window's stall can make a deficit too.
+            learning = learning.ran_short(ShortConfiguration(
+                parallelism=p.current.parallelism, memory_level=p.current.memory_level,
+                need=p.need, until=now + params.cost.payback_period), now)
         predicted = _predict(p, after)
         if triggered and after != p.current and math.isfinite(predicted):
             learning = learning.model_copy(update={
@@ -423,7 +424,7 @@ def _learn(old: VertexLearning | None, v: Vertex, observation: Observation,
     was measured, its service time scaled by `speed`, so that the vertex has a capacity
     to plan from (a low one still: a saturated task's busy time shows less than it
     wanted)."""
-    learning = old or VertexLearning(vertex_id=v.id)
+    learning = (old or VertexLearning(vertex_id=v.id)).expired(observation.time)
     m = observation.vertices[v.id]
     if speed is not None:
         guess = point_of(v, m, observation.time)
@@ -473,11 +474,10 @@ def _learn(old: VertexLearning | None, v: Vertex, observation: Observation,
             predicted.hottest_capacity is not None and predicted.need_hottest is not None
             and busiest < predicted.hottest_capacity * (1 - short_by)
             and busiest < predicted.need_hottest)
-        shorts = learning.fell_short
         if fell_short:
-            shorts = (*shorts, ShortConfiguration(parallelism=point.parallelism,
-                                                  memory_level=point.memory_level,
-                                                  need=predicted.need))[-8:]
+            learning = learning.ran_short(ShortConfiguration(
+                parallelism=point.parallelism, memory_level=point.memory_level,
+                need=predicted.need), observation.time)
         judged: dict[str, object] = {}
         if _judges(predicted, measured, short_by):
             # A share measured on the other kind of step shrank gains this one's did not.
@@ -485,8 +485,7 @@ def _learn(old: VertexLearning | None, v: Vertex, observation: Observation,
             realized = _realized(predicted, measured, learning.realized if same else None)
             judged = {"realized": realized,
                       "realized_memory_led": predicted.memory_led and realized is not None}
-        learning = learning.model_copy(update={
-            "predicted": None, "fell_short": shorts, **judged})
+        learning = learning.model_copy(update={"predicted": None, **judged})
     return learning
 
 
@@ -596,8 +595,8 @@ def _plan_vertex(graph: JobGraph, v: Vertex, m: VertexMetrics, learning: VertexL
     # subtask between the two is sized away in a step that happens anyway, but does not
     # restart the job alone (its busyness moves more with noise and key placement). A
     # backlog's catch-up counts at full busyness, as it is sized and as the Flink
-    # autoscaler's threshold counts it (target / utilizationMax + catch-up): the headroom
-    # below utilizationMax drains it, so it alone takes no step.
+    # autoscaler's threshold counts it (target / utilizationMax + catch-up): a backlog
+    # that what is left after the target at utilizationMax drains in time takes no step.
     def short_at(trigger: float) -> float:
         return (target / trigger + catch_up) / tpr if tpr > 0 else math.inf
     mean_short = short_at(high_u) > 1.0
@@ -842,10 +841,13 @@ def _cheapest(v: Vertex, surface: Surface, spread: _Skew, need: float, need_hott
         # No hot key: if the most the busiest subtask reaches costs about what it buys
         # (capacity per price within PLATEAU of the cheaper choice's), the bounds (a
         # scale factor, maxParallelism) stop the step, not a plateau of the surface: it
-        # goes as far as they let it, or it lands short twice (1 → 9 of a needed 20
-        # tasks where 11 were allowed, then a second restart at utilizationMax).
+        # goes as far as they let it, or it lands short twice (gen-020: 1 → 9 of a
+        # needed 20 tasks where 11 were allowed, then a restart at utilizationMax). At
+        # one task no hot key shows yet, so a first step goes as far as this allows.
         chosen = next(x for x in enough if x[3] == config)
-        peak = min((x for x in short if x[0] >= top * (1 - 1e-9)), key=lambda x: x[2])
+        reach = [x for x in short if x[1] == chosen[1]]  # what the mean reaches, kept
+        best_hot = max(x[0] for x in reach)
+        peak = min((x for x in reach if x[0] >= best_hot * (1 - 1e-9)), key=lambda x: x[2])
         if peak[0] / peak[2] >= PLATEAU * chosen[0] / chosen[2]:
             config = peak[3]
     return config, spread.hot_share > 0, (config,)
@@ -1076,7 +1078,7 @@ def _vertex_decision(p: _Plan, after: VertexConfig, target: float,
             text += (f"; as it runs now, the target would load its busiest subtask to "
                      f"{p.hottest_now:.0%}")
     if p.learning.fell_short:
-        text += f"; {len(p.learning.fell_short)} configuration(s) fell short before"
+        text += f"; {len(p.learning.fell_short)} configuration(s) ran short before"
     decision = explain.vertex_decision(
         p.vertex, p.metrics, after, branch, text,
         scaled_up=(after.memory_level or 0) > (p.current.memory_level or 0)

@@ -112,12 +112,16 @@ class CapacityPoint(RecordModel):
 
 
 class ShortConfiguration(RecordModel):
-    """A configuration that fell short of what was predicted and needed: never again
-    for a need at least this high."""
+    """A configuration that ran short of a need: never again for a need at least this
+    high. Measured short of a step's prediction, for good; left by a deficit step (one
+    window's stall can make the deficit), until `until`."""
 
     parallelism: int
     memory_level: int | None
-    need: float = Field(description="records/s (mean-based TPR) it was chosen to sustain")
+    need: float = Field(description="records/s (mean-based TPR) it had to sustain")
+    until: float | None = Field(
+        None, description="time (s) from which it no longer counts: a configuration a "
+                          "deficit step left; none: measured short of a prediction")
 
 
 class Prediction(RecordModel):
@@ -186,6 +190,21 @@ class VertexLearning(RecordModel):
     def noise(self) -> float:
         """The measured noise of a window's TPR: the largest sd seen at any configuration."""
         return max([MIN_NOISE, *(p.noise for p in self.points)])
+
+    def expired(self, now: float) -> VertexLearning:
+        """Without the configurations a deficit step left whose `until` has come."""
+        kept = tuple(s for s in self.fell_short if s.until is None or s.until > now)
+        return self if len(kept) == len(self.fell_short) else self.model_copy(
+            update={"fell_short": kept})
+
+    def ran_short(self, short: ShortConfiguration, now: float) -> VertexLearning:
+        """`short` added, entries past their `until` dropped; when more than the bound
+        remain, an expiring entry goes first (a measured shortfall guards against a
+        surface that over-promises, for good)."""
+        kept = [*self.expired(now).fell_short, short]
+        while len(kept) > SHORT_CONFIGURATIONS_PER_VERTEX:
+            kept.remove(next((s for s in kept if s.until is not None), kept[0]))
+        return self.model_copy(update={"fell_short": tuple(kept)})
 
     def excluded(self, parallelism: int, level: int | None, need: float
                  ) -> ShortConfiguration | None:
