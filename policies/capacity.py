@@ -652,8 +652,10 @@ def _plan_vertex(graph: JobGraph, v: Vertex, m: VertexMetrics, learning: VertexL
     surplus = not deficit and best != current and cost_best < cost_now
     note = ""
     if stop is not None:
-        note = (f"skew: a hot key; more tasks do not raise its busiest subtask's capacity "
-                f"({explain.rate(stop.capacity_now)}; Skewed names it)")
+        why = ("it keeps up, and more tasks raise its busiest subtask's capacity by less "
+               "than they add to its price" if stop.priced else
+               "more tasks do not raise its busiest subtask's capacity")
+        note = f"skew: a hot key; {why} ({explain.rate(stop.capacity_now)}; Skewed names it)"
     elif limited:
         note = (f"busiest subtask carries {spread.hot_share:.0%} of the load it cannot split: "
                 f"scaling out stops at {best.parallelism} (skew)")
@@ -673,7 +675,8 @@ def _skew_stop(v: Vertex, surface: Surface, spread: _Skew, learning: VertexLearn
     candidates = [VertexConfig(p, level) for level in _levels(v, surface, params) for p in ps]
     return skew_stop.assess(current, surface, {p: spread.ratio(p) for p in ps},
                             spread.hot_share, candidates, learning,
-                            max(SHORT_BY, 2 * learning.noise), rate)
+                            max(SHORT_BY, 2 * learning.noise), rate,
+                            lambda c: _cost(v, c, params))
 
 
 def busiest_bound(target: float, high_u: float, noise: float, hot: bool) -> float:
@@ -836,7 +839,8 @@ def _cheapest(v: Vertex, surface: Surface, spread: _Skew, need: float, need_hott
     top = max(h for h, *_ in short)
     plateau = [x for x in short if x[0] >= PLATEAU * top]
     enough = [x for x in plateau if x[1]] or plateau
-    config = min(enough, key=lambda x: (x[2], x[3] != current))[3]
+    chosen = min(enough, key=lambda x: (x[2], x[3] != current))
+    config = chosen[3]
     if spread.hot_share <= 0:
         # No hot key: if the most the busiest subtask reaches costs about what it buys
         # (capacity per price within PLATEAU of the cheaper choice's), the bounds (a
@@ -844,7 +848,6 @@ def _cheapest(v: Vertex, surface: Surface, spread: _Skew, need: float, need_hott
         # goes as far as they let it, or it lands short twice (gen-020: 1 → 9 of a
         # needed 20 tasks where 11 were allowed, then a restart at utilizationMax). At
         # one task no hot key shows yet, so a first step goes as far as this allows.
-        chosen = next(x for x in enough if x[3] == config)
         reach = [x for x in short if x[1] == chosen[1]]  # what the mean reaches, kept
         best_hot = max(x[0] for x in reach)
         peak = min((x for x in reach if x[0] >= best_hot * (1 - 1e-9)), key=lambda x: x[2])

@@ -344,15 +344,15 @@ def test_a_skewed_vertex_is_scaled_in_blind_only_when_it_pays_back_two_restarts(
     vertex never ran at. Which heavy key groups share its busiest subtask there is
     unknown, so the scale-in is priced with the restart likely to undo it: with 120-s
     restarts the saving pays back one restart but not two, and the vertex stays; with
-    30-s restarts it pays back both, and it is taken. (No scale factor cuts the first
-    step short: it takes the tasks the hot key's need asks for, in one.)"""
+    30-s restarts it pays back both, and it is taken. Default settings: from 2 tasks the
+    scale factor lets the first step take the tasks the hot key's need asks for, in one
+    (from 1 it allows 11, and the step lands where no scale-in follows)."""
     world = World(hot_share=0.05, gets=0.0, cpu_us=108.0)
     rates = [60_000.0] * 10 + [50_000.0] * 15
-    unbounded = PARAMS.cpu.model_copy(update={"max_scale_up_factor": 100.0})
 
     def reasons(downtime_s: float) -> tuple[list[tuple[float, int, int | None]], str]:
-        params = replace(PARAMS, expected_downtime_s=downtime_s, cpu=unbounded)
-        g, state, steps, said = graph(), PolicyState(), [], []
+        params = replace(PARAMS, expected_downtime_s=downtime_s)
+        g, state, steps, said = graph(2), PolicyState(), [], []
         for n, r in enumerate(rates):
             now = 120.0 * (n + 1)
             e = evaluate(g, world.observe(g, r, now), state, params, now)
@@ -971,27 +971,37 @@ def test_the_skew_model_gives_back_the_share_measured_where_it_runs(
         assert spread.ratio(p) == pytest.approx(share * p, rel=1e-9)
 
 
-def test_a_busiest_subtask_that_keeps_up_restarts_only_for_a_gain_it_can_measure() -> None:
-    """More tasks would raise the busiest subtask's capacity by 8 %: worth a restart when
-    it falls behind (the gain makes it keep up), not when it keeps up already within the
-    noise margin (three times the 2 % noise over the rate): 8 % is less than a
-    measurement confirms, 15 % is not."""
+def test_a_busiest_subtask_that_keeps_up_restarts_only_for_a_gain_it_can_measure_and_pays_for(
+        ) -> None:
+    """32 → 43 tasks. A busiest subtask that falls behind takes the restart that makes it
+    keep up, for a gain of 8 % and whatever it costs. One that keeps up within the noise
+    margin (97 % busy; three times the 2 % noise) does not restart for 8 % (less than a
+    measurement confirms), nor for 30 % that adds 60 % to the vertex's price (a hot key
+    past the plateau's knee: it buys less than PLATEAU of what it costs), and does for
+    30 % that adds 34 % (about what it costs)."""
     surface = Surface(a=50.0, b=0.0, contention=0.0, curve=None, base_mib=BASE)
-    ratio = {32: 5.65, 43: 5.65 * 43 / 32 / 1.08}
+    ratio = {32: 5.65}
     current, candidates = VertexConfig(32, 0), [VertexConfig(32, 0), VertexConfig(43, 0)]
     now = surface.capacity(32, 0) / ratio[32]
 
-    def assess(rate: float) -> skew_stop.SkewStop | None:
+    def assess(rate: float, gain: float, costs: float = 43 / 32 - 1
+               ) -> skew_stop.SkewStop | None:
+        ratio[43] = 5.65 * 43 / 32 / (1 + gain)
         return skew_stop.assess(current, surface, ratio, 0.15, candidates,
-                                VertexLearning(vertex_id="counter"),
-                                capacity.SHORT_BY, rate)
+                                VertexLearning(vertex_id="counter"), capacity.SHORT_BY,
+                                rate, lambda c: 1.0 if c == current else 1.0 + costs)
 
-    assert assess(rate=1.01 * now) is None  # falling behind: the restart is taken
-    stop = assess(rate=0.97 * now)  # 97 % busy: keeps up, so no restart for 8 %
+    assert assess(rate=1.01 * now, gain=0.08) is None  # falling behind: the restart is taken
+    stop = assess(rate=0.97 * now, gain=0.08)  # 97 % busy: keeps up, so no restart for 8 %
     assert stop is not None and stop.reachable == pytest.approx(1.08 * now)
-    assert assess(rate=0.80 * now) is not None  # far from the margin: never a restart
-    ratio[43] = 5.65 * 43 / 32 / 1.15
-    assert assess(rate=0.97 * now) is None  # 15 %: a gain a measurement confirms
+    assert not stop.priced  # on the plateau whatever it costs
+    stop = assess(rate=0.97 * now, gain=0.30, costs=0.60)
+    assert stop is not None and stop.priced
+    assert "less than they add to its price" in skew_stop.finding(
+        vertex("counter", 32, 0), replace(metrics(500.0, now), busy_ms_per_s_max=970.0),
+        stop, now, now).message
+    assert assess(rate=0.97 * now, gain=0.30) is None  # 30 % for 34 %: about what it costs
+    assert assess(rate=1.01 * now, gain=0.30, costs=0.60) is None  # falling behind: taken
 
 
 @pytest.mark.parametrize("hot", [0.04, 0.08])
