@@ -652,10 +652,8 @@ def _plan_vertex(graph: JobGraph, v: Vertex, m: VertexMetrics, learning: VertexL
     surplus = not deficit and best != current and cost_best < cost_now
     note = ""
     if stop is not None:
-        why = ("it keeps up, and more tasks raise its busiest subtask's capacity by less "
-               "than they add to its price" if stop.priced else
-               "more tasks do not raise its busiest subtask's capacity")
-        note = f"skew: a hot key; {why} ({explain.rate(stop.capacity_now)}; Skewed names it)"
+        note = (f"skew: a hot key; more tasks do not raise its busiest subtask's capacity "
+                f"({explain.rate(stop.capacity_now)}; Skewed names it)")
     elif limited:
         note = (f"busiest subtask carries {spread.hot_share:.0%} of the load it cannot split: "
                 f"scaling out stops at {best.parallelism} (skew)")
@@ -675,8 +673,7 @@ def _skew_stop(v: Vertex, surface: Surface, spread: _Skew, learning: VertexLearn
     candidates = [VertexConfig(p, level) for level in _levels(v, surface, params) for p in ps]
     return skew_stop.assess(current, surface, {p: spread.ratio(p) for p in ps},
                             spread.hot_share, candidates, learning,
-                            max(SHORT_BY, 2 * learning.noise), rate,
-                            lambda c: _cost(v, c, params))
+                            max(SHORT_BY, 2 * learning.noise), rate)
 
 
 def busiest_bound(target: float, high_u: float, noise: float, hot: bool) -> float:

@@ -20,19 +20,10 @@ while the mean is not) and either
   with a busiest-subtask capacity within the noise of what it is now (a scale-out that
   did not help);
 
-or, while its busiest subtask keeps up with the rate to sustain,
-
-* **priced**: no configuration raises the busiest subtask's capacity by a gain a
-  measurement could confirm (`short_by`) and by at least PLATEAU of what it adds to the
-  vertex's price (its relative gain against its relative cost): past the plateau's knee a
-  hot key makes each task buy the busiest subtask a sliver (gen-045: 26 → 43 tasks, 65 %
-  more, for a busiest subtask at 0.96 that kept up, bought it 24 %);
-
 and no such configuration would make a busiest subtask that falls behind keep up (that
-restart is taken: one step, then it stops, however little it gains for its price). A
-busiest subtask that keeps up, but within three times the noise of the rate to sustain,
-restarts only for a gain a measurement could confirm and that pays for itself: a
-plateau's last few per cent are the noise's, not the keys'.
+restart is taken: one step, then it stops). A busiest subtask that keeps up, but within
+three times the noise of the rate to sustain, restarts only for a gain a measurement
+could confirm (`short_by`): a plateau's last few per cent are the noise's, not the keys'.
 
 Then no restart is taken for it (a restart that happens anyway leaves it as it is), and
 a `SkewFinding` that blocks scale-out names it (the `Skewed` condition and its Warning
@@ -44,7 +35,7 @@ turns out smaller, ends it.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from policies import explain
@@ -65,7 +56,6 @@ class SkewStop:
     reachable: float  # the most any candidate configuration reaches (predicted)
     measured: bool  # a scale-out was measured not to help (else: predicted)
     hot_share: float  # the hot key group's estimated share of the vertex's input
-    priced: bool = False  # it keeps up, and what more tasks buy it costs more than that
 
 
 def busiest_capacity(point: CapacityPoint) -> float:
@@ -76,42 +66,34 @@ def busiest_capacity(point: CapacityPoint) -> float:
 
 def assess(current: VertexConfig, surface: Surface, ratio_at: dict[int, float],
            hot_share: float, candidates: Iterable[VertexConfig], learning: VertexLearning,
-           short_by: float, rate: float, price: Callable[[VertexConfig], float]
-           ) -> SkewStop | None:
+           short_by: float, rate: float) -> SkewStop | None:
     """The vertex's stop, or None when more tasks (or memory) still relieve its busiest
     subtask. `ratio_at`: busiest / mean at each candidate parallelism (the skew model);
-    `rate`: the vertex's records/s to sustain; `price`: a configuration's price. A
-    restart that makes a busiest subtask falling behind (below `rate`) keep up, with
-    three times the noise to spare, is never skipped, however little it gains; one that
-    keeps up already restarts only for a gain of `short_by` that pays for itself
-    (PLATEAU of its relative price)."""
+    `rate`: the vertex's records/s to sustain. A restart that makes a busiest subtask
+    falling behind (below `rate`) keep up, with three times the noise to spare, is never
+    skipped, however little it gains; one that keeps up already, within that margin,
+    restarts only for a gain of `short_by`."""
     if hot_share <= 0:
         return None
     p = current.parallelism
     now = surface.capacity(p, current.memory_level) / ratio_at[p]
     if not now > 0:
         return None
-    reachable, worth = now, False
-    price_now = price(current)
+    reachable = now
     for c in candidates:
         if c.parallelism >= p and c.parallelism in ratio_at:
-            busiest = surface.capacity(c.parallelism, c.memory_level) / ratio_at[c.parallelism]
-            reachable = max(reachable, busiest)
-            gain = busiest / now - 1.0
-            worth = worth or (gain >= short_by and price_now > 0
-                              and gain >= PLATEAU * (price(c) / price_now - 1.0))
+            reachable = max(reachable, surface.capacity(c.parallelism, c.memory_level)
+                            / ratio_at[c.parallelism])
     anchor = learning.point(p, current.memory_level)
     fewer = [busiest_capacity(pt) for pt in learning.points
              if pt.parallelism < p and pt.memory_level == current.memory_level]
     measured = (anchor is not None and bool(fewer)
                 and max(fewer) >= busiest_capacity(anchor) * (1.0 - short_by))
     keep_up = rate * (1.0 + 3.0 * learning.noise)
-    if now < keep_up <= reachable and (now < rate or worth):
+    if now < keep_up <= reachable and (now < rate or reachable >= now * (1.0 + short_by)):
         return None
     if measured or now >= PLATEAU * reachable:
         return SkewStop(now, reachable, measured, hot_share)
-    if now >= rate and not worth:  # it keeps up: more tasks cost more than they buy it
-        return SkewStop(now, reachable, measured, hot_share, priced=True)
     return None
 
 
@@ -126,8 +108,7 @@ def finding(v: Vertex, m: VertexMetrics, stop: SkewStop, target: float,
     ratio = hottest / mean if mean > 0 else 1.0
     job = sources_target * stop.capacity_now / target if target > 0 else float("nan")
     how = ("a scale-out was measured not to raise it" if stop.measured else
-           f"at most {explain.rate(stop.reachable)} with more tasks or memory"
-           + (", less than they add to its price" if stop.priced else ""))
+           f"at most {explain.rate(stop.reachable)} with more tasks or memory")
     message = (
         f"{v.name or v.id}: busiest of {p} subtasks {hottest:.0%} busy, mean {mean:.0%} "
         f"(×{ratio:.2f}); a hot key (about {stop.hot_share:.0%} of its input) stays on one "

@@ -971,37 +971,27 @@ def test_the_skew_model_gives_back_the_share_measured_where_it_runs(
         assert spread.ratio(p) == pytest.approx(share * p, rel=1e-9)
 
 
-def test_a_busiest_subtask_that_keeps_up_restarts_only_for_a_gain_it_can_measure_and_pays_for(
-        ) -> None:
-    """32 → 43 tasks. A busiest subtask that falls behind takes the restart that makes it
-    keep up, for a gain of 8 % and whatever it costs. One that keeps up within the noise
-    margin (97 % busy; three times the 2 % noise) does not restart for 8 % (less than a
-    measurement confirms), nor for 30 % that adds 60 % to the vertex's price (a hot key
-    past the plateau's knee: it buys less than PLATEAU of what it costs), and does for
-    30 % that adds 34 % (about what it costs)."""
+def test_a_busiest_subtask_that_keeps_up_restarts_only_for_a_gain_it_can_measure() -> None:
+    """More tasks would raise the busiest subtask's capacity by 8 %: worth a restart when
+    it falls behind (the gain makes it keep up), not when it keeps up already within the
+    noise margin (three times the 2 % noise over the rate): 8 % is less than a
+    measurement confirms, 15 % is not."""
     surface = Surface(a=50.0, b=0.0, contention=0.0, curve=None, base_mib=BASE)
-    ratio = {32: 5.65}
+    ratio = {32: 5.65, 43: 5.65 * 43 / 32 / 1.08}
     current, candidates = VertexConfig(32, 0), [VertexConfig(32, 0), VertexConfig(43, 0)]
     now = surface.capacity(32, 0) / ratio[32]
 
-    def assess(rate: float, gain: float, costs: float = 43 / 32 - 1
-               ) -> skew_stop.SkewStop | None:
-        ratio[43] = 5.65 * 43 / 32 / (1 + gain)
+    def assess(rate: float) -> skew_stop.SkewStop | None:
         return skew_stop.assess(current, surface, ratio, 0.15, candidates,
-                                VertexLearning(vertex_id="counter"), capacity.SHORT_BY,
-                                rate, lambda c: 1.0 if c == current else 1.0 + costs)
+                                VertexLearning(vertex_id="counter"),
+                                capacity.SHORT_BY, rate)
 
-    assert assess(rate=1.01 * now, gain=0.08) is None  # falling behind: the restart is taken
-    stop = assess(rate=0.97 * now, gain=0.08)  # 97 % busy: keeps up, so no restart for 8 %
+    assert assess(rate=1.01 * now) is None  # falling behind: the restart is taken
+    stop = assess(rate=0.97 * now)  # 97 % busy: keeps up, so no restart for 8 %
     assert stop is not None and stop.reachable == pytest.approx(1.08 * now)
-    assert not stop.priced  # on the plateau whatever it costs
-    stop = assess(rate=0.97 * now, gain=0.30, costs=0.60)
-    assert stop is not None and stop.priced
-    assert "less than they add to its price" in skew_stop.finding(
-        vertex("counter", 32, 0), replace(metrics(500.0, now), busy_ms_per_s_max=970.0),
-        stop, now, now).message
-    assert assess(rate=0.97 * now, gain=0.30) is None  # 30 % for 34 %: about what it costs
-    assert assess(rate=1.01 * now, gain=0.30, costs=0.60) is None  # falling behind: taken
+    assert assess(rate=0.80 * now) is not None  # far from the margin: never a restart
+    ratio[43] = 5.65 * 43 / 32 / 1.15
+    assert assess(rate=0.97 * now) is None  # 15 %: a gain a measurement confirms
 
 
 @pytest.mark.parametrize("hot", [0.04, 0.08])
