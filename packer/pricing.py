@@ -19,8 +19,9 @@ spec.cost's prices. Three levers decide it, and all three are chosen here:
   quick bound ranks best; it says whether the count is proven minimal.
 
 Screen, then price exactly: every candidate shape gets a cheap bound (the packer's
-lower bound × the shape's price, and the ceil-per-TaskManager packing that is always
-feasible, × price); only the best `EXACT_SHAPES` go to CP-SAT. Pure and deterministic.
+lower bound × the shape's price, and the packing it was fitted to, which is always
+feasible, × price); the best few are ranked again with Flink's own first fit, and only
+the best `EXACT_SHAPES` go to CP-SAT. Pure and deterministic.
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ from packer.flink_memory import (
     process_mib_for,
     task_manager_memory,
 )
-from packer.greedy import lower_bound, unfit_slot
+from packer.greedy import flink_first_fit, lower_bound, unfit_slot
 from packer.types import CurrentPlacement, Placement, TaskManagerShape, TaskSlot
 from policies.bill import PodBill, TaskCpu
 from policies.bill import Prices as Prices  # re-exported: the prices pricing is done at
@@ -258,6 +259,7 @@ def _up(value: float, step: float) -> float:
     return math.ceil(value / step - 1e-9) * step
 
 
+@functools.lru_cache(maxsize=4096)  # the screen fits the same demands for many mixes
 def fit_shape(cpu_cores: float, heap_mib: float, managed_mib: float, network_mib: float,
               bounds: ShapeBounds, prices: Prices) -> TaskManagerShape | None:
     """The cheapest TaskManager within `bounds` whose Flink memory split (exactly as
@@ -318,11 +320,40 @@ def _per_task_manager(groups: Sequence[SlotGroup], n: int
                     sum(c * g.network_mib for c, g in pairs))
 
 
+def _balanced(by_weight: Sequence[SlotGroup], n: int, prices: Prices
+              ) -> tuple[int, tuple[float, float, float, float]]:
+    """n TaskManagers holding every slot, balanced: each gets floor(slots/n) of every
+    group, and each group's remaining slots go one each to the TaskManagers its priced
+    size loads least (groups `by_weight`, the heaviest slot first). A group of one slot
+    then takes room in one TaskManager, not in all n (`_per_task_manager`). Returns the
+    most slots on one TaskManager and the most of each dimension: a shape of those holds
+    this packing. TaskManagers that got the same slots are one entry with a count, so the
+    work grows with the groups, not with n."""
+    # (priced load, slots, cpu, heap, managed, network, TaskManagers alike)
+    alike = [(0.0, 0, 0.0, 0.0, 0.0, 0.0, n)]
+    for g in by_weight:
+        each, rest = divmod(g.slots, n)
+        grown = []
+        for _, slots, cpu, heap, managed, network, count in sorted(alike):
+            extra = min(rest, count)
+            rest -= extra
+            for k, tms in ((each + 1, extra), (each, count - extra)):
+                if tms:
+                    c, h = cpu + k * g.cpu_cores, heap + k * g.heap_mib
+                    m, w = managed + k * g.managed_mib, network + k * g.network_mib
+                    grown.append((prices.of(c, h + m + w), slots + k, c, h, m, w, tms))
+        alike = grown
+    return (max(a[1] for a in alike),
+            (max(a[2] for a in alike), max(a[3] for a in alike), max(a[4] for a in alike),
+             max(a[5] for a in alike)))
+
+
 def candidate_shapes(groups: Sequence[SlotGroup], bounds: ShapeBounds,
                      prices: Prices) -> list[tuple[float, TaskManagerShape]]:
-    """Every shape fitted to n TaskManagers holding ceil(slots/n) of each group, for
-    each n where that mix changes, with the price of that (feasible) packing; or the
-    menu priced by its lower bound. Cheapest first."""
+    """Every shape fitted to n TaskManagers holding ceil(slots/n) of each group, or a
+    balanced packing of them (`_balanced`), for each n where that mix changes, and to k
+    of the largest slot; each with the price of that (feasible) packing. Or the menu,
+    priced by its lower bound. Cheapest first."""
     return list(_candidate_shapes(tuple(groups), bounds, prices))
 
 
@@ -331,51 +362,58 @@ def candidate_shapes(groups: Sequence[SlotGroup], bounds: ShapeBounds,
 @functools.lru_cache(maxsize=256)
 def _candidate_shapes(groups: tuple[SlotGroup, ...], bounds: ShapeBounds,
                       prices: Prices) -> tuple[tuple[float, TaskManagerShape], ...]:
-    slots = [s for g in groups for s in g.task_slots()]
     if bounds.menu:
+        slots = [s for g in groups for s in g.task_slots()]
         menu = [s if s.cost is not None else replace(s, cost=prices.of(s.cpu_cores,
                                                                          s.process_mib))
                 for s in bounds.menu]
         fits = [s for s in menu if unfit_slot(slots, s) is None]
         return tuple(sorted(((lower_bound(slots, s) * s.price, s) for s in fits),
                             key=lambda x: (x[0], x[1].name)))
-    total = max((g.slots for g in groups), default=0)
     seen: dict[str, tuple[float, TaskManagerShape]] = {}
+
+    def offer(demand: tuple[float, float, float, float], n: int) -> None:
+        shape = fit_shape(*demand, bounds, prices)
+        if shape is not None and (shape.name not in seen or n * shape.price < seen[shape.name][0]):
+            seen[shape.name] = (n * shape.price, shape)
+
+    # k slots of the largest slot in every dimension: always holds any k slots, so it
+    # prices every mix, also one with more groups than a TaskManager can take one of each.
+    slots_total = sum(g.slots for g in groups)
+    largest = tuple(max((getattr(g, d) for g in groups), default=0.0)
+                    for d in ("cpu_cores", "heap_mib", "managed_mib", "network_mib"))
+    for k in range(1, min(bounds.max_slots, max(slots_total, 1)) + 1):
+        offer((k * largest[0], k * largest[1], k * largest[2], k * largest[3]),
+              -(-slots_total // k))
+    # Largest first: each group's slots over go where they weigh least (`_balanced`).
+    by_weight = sorted(groups, key=lambda g: (-prices.of(g.cpu_cores, g.heap_mib + g.managed_mib
+                                                         + g.network_mib), g.name))
+    # Balanced up to twice the fewest TaskManagers the largest shape allows (and one
+    # more per group): past that, each TaskManager's own memory outweighs what
+    # balancing saves, and the work stays bounded at a thousand slots.
+    fewest = max(-(-slots_total // bounds.max_slots),
+                 math.ceil(sum(g.slots * g.cpu_cores for g in groups) / bounds.max_cpu - 1e-9))
+    balance_up_to = 2 * fewest + len(groups)
     last: list[int] | None = None
-    for n in range(1, total + 1):
+    for n in range(1, max((g.slots for g in groups), default=0) + 1):
         counts, need = _per_task_manager(groups, n)
         if counts == last:
             continue
         last = counts
-        if sum(counts) > bounds.max_slots:
-            continue
-        shape = fit_shape(*need, bounds, prices)
-        if shape is None:
-            continue
-        price = n * shape.price
-        if shape.name not in seen or price < seen[shape.name][0]:
-            seen[shape.name] = (price, shape)
-    # k slots of the largest slot in every dimension: always holds any k slots, so it
-    # prices every mix, also one with more groups than a TaskManager can take one of each.
-    slots_total = sum(g.slots for g in groups)
-    cpu, heap, managed, network = (
-        max((g.cpu_cores for g in groups), default=0.0), max((g.heap_mib for g in groups),
-                                                              default=0.0),
-        max((g.managed_mib for g in groups), default=0.0),
-        max((g.network_mib for g in groups), default=0.0))
-    for k in range(1, min(bounds.max_slots, max(slots_total, 1)) + 1):
-        shape = fit_shape(k * cpu, k * heap, k * managed, k * network, bounds, prices)
-        if shape is None:
-            continue
-        price = -(-slots_total // k) * shape.price
-        if shape.name not in seen or price < seen[shape.name][0]:
-            seen[shape.name] = (price, shape)
+        if sum(counts) <= bounds.max_slots:
+            offer(need, n)
+        # Balancing moves nothing unless two groups or more leave slots over.
+        if n <= balance_up_to and sum(g.slots % n > 0 for g in groups) > 1:
+            most, balanced = _balanced(by_weight, n, prices)
+            if most <= bounds.max_slots and balanced != need:
+                offer(balanced, n)
     return tuple(sorted(seen.values(), key=lambda x: (x[0], x[1].name)))
 
 
 def forget_shapes() -> None:
     """Forget the remembered candidate shapes (a benchmark times a cold decision)."""
     _candidate_shapes.cache_clear()
+    fit_shape.cache_clear()
 
 
 # --- the price --------------------------------------------------------------------------
@@ -407,10 +445,17 @@ def price(groups: Sequence[SlotGroup], bounds: ShapeBounds, prices: Prices,
 
 def _screen(slots: Sequence[TaskSlot],
             ranked: Sequence[tuple[float, TaskManagerShape]]) -> list[TaskManagerShape]:
-    """The best few by the packer's lower bound × price, ties by the feasible price."""
+    """The best few by what the deployment is billed at least: the packer's lower bound,
+    or Flink's own first fit if it needs more TaskManagers (the replicas written), ×
+    price; ties by the feasible price. A shape fitted tightly to a balanced packing may
+    need more TaskManagers in Flink's slot order than its bound says."""
     bounded = sorted(((lower_bound(slots, s) * s.price, feasible, s.name, s)
                       for feasible, s in ranked), key=lambda x: x[:3])
-    return [s for *_, s in bounded[:EXACT_SHAPES]]
+    # Flink's first fit replayed on the best few by the bound alone (it takes a while).
+    billed = sorted(((max(bound, len(flink_first_fit(slots, s) or ()) * s.price), feasible,
+                      name, s) for bound, feasible, name, s in bounded[:2 * EXACT_SHAPES]),
+                    key=lambda x: x[:3])
+    return [s for *_, s in billed[:EXACT_SHAPES]]
 
 
 def cheapest(vertices: Sequence[VertexSlot], bounds: ShapeBounds, prices: Prices,

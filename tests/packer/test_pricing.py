@@ -155,6 +155,32 @@ def test_the_price_is_the_placement_it_comes_with() -> None:
     assert priced.price <= min(p for p, _ in ranked) + 1e-9
 
 
+def test_a_group_of_one_slot_takes_room_in_one_taskmanager_not_in_each() -> None:
+    """Ten slots of half a core and three single-slot groups of a core: 8 cores in all.
+    Sized for ceil(slots/n) of every group on each of 2 TaskManagers, each would carry
+    all three singles (2 × 5.5 cores); balanced, one carries two and the other one."""
+    groups = [SlotGroup("big", ("big",), 10, 0.5, HEAP, 632.0, NET),
+              *(SlotGroup(f"one{i}", (f"one{i}",), 1, 1.0, HEAP, 158.0, NET) for i in range(3))]
+    priced = price(groups, ShapeBounds(), PRICES)
+    assert priced is not None
+    assert priced.bill.cpu_cores <= 9.0
+    slots = [s for g in groups for s in g.task_slots()]
+    assert check(priced.placement, slots, [priced.shape]) == []
+
+
+def test_shapes_are_screened_by_what_flinks_own_first_fit_bills() -> None:
+    """A shape fitted tightly to a packing may need more TaskManagers in Flink's slot
+    order than the packer's bound says (the replicas written): screened by the bound
+    alone, the pods of this mix cost 12.85/h (5 TaskManagers for a placement of 4)."""
+    groups = [SlotGroup("a", ("a",), 1, 0.5, HEAP, 0.0, NET),
+              SlotGroup("b", ("b",), 11, 0.5, HEAP, 632.0, NET),
+              SlotGroup("c", ("c",), 5, 0.1, HEAP, 632.0, NET)]
+    priced = price(groups, ShapeBounds(), PRICES)
+    assert priced is not None
+    assert priced.replicas == priced.placement.count
+    assert priced.price < 11.0
+
+
 def test_the_exact_packer_proves_optimality_up_to_200_slots_with_shape_choice() -> None:
     vertices = [vertex("join", 120, 632, "a", "b"), vertex("agg", 60, 316, "join"),
                 vertex("a", 10, 0, "join"), vertex("b", 10, 0, "join"),
