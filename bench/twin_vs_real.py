@@ -21,6 +21,7 @@ import json
 import math
 import os
 import signal
+import subprocess
 import sys
 import time
 import uuid
@@ -267,6 +268,21 @@ def table(runs: dict[str, dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def commit_of_this_checkout() -> str | None:
+    """The commit a run was made at (`+dirty`: with local changes to tracked files), so a
+    result file says which code produced it; None outside a git checkout."""
+    here = Path(__file__).resolve().parent
+    try:
+        head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=here, capture_output=True,
+                              text=True, check=True, timeout=10).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"],
+                               cwd=here, capture_output=True, text=True, check=True,
+                               timeout=10).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return f"{head}+dirty" if dirty else head
+
+
 def main(
     flink: Annotated[str, typer.Option(help="1.20 (RocksDB) or 2.2 (ForSt)")]
         = realflink.DEFAULT_FLINK,
@@ -288,9 +304,10 @@ def main(
     job, real, out = load_model(model or MODEL[flink]), REAL[flink], out or OUT[flink]
     runs: dict[str, dict[str, Any]] = (
         json.loads(real_from.read_text()) if real_from is not None else {})
-    runs[label] = run_twin(job, seconds, flink)
+    commit = commit_of_this_checkout()
+    runs[label] = {**run_twin(job, seconds, flink), "commit": commit}
     if not twin_only and real_from is None:
-        runs[real] = run_real(seconds, flink)
+        runs[real] = {**run_real(seconds, flink), "commit": commit}
     runs = {**{k: v for k, v in runs.items() if k != real}, **(
         {real: runs[real]} if real in runs else {})}
     print(table(runs))

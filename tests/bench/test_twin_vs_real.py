@@ -5,6 +5,8 @@ real-Flink demo (e2e/realflink.py)."""
 from __future__ import annotations
 
 import json
+import subprocess
+from pathlib import Path
 
 import pytest
 import typer
@@ -13,6 +15,8 @@ from typer.testing import CliRunner
 from bench import twin_vs_real
 from e2e import realflink
 from simulator.model import load_model
+
+REPO = Path(__file__).resolve().parents[2]
 
 
 def test_each_flink_has_its_state_job_and_an_unknown_one_is_refused():
@@ -67,3 +71,23 @@ def test_the_command_line_refuses_an_unknown_flink_before_anything_runs():
     app.command()(twin_vs_real.main)
     refused = CliRunner().invoke(app, ["--flink", "1.19", "--twin-only"])
     assert refused.exit_code == 2 and "one of 1.20, 2.2" in refused.output, refused.output
+
+
+def test_a_written_result_names_the_commit_each_run_was_made_at(tmp_path):
+    """Runs kept from an earlier file (`--real-from`) keep theirs; the new one gets this
+    checkout's (a result file must say which code produced it)."""
+    kept = {"real Flink 2.2.0, ForSt": {**json.loads(
+        (REPO / "bench/results/twin-vs-real-forst-rerun.json").read_text())[
+            "real Flink 2.2.0, ForSt"], "commit": "0" * 40}}
+    (tmp_path / "real.json").write_text(json.dumps(kept))
+    app = typer.Typer()
+    app.command()(twin_vs_real.main)
+    out = tmp_path / "out.json"
+    ran = CliRunner().invoke(app, ["--flink", "2.2", "--seconds", "300", "--real-from",
+                                   str(tmp_path / "real.json"), "--out", str(out)])
+    assert ran.exit_code == 0, ran.output
+    written = json.loads(out.read_text())
+    assert written["real Flink 2.2.0, ForSt"]["commit"] == "0" * 40
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True,
+                          text=True).stdout.strip()  # none outside a git checkout
+    assert (written["twin"]["commit"] or "").split("+")[0] == head
