@@ -40,7 +40,7 @@ from packer.flink_memory import (
     process_mib_for,
     task_manager_memory,
 )
-from packer.greedy import flink_first_fit, lower_bound, unfit_slot
+from packer.greedy import bin_capacity, first_fit_counts, lower_bound, unfit_slot
 from packer.types import CurrentPlacement, Placement, TaskManagerShape, TaskSlot
 from policies.bill import PodBill, TaskCpu
 from policies.bill import Prices as Prices  # re-exported: the prices pricing is done at
@@ -111,6 +111,11 @@ class SlotGroup:
     def task_slots(self) -> list[TaskSlot]:
         return [TaskSlot(self.name, i, self.cpu_cores, self.managed_mib, self.heap_mib,
                          self.network_mib) for i in range(self.slots)]
+
+    def demand(self) -> tuple[int, int, int, int]:
+        """One slot's demand in the packer's units (`TaskSlot.demand`)."""
+        return TaskSlot(self.name, 0, self.cpu_cores, self.managed_mib, self.heap_mib,
+                        self.network_mib).demand()
 
 
 @dataclass(frozen=True)
@@ -388,22 +393,21 @@ def _candidate_shapes(groups: tuple[SlotGroup, ...], bounds: ShapeBounds,
     # Largest first: each group's slots over go where they weigh least (`_balanced`).
     by_weight = sorted(groups, key=lambda g: (-prices.of(g.cpu_cores, g.heap_mib + g.managed_mib
                                                          + g.network_mib), g.name))
-    # Balanced up to twice the fewest TaskManagers the largest shape allows (and one
-    # more per group): past that, each TaskManager's own memory outweighs what
-    # balancing saves, and the work stays bounded at a thousand slots.
+    # Balanced from the fewest TaskManagers the largest shape allows to two more per
+    # group: past that, the shapes of k largest slots and the ceil-per-TaskManager ones
+    # remain, and the work stays bounded at a thousand slots (a balanced packing per n).
     fewest = max(-(-slots_total // bounds.max_slots),
                  math.ceil(sum(g.slots * g.cpu_cores for g in groups) / bounds.max_cpu - 1e-9))
-    balance_up_to = 2 * fewest + len(groups)
+    balance_up_to = fewest + 2 * len(groups)
     last: list[int] | None = None
     for n in range(1, max((g.slots for g in groups), default=0) + 1):
         counts, need = _per_task_manager(groups, n)
-        if counts == last:
-            continue
-        last = counts
-        if sum(counts) <= bounds.max_slots:
+        if counts != last and sum(counts) <= bounds.max_slots:
             offer(need, n)
-        # Balancing moves nothing unless two groups or more leave slots over.
-        if n <= balance_up_to and sum(g.slots % n > 0 for g in groups) > 1:
+        last = counts
+        # Balancing moves nothing unless two groups or more leave slots over; it depends
+        # on n even where the ceil-per-TaskManager counts do not.
+        if fewest <= n <= balance_up_to and sum(g.slots % n > 0 for g in groups) > 1:
             most, balanced = _balanced(by_weight, n, prices)
             if most <= bounds.max_slots and balanced != need:
                 offer(balanced, n)
@@ -433,7 +437,7 @@ def price(groups: Sequence[SlotGroup], bounds: ShapeBounds, prices: Prices,
         ranked = ranked or [(0.0, fit_shape(0, 0, 0, 0, bounds, prices) or PAPER_SHAPE)]
     if not ranked:
         return None
-    screened = _screen(slots, ranked)
+    screened = _screen(groups, ranked) or [s for _, s in ranked[:EXACT_SHAPES]]
     placement = packer.pack(slots, screened, current=current, time_limit_s=time_limit_s)
     chosen = next((s for s in screened if s.name == placement.shape), None)
     if chosen is None:
@@ -443,19 +447,29 @@ def price(groups: Sequence[SlotGroup], bounds: ShapeBounds, prices: Prices,
                   len(screened))
 
 
-def _screen(slots: Sequence[TaskSlot],
+def billed(groups: Sequence[SlotGroup], shape: TaskManagerShape) -> float:
+    """What pods of `shape` cost for these groups: the TaskManagers Flink's own first fit
+    needs (`greedy.flink_first_fit`: one request per slot profile, in order of first
+    appearance) × price, the replicas written. The exact packer's placement never needs
+    more (that fit is one of its starting points). inf when a slot fits no TaskManager."""
+    profiles: dict[tuple[int, ...], int] = {}
+    for g in groups:
+        demand = g.demand()
+        profiles[demand] = profiles.get(demand, 0) + g.slots
+    extra = () if shape.max_slots is None else (1,)
+    packed = first_fit_counts([(i, (*d, *extra), n) for i, (d, n) in enumerate(profiles.items())],
+                              bin_capacity(shape))
+    return math.inf if packed is None else len(packed) * shape.price
+
+
+def _screen(groups: Sequence[SlotGroup],
             ranked: Sequence[tuple[float, TaskManagerShape]]) -> list[TaskManagerShape]:
-    """The best few by what the deployment is billed at least: the packer's lower bound,
-    or Flink's own first fit if it needs more TaskManagers (the replicas written), ×
-    price; ties by the feasible price. A shape fitted tightly to a balanced packing may
-    need more TaskManagers in Flink's slot order than its bound says."""
-    bounded = sorted(((lower_bound(slots, s) * s.price, feasible, s.name, s)
-                      for feasible, s in ranked), key=lambda x: x[:3])
-    # Flink's first fit replayed on the best few by the bound alone (it takes a while).
-    billed = sorted(((max(bound, len(flink_first_fit(slots, s) or ()) * s.price), feasible,
-                      name, s) for bound, feasible, name, s in bounded[:2 * EXACT_SHAPES]),
-                    key=lambda x: x[:3])
-    return [s for *_, s in billed[:EXACT_SHAPES]]
+    """The best few by what they are billed (`billed`); ties by the feasible price. A
+    shape fitted tightly to a packing may need more TaskManagers in Flink's slot order
+    than that packing."""
+    bills = sorted(((billed(groups, s), feasible, s.name, s) for feasible, s in ranked),
+                   key=lambda x: x[:3])
+    return [s for bill, *_, s in bills[:EXACT_SHAPES] if bill < math.inf]
 
 
 def cheapest(vertices: Sequence[VertexSlot], bounds: ShapeBounds, prices: Prices,
@@ -505,15 +519,16 @@ class PodPricing:
 
     def bound(self, graph: JobGraph, configuration: Configuration,
               task_cpu: TaskCpu | None = None) -> float:
-        """The screen: the cheapest ceil-per-TaskManager packing over both groupings on
-        its best fitted shape (a menu's lower bound). Not a bound on the bill either way:
-        the exact packer may do better, and Flink's own first fit may need more."""
+        """The screen: over both groupings, the least that the best few candidate shapes
+        (by their fitted packing's price, a menu's by its lower bound) are billed by
+        Flink's own first fit (`billed`). The exact price may be lower where another
+        shape is billed less."""
         vertices = self.vertices(graph, configuration, task_cpu)
         best = math.inf
         for groups in groupings(vertices):
             ranked = candidate_shapes(groups, self.bounds, self.prices)
-            if ranked:
-                best = min(best, ranked[0][0])
+            for _, shape in ranked[:EXACT_SHAPES]:
+                best = min(best, billed(groups, shape))
         return best
 
     def exact(self, graph: JobGraph, configuration: Configuration,

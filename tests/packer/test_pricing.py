@@ -168,10 +168,21 @@ def test_a_group_of_one_slot_takes_room_in_one_taskmanager_not_in_each() -> None
     assert check(priced.placement, slots, [priced.shape]) == []
 
 
+def test_balancing_is_tried_at_every_count_not_only_where_the_ceil_mix_changes() -> None:
+    """12 and 7 slots give the same ceil-per-TaskManager mix (3 and 2) on 4 and on 5
+    TaskManagers; balanced, 5 TaskManagers of 3 cores hold them (17.51/h), where the
+    best shape of the ceil mixes costs 20.20/h."""
+    groups = [SlotGroup("a", ("a",), 12, 0.6, HEAP, 632.0, NET),
+              SlotGroup("b", ("b",), 7, 0.9, HEAP, 316.0, NET)]
+    priced = price(groups, ShapeBounds(), PRICES)
+    assert priced is not None and priced.price < 18.0
+
+
 def test_shapes_are_screened_by_what_flinks_own_first_fit_bills() -> None:
-    """A shape fitted tightly to a packing may need more TaskManagers in Flink's slot
-    order than the packer's bound says (the replicas written): screened by the bound
-    alone, the pods of this mix cost 12.85/h (5 TaskManagers for a placement of 4)."""
+    """A shape fitted tightly to a balanced packing may need more TaskManagers in Flink's
+    slot order than the packer's bound says (the replicas written): with balanced
+    candidates screened by the bound alone, the pods of this mix cost 12.85/h (5
+    TaskManagers for a placement of 4). The price is what Flink's first fit bills."""
     groups = [SlotGroup("a", ("a",), 1, 0.5, HEAP, 0.0, NET),
               SlotGroup("b", ("b",), 11, 0.5, HEAP, 632.0, NET),
               SlotGroup("c", ("c",), 5, 0.1, HEAP, 632.0, NET)]
@@ -179,6 +190,7 @@ def test_shapes_are_screened_by_what_flinks_own_first_fit_bills() -> None:
     assert priced is not None
     assert priced.replicas == priced.placement.count
     assert priced.price < 11.0
+    assert priced.price == pytest.approx(packer.pricing.billed(priced.groups, priced.shape))
 
 
 def test_the_exact_packer_proves_optimality_up_to_200_slots_with_shape_choice() -> None:
@@ -246,6 +258,20 @@ def test_the_planner_chooses_the_mix_whose_pods_cost_least_not_the_fewest_tasks(
     # above it (elsewhere Flink may need more TaskManagers, and the solver bills those).
     for option in AGG_OPTIONS:
         assert PODS.bound(JOB, _start(option)) >= prices[option] - 1e-9
+
+
+def test_the_planners_screen_never_promises_less_than_the_bill() -> None:
+    """The planner ranks mixes by `bound` and prices the best few exactly: a bound below
+    what the pods are billed (the fitted packing's price, where Flink's own first fit
+    needs more TaskManagers) would rank a dearer mix first. Fitted prices alone
+    undercut the bill on these three mixes."""
+    mixes = [((0, 1, 2), (8, 5, 1)), ((0, 2, None), (8, 11, 1)), ((1, 0, 2), (5, 8, 3))]
+    for levels, parallelism in mixes:
+        job = chain(*(job_vertex(f"v{i}", 1, lv) for i, lv in enumerate(levels)),
+                    ship=ShipStrategy.HASH)
+        config = {f"v{i}": VertexConfig(p, lv)
+                  for i, (lv, p) in enumerate(zip(levels, parallelism, strict=True))}
+        assert PODS.bound(job, config) >= PODS.price(job, config) - 1e-9, config
 
 
 def test_equal_bills_keep_the_planners_own_choice() -> None:
