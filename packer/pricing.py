@@ -15,13 +15,12 @@ spec.cost's prices. Three levers decide it, and all three are chosen here:
   and Flink's managed and network fractions, within the user's bounds, sized to the
   slot mix by Flink's own memory model (`flink_memory`), so memory given to caches
   is not padded with task heap nobody uses. Or the user's explicit menu.
-* **the packing**: the exact packer (`packer.pack`, CP-SAT) on the few shapes the
-  quick bound ranks best; it says whether the count is proven minimal.
+* **the packing**: the exact packer (`packer.pack`, CP-SAT) on the few shapes billed
+  least; it says whether the count is proven minimal.
 
-Screen, then price exactly: every candidate shape gets a cheap bound (the packer's
-lower bound × the shape's price, and the packing it was fitted to, which is always
-feasible, × price); the best few are ranked again with Flink's own first fit, and only
-the best `EXACT_SHAPES` go to CP-SAT. Pure and deterministic.
+Screen, then price exactly: every candidate shape is billed the TaskManagers Flink's own
+first fit needs × its price (`billed`: the replicas written, which the exact placement
+never exceeds); only the best `EXACT_SHAPES` go to CP-SAT. Pure and deterministic.
 """
 
 from __future__ import annotations
@@ -127,7 +126,7 @@ class Priced:
     placement: Placement
     replicas: int  # what Flink's own first-fit allocator needs (>= the placement's count)
     prices: Prices
-    screened: int  # candidate shapes the bound ranked
+    screened: int  # candidate shapes the screen ranked by their bill
     exact: int  # shapes the exact packer priced
 
     @property
@@ -356,7 +355,7 @@ def _balanced(by_weight: Sequence[SlotGroup], n: int, prices: Prices
 def candidate_shapes(groups: Sequence[SlotGroup], bounds: ShapeBounds,
                      prices: Prices) -> list[tuple[float, TaskManagerShape]]:
     """Every shape fitted to n TaskManagers holding ceil(slots/n) of each group, or a
-    balanced packing of them (`_balanced`), for each n where that mix changes, and to k
+    balanced packing of them (`_balanced`), for each n where either changes, and to k
     of the largest slot; each with the price of that (feasible) packing. Or the menu,
     priced by its lower bound. Cheapest first."""
     return list(_candidate_shapes(tuple(groups), bounds, prices))
@@ -400,7 +399,9 @@ def _candidate_shapes(groups: tuple[SlotGroup, ...], bounds: ShapeBounds,
                  math.ceil(sum(g.slots * g.cpu_cores for g in groups) / bounds.max_cpu - 1e-9))
     balance_up_to = fewest + 2 * len(groups)
     last: list[int] | None = None
-    for n in range(1, max((g.slots for g in groups), default=0) + 1):
+    # Past the largest group's slot count the ceil mix stops changing, but with many
+    # small groups the fewest TaskManagers can lie beyond it: balancing still runs there.
+    for n in range(1, max(max((g.slots for g in groups), default=0), balance_up_to) + 1):
         counts, need = _per_task_manager(groups, n)
         if counts != last and sum(counts) <= bounds.max_slots:
             offer(need, n)
@@ -426,9 +427,9 @@ def forget_shapes() -> None:
 def price(groups: Sequence[SlotGroup], bounds: ShapeBounds, prices: Prices,
           current: CurrentPlacement | None = None,
           time_limit_s: float = 2.0) -> Priced | None:
-    """The cheapest pods for these groups: screen every candidate shape by its bound,
-    price the best `EXACT_SHAPES` with the exact packer (fewest moves from `current`
-    among equal prices). None when no shape within the bounds holds the largest slot."""
+    """The cheapest pods for these groups: screen every candidate shape by its bill
+    (`billed`), price the best `EXACT_SHAPES` with the exact packer (fewest moves from
+    `current` among equal prices). None when no shape within the bounds holds the largest slot."""
     import packer  # CP-SAT loads on first use
 
     slots = [s for g in groups for s in g.task_slots()]
@@ -454,8 +455,8 @@ def billed(groups: Sequence[SlotGroup], shape: TaskManagerShape) -> float:
     more (that fit is one of its starting points). inf when a slot fits no TaskManager."""
     profiles: dict[tuple[int, ...], int] = {}
     for g in groups:
-        demand = g.demand()
-        profiles[demand] = profiles.get(demand, 0) + g.slots
+        if g.slots:  # an empty group requests nothing
+            profiles[g.demand()] = profiles.get(g.demand(), 0) + g.slots
     extra = () if shape.max_slots is None else (1,)
     packed = first_fit_counts([(i, (*d, *extra), n) for i, (d, n) in enumerate(profiles.items())],
                               bin_capacity(shape))

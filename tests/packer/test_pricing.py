@@ -178,6 +178,15 @@ def test_balancing_is_tried_at_every_count_not_only_where_the_ceil_mix_changes()
     assert priced is not None and priced.price < 18.0
 
 
+def test_many_single_slot_groups_are_balanced_too() -> None:
+    """Seventeen groups of one slot (6.8 cores): no group has more slots than one
+    TaskManager count, yet they need two TaskManagers, and balanced they fit 2 × 3.5."""
+    groups = [SlotGroup("heavy", ("heavy",), 1, 2.0, HEAP, 632.0, NET),
+              *(SlotGroup(f"s{i}", (f"s{i}",), 1, 0.3, HEAP, 158.0, NET) for i in range(16))]
+    priced = price(groups, ShapeBounds(), PRICES)
+    assert priced is not None and priced.bill.cpu_cores <= 7.0
+
+
 def test_shapes_are_screened_by_what_flinks_own_first_fit_bills() -> None:
     """A shape fitted tightly to a balanced packing may need more TaskManagers in Flink's
     slot order than the packer's bound says (the replicas written): with balanced
