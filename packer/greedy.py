@@ -8,12 +8,14 @@ O(groups × TaskManagers) instead of O(slots × TaskManagers).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import TypeVar
 
 from packer.types import TaskManagerShape, TaskSlot
 
 Demand = tuple[int, ...]
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -146,12 +148,27 @@ def flink_first_fit(
     We assume requests arrive in order of first appearance in `slots`: pass them
     in topological vertex order, subtasks by index. None: a slot fits no TaskManager.
     """
-    by_profile: dict[tuple[int, ...], list[TaskSlot]] = {}
-    for slot in slots:
-        by_profile.setdefault(slot.demand(), []).append(slot)
-    groups = [Group("", d, tuple(s)) for d, s in by_profile.items()]
+    groups = [Group("", d, tuple(s)) for d, s in _by_profile((s.demand(), s) for s in slots)]
     packed = first_fit_groups(groups, shape)
     return None if packed is None else materialise(packed, groups)
+
+
+def flink_count(requests: Iterable[tuple[Demand, int]], shape: TaskManagerShape) -> int | None:
+    """How many TaskManagers `flink_first_fit` needs for (slot demand, slots) requests in
+    job order, counted without building the slots. None: a slot fits no TaskManager."""
+    items = [(i, group_demand(Group("", d, ()), shape), sum(counts))
+             for i, (d, counts) in enumerate(_by_profile(requests))]
+    packed = first_fit_counts(items, bin_capacity(shape))
+    return None if packed is None else len(packed)
+
+
+def _by_profile(pairs: Iterable[tuple[Demand, T]]) -> list[tuple[Demand, list[T]]]:
+    """Flink keys slot requests by resource profile: one request per profile, in order of
+    first appearance."""
+    merged: dict[Demand, list[T]] = {}
+    for demand, item in pairs:
+        merged.setdefault(demand, []).append(item)
+    return list(merged.items())
 
 
 def materialise(packed: Sequence[dict[int, int]], groups: Sequence[Group]) -> list[list[TaskSlot]]:

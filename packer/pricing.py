@@ -39,7 +39,7 @@ from packer.flink_memory import (
     process_mib_for,
     task_manager_memory,
 )
-from packer.greedy import bin_capacity, first_fit_counts, lower_bound, unfit_slot
+from packer.greedy import flink_count, lower_bound, unfit_slot
 from packer.types import CurrentPlacement, Placement, TaskManagerShape, TaskSlot
 from policies.bill import PodBill, TaskCpu
 from policies.bill import Prices as Prices  # re-exported: the prices pricing is done at
@@ -438,7 +438,7 @@ def price(groups: Sequence[SlotGroup], bounds: ShapeBounds, prices: Prices,
         ranked = ranked or [(0.0, fit_shape(0, 0, 0, 0, bounds, prices) or PAPER_SHAPE)]
     if not ranked:
         return None
-    screened = _screen(groups, ranked) or [s for _, s in ranked[:EXACT_SHAPES]]
+    screened = _screen(groups, ranked)
     placement = packer.pack(slots, screened, current=current, time_limit_s=time_limit_s)
     chosen = next((s for s in screened if s.name == placement.shape), None)
     if chosen is None:
@@ -450,17 +450,11 @@ def price(groups: Sequence[SlotGroup], bounds: ShapeBounds, prices: Prices,
 
 def billed(groups: Sequence[SlotGroup], shape: TaskManagerShape) -> float:
     """What pods of `shape` cost for these groups: the TaskManagers Flink's own first fit
-    needs (`greedy.flink_first_fit`: one request per slot profile, in order of first
-    appearance) × price, the replicas written. The exact packer's placement never needs
-    more (that fit is one of its starting points). inf when a slot fits no TaskManager."""
-    profiles: dict[tuple[int, ...], int] = {}
-    for g in groups:
-        if g.slots:  # an empty group requests nothing
-            profiles[g.demand()] = profiles.get(g.demand(), 0) + g.slots
-    extra = () if shape.max_slots is None else (1,)
-    packed = first_fit_counts([(i, (*d, *extra), n) for i, (d, n) in enumerate(profiles.items())],
-                              bin_capacity(shape))
-    return math.inf if packed is None else len(packed) * shape.price
+    needs (`greedy.flink_count`) × price, the replicas written. The exact packer's
+    placement never needs more (that fit is one of its starting points). inf when a slot
+    fits no TaskManager."""
+    count = flink_count(((g.demand(), g.slots) for g in groups if g.slots), shape)
+    return math.inf if count is None else count * shape.price
 
 
 def _screen(groups: Sequence[SlotGroup],
@@ -470,7 +464,7 @@ def _screen(groups: Sequence[SlotGroup],
     than that packing."""
     bills = sorted(((billed(groups, s), feasible, s.name, s) for feasible, s in ranked),
                    key=lambda x: x[:3])
-    return [s for bill, *_, s in bills[:EXACT_SHAPES] if bill < math.inf]
+    return [s for *_, s in bills[:EXACT_SHAPES]]
 
 
 def cheapest(vertices: Sequence[VertexSlot], bounds: ShapeBounds, prices: Prices,
