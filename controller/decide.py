@@ -55,7 +55,7 @@ from policies import Evaluation, buffering, evaluate, skew
 from policies.decision import Decision
 from policies.evaluate import memory_only
 from policies.model import JobGraph
-from policies.params import pays_back
+from policies.params import new_slots_pay
 from policies.restart_cost import RestartFacts
 
 
@@ -206,10 +206,11 @@ def resize_in_place(run: Run, deployment: Mapping[str, Any], graph: JobGraph,
 
 def restart_pays(fields: OwnedFields, current: OwnedFields, run: Run) -> bool:
     """Whether the TaskManager pods of `fields` save enough over the running ones to pay
-    for a restart within spec.cost.paybackPeriod (the rule a cheaper configuration meets
-    in the policy, `params.pays_back`)."""
+    for a restart within spec.cost.paybackPeriod, over resizing those in place (the rule
+    the capacity policy plans a memory-only step's slots by, `params.new_slots_pay`)."""
     new, now = requested_pods(fields, run.spec.cost), requested_pods(current, run.spec.cost)
-    return new is not None and now is not None and pays_back(now.price, new.price, run.params)
+    return new is not None and now is not None and new_slots_pay(now.price, new.price,
+                                                                 run.params)
 
 
 def sql_buffering_due(run: Run, deployment: Mapping[str, Any]) -> bool:

@@ -47,7 +47,14 @@ from policies.learning import (
     merge,
 )
 from policies.model import JobGraph, Observation, ShipStrategy, Vertex, VertexConfig, VertexMetrics
-from policies.params import PolicyState, ScalingParams, pays_back, price_per_hour, totals
+from policies.params import (
+    PolicyState,
+    ScalingParams,
+    new_slots_pay,
+    pays_back,
+    price_per_hour,
+    totals,
+)
 
 # Busiest / mean busyness up to this factor over the key groups' own imbalance is
 # noise (the max of p noisy subtasks sits above their mean), not a hot key.
@@ -86,8 +93,9 @@ class Result:
     # One task's planned CPU at any configuration of a vertex (`_task_cpu`), as the pods
     # were priced; None: the footprint's.
     task_cpu: TaskCpu | None = None
-    # The step is new slots for the same configuration: the pods were short of CPU, or
-    # asked for more than their tasks are planned to use.
+    # The step asks for new slots: for the same configuration (the pods were short of
+    # CPU, or asked for more than their tasks are planned to use), or with a give-back of
+    # managed memory whose restart they pay back over resizing in place.
     cpu_step: bool = False
     # PolicyState.cpu_short_since after this window (None once a step changes the pods).
     cpu_short_since: float | None = None
@@ -245,8 +253,17 @@ def evaluate(graph: JobGraph, observation: Observation, state: PolicyState,
                                 for vid, p in plans.items()):
             cpu_step = triggered = False
             chosen = current
+        # A give-back of managed memory only keeps the running slots to be resized in place
+        # (`evaluate._planned_cpu`); where new slots pay their restart back, it takes them
+        # now, or the CPU it was priced with comes one scaleDownDelay later, a restart more.
+        in_place = (_in_place_cost(graph, chosen, plans, params)
+                    if triggered and not cpu_step and params.pods is not None
+                    and all(chosen[vid].parallelism == c.parallelism
+                            for vid, c in current.items()) else None)
+        if in_place is not None and new_slots_pay(in_place, cost_new, params):
+            cpu_step = True
         waiting = [p for p in plans.values() if p.surplus and not _waited(p, params, now)]
-        if cpu_step:
+        if cpu_step and chosen == current:
             reason = (f"capacity: the pods ask for more CPU than their tasks are planned to "
                       f"use ({cost_now:,.2f}/h against {cost_new:,.2f}/h); new slots, the "
                       f"configuration stays, pay their restart back within "
@@ -255,6 +272,9 @@ def evaluate(graph: JobGraph, observation: Observation, state: PolicyState,
             reason = (f"capacity: a cheaper configuration has sufficed for "
                       f"{cpu.scale_down_delay:.0f}s and pays its restart back within "
                       f"{params.cost.payback_period:.0f}s")
+            if in_place is not None and cpu_step:
+                reason += (f", on new slots ({cost_new:,.2f}/h against {in_place:,.2f}/h "
+                           "resized in place)")
             if held:
                 reason += (f" ({', '.join(held)} kept: skewed, a scale-in to a parallelism "
                            "never run would not pay back the restart likely to undo it)")
@@ -873,6 +893,19 @@ def _job_cost(graph: JobGraph, config: Mapping[str, VertexConfig],
     if params.pods is not None:
         return params.pods.price(graph, MappingProxyType(dict(config)), task_cpu)
     return sum(_cost(graph.vertex(vid), c, params) for vid, c in config.items())
+
+
+def _in_place_cost(graph: JobGraph, config: Mapping[str, VertexConfig],
+                   plans: Mapping[str, _Plan], params: ScalingParams) -> float:
+    """Price per hour of `config` on the slots the job runs with (a resize in place
+    keeps them): each task the CPU its slot was planned at, else the footprint's."""
+    footprint = params.footprint.cpu_cores
+
+    def running(vertex_id: str, _: VertexConfig) -> float:
+        p = plans.get(vertex_id)
+        had = None if p is None else p.learning.task_cpu
+        return footprint if had is None else had
+    return _job_cost(graph, config, params, running)
 
 
 def _task_cpu(plans: Mapping[str, _Plan], footprint: float, throttled: bool = False,

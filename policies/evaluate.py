@@ -158,7 +158,7 @@ def _scaling(graph: JobGraph, observation: Observation, state: PolicyState,
     if clip.clipped:
         reason += "; " + clip.reason
     forecast = (_forecast(before, totals(config, params), params,
-                          memory_only=memory_only(current, config))
+                          memory_only=memory_only(current, config) and not cpu_step)
                 if reconfigures else None)
     if forecast is not None:
         reason += "; " + explain.forecast(before, totals(config, params), forecast)

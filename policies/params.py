@@ -147,6 +147,16 @@ def pays_back(cost_now: float, cost_new: float, params: ScalingParams,
     return saving > restarts * restart_cost(cost_new, params)
 
 
+def new_slots_pay(in_place: float, new_slots: float, params: ScalingParams) -> bool:
+    """Whether a step of managed memory only, on new slots (`new_slots` per hour: a
+    restart), saves within spec.cost.paybackPeriod more than its restart costs over
+    resizing the running slots in place (`in_place` per hour; a restart as well where
+    the deployment cannot resize)."""
+    saving = (in_place - new_slots) * params.cost.payback_period / 3600.0
+    return saving > (restart_cost(new_slots, params)
+                     - restart_cost(in_place, params, memory_only=True))
+
+
 def within_limits(t: Totals, limits: Limits) -> bool:
     # A relative tolerance: sums of float footprints must not fail an exact limit.
     cpu_ok = limits.max_cpu_cores is None or t.cpu_cores <= limits.max_cpu_cores * (1 + 1e-9)

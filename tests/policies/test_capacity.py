@@ -22,6 +22,7 @@ from hypothesis import strategies as st
 from policies import PolicyState, ScalingParams, capacity, evaluate, skew, skew_stop
 from policies.bill import slot_cpu
 from policies.decision import Branch
+from policies.evaluate import Evaluation
 from policies.learning import (
     CapacityPoint,
     Prediction,
@@ -1281,6 +1282,50 @@ def test_pods_that_cost_more_than_the_plan_give_their_cpu_back_when_it_pays() ->
     first, give_back, *_ = steps(100.0)
     assert "more CPU than their tasks are planned to use" in give_back[0]
     assert give_back[1]["counter"] < first[1]["counter"]
+
+
+def _memory_give_back(running_cpu: Mapping[str, float] | None) -> Evaluation:
+    """Eight tasks at level 2 8 % busy, not allowed to scale in: once the delay has
+    passed, memory is given back, with the TaskManagers' slots running at
+    `running_cpu` (None: the footprint's core, no plan yet)."""
+    world, pods, g = World(), CpuPods(), graph(8, 2)
+    pinned = ParallelismOverride(vertex_id="counter", min_parallelism=8)
+    params = replace(PARAMS, pods=pods,
+                     cpu=CpuScaling(scale_down_delay=300, catch_up_duration=0,
+                                    overrides=(pinned,)))
+    state = PolicyState(learned={vid: VertexLearning(vertex_id=vid, task_cpu=cpu)
+                                 for vid, cpu in (running_cpu or {}).items()})
+    rate = 0.08 * 8 * 1e6 / world.service_us(8, 2)
+    for n in range(6):
+        now = 120.0 * (n + 1)
+        slots = pods.price(g, g.configuration(),
+                           lambda vid, _c: (running_cpu or {}).get(vid, 1.0))
+        e = evaluate(g, world.observe(g, rate, now), state, replace(params, pods_price=slots),
+                     now)
+        if e.decision.reconfigures:
+            return e
+        state = e.state
+    raise AssertionError(f"no give-back: {e.decision.reason}")
+
+
+def test_a_memory_give_back_takes_new_slots_when_they_pay_their_restart_back() -> None:
+    """Pods whose slots ask for a full core each, and a plan of a few tenths: resized in
+    place, the give-back would keep those slots, and the CPU it was priced with would
+    come one delay later, in a restart of its own. New slots pay that restart back, so
+    the step takes them now. Slots already at the plan are kept, as a resize in place
+    needs them (`params.new_slots_pay` prices the resize: test_restart_cost)."""
+    e = _memory_give_back(None)
+    counter = e.configuration["counter"]
+    assert counter.parallelism == 8 and (counter.memory_level or 0) < 2
+    assert "on new slots" in e.decision.reason and "resized in place" in e.decision.reason
+    assert e.task_cpu and max(e.task_cpu.values()) < 1.0
+    assert e.state.learned["counter"].task_cpu == e.task_cpu["counter"]
+    planned = dict(e.task_cpu)
+
+    e = _memory_give_back(planned)
+    assert e.configuration["counter"] == counter
+    assert "new slots" not in e.decision.reason
+    assert dict(e.task_cpu) == planned  # the running slots, kept for a resize
 
 
 def test_a_source_too_idle_to_measure_asks_for_the_cpu_its_busy_time_shows() -> None:
