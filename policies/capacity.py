@@ -244,6 +244,10 @@ def evaluate(graph: JobGraph, observation: Observation, state: PolicyState,
             if sighted != current and cost_sighted < cost_now and pays_back(
                     cost_now, cost_sighted, params):
                 chosen, cost_new, pays, held, blind = sighted, cost_sighted, True, blind, []
+        # A restart for a saving the predictions' error could take back is churn (SASO).
+        slight = (pays and cost_new < cost_now and not _in_place(current, chosen, params)
+                  and not _saves_beyond_error(cost_now, cost_new))
+        pays = pays and not slight
         triggered = bool(ready) and pays and cost_new < cost_now
         if not triggered:
             chosen = current
@@ -260,7 +264,8 @@ def evaluate(graph: JobGraph, observation: Observation, state: PolicyState,
                     if triggered and not cpu_step and params.pods is not None
                     and all(chosen[vid].parallelism == c.parallelism
                             for vid, c in current.items()) else None)
-        if in_place is not None and new_slots_pay(in_place, cost_new, params):
+        if (in_place is not None and new_slots_pay(in_place, cost_new, params)
+                and _saves_beyond_error(in_place, cost_new)):
             cpu_step = True
         waiting = [p for p in plans.values() if p.surplus and not _waited(p, params, now)]
         if cpu_step and chosen == current:
@@ -282,6 +287,10 @@ def evaluate(graph: JobGraph, observation: Observation, state: PolicyState,
             # Cheaper per task, not in pods: the pods it needs cost as much or more.
             reason = ("capacity: steady; the configurations cheaper per task need pods "
                       "that cost no less")
+        elif slight:
+            reason = (f"capacity: steady; a cheaper configuration saves "
+                      f"{cost_now - cost_new:,.2f}/h of {cost_now:,.2f}/h, within what the "
+                      f"capacity predictions may be off by ({SHORT_BY:.0%}): no restart for it")
         elif ready and not pays and blind:
             reason = ("capacity: steady; a cheaper configuration would not pay back within "
                       f"{params.cost.payback_period:.0f}s both its restart and the one likely "
@@ -893,6 +902,21 @@ def _job_cost(graph: JobGraph, config: Mapping[str, VertexConfig],
     if params.pods is not None:
         return params.pods.price(graph, MappingProxyType(dict(config)), task_cpu)
     return sum(_cost(graph.vertex(vid), c, params) for vid, c in config.items())
+
+
+def _saves_beyond_error(cost_now: float, cost_new: float) -> bool:
+    """Whether a give-back saves more than the error a step is allowed before it counts
+    as short (SHORT_BY of the capacity predicted, so as many more tasks): a saving
+    within it may be gone once the configuration is measured, and a restart for it is
+    churn. Per hour, against the configuration's own bill."""
+    return cost_now - cost_new > SHORT_BY * cost_new
+
+
+def _in_place(current: Mapping[str, VertexConfig], chosen: Mapping[str, VertexConfig],
+              params: ScalingParams) -> bool:
+    """A step of managed memory only that the deployment resizes without a restart."""
+    return (chosen != current and params.restart is not None and params.restart.resizable
+            and all(chosen[vid].parallelism == c.parallelism for vid, c in current.items()))
 
 
 def _in_place_cost(graph: JobGraph, config: Mapping[str, VertexConfig],
