@@ -10,10 +10,11 @@ carried downstream by output ratios):
   busiest subtask at `cpu.utilizationTarget`, memory and parallelism together (cheapest
   in the pods it needs, `ScalingParams.pods`, when the controller prices them);
 - **surplus**: a configuration cheaper by more than the restart costs within
-  `cost.paybackPeriod` has sufficed for `cpu.scaleDownDelay` → it is sized for the
-  highest need over that delay (plus the measured noise) and taken (a skewed vertex
-  scaled in to a parallelism it never ran at must pay back the restart likely to undo
-  it as well, `_blind_scale_in`);
+  `cost.paybackPeriod`, and by more than the predictions' error (`SHORT_BY` of its
+  bill) unless it is resized in place, has sufficed for `cpu.scaleDownDelay` → it is
+  sized for the highest need over that delay (plus the measured noise) and taken (a
+  skewed vertex scaled in to a parallelism it never ran at must pay back the restart
+  likely to undo it as well, `_blind_scale_in`);
 - otherwise nothing moves (SASO: a steady load means no restart).
 
 A step is judged by capacity: once the vertex runs at the configuration a step

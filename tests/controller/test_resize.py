@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from bench import jobgen
 from controller import simulate
 from controller.adapters.twin import TwinDeployments, TwinResizer, twin_ports
 from controller.adapters.twin import flink_deployment as twin_deployment
@@ -395,3 +396,16 @@ def test_only_managed_memory_changes_of_own_groups_are_resized() -> None:
     # 4096 MiB holds 1.4 GiB of managed memory: level 2 (632 MiB) fits, level 4 does not.
     assert fits_running_pods(deployment, fields(2), graph)
     assert not fits_running_pods(deployment, fields(4), graph)
+
+
+def test_a_memory_give_back_on_slots_that_ask_too_much_restarts_once_onto_new_ones() -> None:
+    """Generated job 17 (run seed 2), capacity policy, on pods priced by the controller:
+    after the load falls, a vertex's managed memory is given back while the running
+    slots ask for the CPU the higher load needed. Resized in place, the slots would stay,
+    and a restart for them would follow one scaleDownDelay later. The give-back takes
+    the new slots at once, by restart, and no 'same configuration' step follows."""
+    run = simulate.run(jobgen.generate(17), "capacity", 2400.0, seed=2, catch_up_duration=0.0)
+    give_back = [s for s in run.steps if "sufficed" in s.reason]
+    assert give_back and "on new slots" in give_back[0].reason, [s.reason for s in run.steps]
+    assert give_back[0].downtime_s > 0
+    assert not any("new slots, the same configuration" in s.reason for s in run.steps)
