@@ -55,7 +55,7 @@ from policies import Evaluation, buffering, evaluate, skew
 from policies.decision import Decision
 from policies.evaluate import memory_only
 from policies.model import JobGraph
-from policies.params import new_slots_pay
+from policies.params import pays_back
 from policies.restart_cost import RestartFacts
 
 
@@ -170,12 +170,13 @@ def resize_in_place(run: Run, deployment: Mapping[str, Any], graph: JobGraph,
                     ) -> tuple[OwnedFields, dict[str, int]] | None:
     """A memory-only step that flink-plugin's agents can enact without a restart: its
     fields on the running TaskManagers (their shape, replicas, fitted fractions and slot
-    sharing groups) and the caches to set; None when it restarts. Only when the slots fit
-    those TaskManagers, the placement's pods do not save enough to pay for a restart
+    sharing groups) and the caches to set; None when it restarts. Only when the policy
+    asks for no new slots (`Evaluation.new_slots`), the slots fit those TaskManagers,
+    the placement's pods do not save enough to pay for a restart
     (spec.cost.paybackPeriod), and the block-cache metric, which verifies a resize, is
     reported for every vertex it resizes."""
     current = current_fields(deployment)
-    if (not resizable(deployment, run.spec.resize)
+    if (not resizable(deployment, run.spec.resize) or evaluation.new_slots
             or run.spec.task_manager.realization == Realization.ADAPTIVE
             or not memory_only(graph.configuration(), evaluation.configuration)
             or restart_pays(fields, current, run)
@@ -206,11 +207,10 @@ def resize_in_place(run: Run, deployment: Mapping[str, Any], graph: JobGraph,
 
 def restart_pays(fields: OwnedFields, current: OwnedFields, run: Run) -> bool:
     """Whether the TaskManager pods of `fields` save enough over the running ones to pay
-    for a restart within spec.cost.paybackPeriod, over resizing those in place (the rule
-    the capacity policy plans a memory-only step's slots by, `params.new_slots_pay`)."""
+    for a restart within spec.cost.paybackPeriod (the rule a cheaper configuration meets
+    in the policy, `params.pays_back`)."""
     new, now = requested_pods(fields, run.spec.cost), requested_pods(current, run.spec.cost)
-    return new is not None and now is not None and new_slots_pay(now.price, new.price,
-                                                                 run.params)
+    return new is not None and now is not None and pays_back(now.price, new.price, run.params)
 
 
 def sql_buffering_due(run: Run, deployment: Mapping[str, Any]) -> bool:

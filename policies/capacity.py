@@ -51,7 +51,6 @@ from policies.model import JobGraph, Observation, ShipStrategy, Vertex, VertexCo
 from policies.params import (
     PolicyState,
     ScalingParams,
-    new_slots_pay,
     pays_back,
     price_per_hour,
     totals,
@@ -245,29 +244,25 @@ def evaluate(graph: JobGraph, observation: Observation, state: PolicyState,
             if sighted != current and cost_sighted < cost_now and pays_back(
                     cost_now, cost_sighted, params):
                 chosen, cost_new, pays, held, blind = sighted, cost_sighted, True, blind, []
-        # A restart for a saving the predictions' error could take back is churn (SASO).
-        slight = (pays and cost_new < cost_now and not _in_place(current, chosen, params)
-                  and not _saves_beyond_error(cost_now, cost_new))
-        pays = pays and not slight
         triggered = bool(ready) and pays and cost_new < cost_now
+        # The same configuration on smaller slots: only where a task asks for less.
+        if (triggered and chosen == current
+                and not any(task_cpu(vid, p.current) < (p.learning.task_cpu or 0.0)
+                            for vid, p in plans.items())):
+            triggered = False
+        # A restart for a saving the predictions' error could take back is churn (SASO).
+        slight = (triggered and not _in_place(current, chosen, params)
+                  and not _saves_beyond_error(cost_now, cost_new))
+        slight_to = chosen
+        triggered = triggered and not slight
         if not triggered:
             chosen = current
-        # The same configuration on smaller slots: only where a task asks for less.
-        cpu_step = triggered and chosen == current
-        if cpu_step and not any(task_cpu(vid, p.current) < (p.learning.task_cpu or 0.0)
-                                for vid, p in plans.items()):
-            cpu_step = triggered = False
-            chosen = current
-        # A give-back of managed memory only keeps the running slots to be resized in place
-        # (`evaluate._planned_cpu`); where new slots pay their restart back, it takes them
-        # now, or the CPU it was priced with comes one scaleDownDelay later, a restart more.
-        in_place = (_in_place_cost(graph, chosen, plans, params)
-                    if triggered and not cpu_step and params.pods is not None
-                    and all(chosen[vid].parallelism == c.parallelism
-                            for vid, c in current.items()) else None)
-        if (in_place is not None and new_slots_pay(in_place, cost_new, params)
-                and _saves_beyond_error(in_place, cost_new)):
-            cpu_step = True
+        # With a pod price the saving is the pods the tasks' planned CPU needs: a give-back
+        # of managed memory only asks for those slots too, rather than keeping the running
+        # ones to be resized in place (`evaluate._planned_cpu`), which saves nothing billed
+        # and leaves the CPU for a restart of its own one scaleDownDelay later.
+        cpu_step = triggered and (chosen == current or (
+            params.pods is not None and _memory_only(current, chosen)))
         waiting = [p for p in plans.values() if p.surplus and not _waited(p, params, now)]
         if cpu_step and chosen == current:
             reason = (f"capacity: the pods ask for more CPU than their tasks are planned to "
@@ -278,9 +273,8 @@ def evaluate(graph: JobGraph, observation: Observation, state: PolicyState,
             reason = (f"capacity: a cheaper configuration has sufficed for "
                       f"{cpu.scale_down_delay:.0f}s and pays its restart back within "
                       f"{params.cost.payback_period:.0f}s")
-            if in_place is not None and cpu_step:
-                reason += (f", on new slots ({cost_new:,.2f}/h against {in_place:,.2f}/h "
-                           "resized in place)")
+            if cpu_step:
+                reason += ", on new slots for the CPU its tasks are planned to use"
             if held:
                 reason += (f" ({', '.join(held)} kept: skewed, a scale-in to a parallelism "
                            "never run would not pay back the restart likely to undo it)")
@@ -289,9 +283,11 @@ def evaluate(graph: JobGraph, observation: Observation, state: PolicyState,
             reason = ("capacity: steady; the configurations cheaper per task need pods "
                       "that cost no less")
         elif slight:
-            reason = (f"capacity: steady; a cheaper configuration saves "
-                      f"{cost_now - cost_new:,.2f}/h of {cost_now:,.2f}/h, within what the "
-                      f"capacity predictions may be off by ({SHORT_BY:.0%}): no restart for it")
+            what = ("new slots for the same configuration" if slight_to == current
+                    else "a cheaper configuration")
+            reason = (f"capacity: steady; {what} would save {cost_now - cost_new:,.2f}/h on "
+                      f"its {cost_new:,.2f}/h, within what the capacity predictions may be "
+                      f"off by ({SHORT_BY:.0%}): no restart for it")
         elif ready and not pays and blind:
             reason = ("capacity: steady; a cheaper configuration would not pay back within "
                       f"{params.cost.payback_period:.0f}s both its restart and the one likely "
@@ -913,24 +909,22 @@ def _saves_beyond_error(cost_now: float, cost_new: float) -> bool:
     return cost_now - cost_new > SHORT_BY * cost_new
 
 
+def _memory_only(current: Mapping[str, VertexConfig],
+                 chosen: Mapping[str, VertexConfig]) -> bool:
+    """A step that changes managed memory only: every parallelism stays."""
+    return chosen != current and all(chosen[vid].parallelism == c.parallelism
+                                     for vid, c in current.items())
+
+
 def _in_place(current: Mapping[str, VertexConfig], chosen: Mapping[str, VertexConfig],
               params: ScalingParams) -> bool:
-    """A step of managed memory only that the deployment resizes without a restart."""
-    return (chosen != current and params.restart is not None and params.restart.resizable
-            and all(chosen[vid].parallelism == c.parallelism for vid, c in current.items()))
-
-
-def _in_place_cost(graph: JobGraph, config: Mapping[str, VertexConfig],
-                   plans: Mapping[str, _Plan], params: ScalingParams) -> float:
-    """Price per hour of `config` on the slots the job runs with (a resize in place
-    keeps them): each task the CPU its slot was planned at, else the footprint's."""
-    footprint = params.footprint.cpu_cores
-
-    def running(vertex_id: str, _: VertexConfig) -> float:
-        p = plans.get(vertex_id)
-        had = None if p is None else p.learning.task_cpu
-        return footprint if had is None else had
-    return _job_cost(graph, config, params, running)
+    """A give-back the deployment resizes without a restart: managed memory only, none
+    raised, where the deployment can resize, and priced per task (with a pod price it
+    asks for new slots, `evaluate`'s surplus branch)."""
+    return (params.pods is None and params.restart is not None and params.restart.resizable
+            and _memory_only(current, chosen)
+            and all((chosen[vid].memory_level or 0) <= (c.memory_level or 0)
+                    for vid, c in current.items()))
 
 
 def _task_cpu(plans: Mapping[str, _Plan], footprint: float, throttled: bool = False,

@@ -179,7 +179,8 @@ def _scaling(graph: JobGraph, observation: Observation, state: PolicyState,
     if reconfigures:
         state = _record(state, decision, observation, now)
     state, task_cpu = _planned_cpu(current, config, state, cpu_plan, reconfigures, cpu_step)
-    return Evaluation(decision, MappingProxyType(dict(config)), state, task_cpu)
+    return Evaluation(decision, MappingProxyType(dict(config)), state, task_cpu,
+                      new_slots=reconfigures and cpu_step)
 
 
 def _planned_cpu(current: Configuration, config: Configuration, state: PolicyState,

@@ -107,6 +107,9 @@ class Evaluation:
     # Vertex id -> the CPU one task's slot asks for (capacity policy, fine-grained
     # placement; policies.bill.slot_cpu). Empty: every task asks for the footprint's.
     task_cpu: Mapping[str, float] = field(default_factory=_empty)
+    # The step asks for new slots (`task_cpu` planned anew): a restart, never a resize
+    # in place on the running slots, even when it changes managed memory only.
+    new_slots: bool = False
 
 
 def totals(configuration: Configuration, params: ScalingParams) -> Totals:
@@ -145,16 +148,6 @@ def pays_back(cost_now: float, cost_new: float, params: ScalingParams,
     move likely to be undone is priced with the restart that undoes it)."""
     saving = (cost_now - cost_new) * params.cost.payback_period / 3600.0
     return saving > restarts * restart_cost(cost_new, params)
-
-
-def new_slots_pay(in_place: float, new_slots: float, params: ScalingParams) -> bool:
-    """Whether a step of managed memory only, on new slots (`new_slots` per hour: a
-    restart), saves within spec.cost.paybackPeriod more than its restart costs over
-    resizing the running slots in place (`in_place` per hour; a restart as well where
-    the deployment cannot resize)."""
-    saving = (in_place - new_slots) * params.cost.payback_period / 3600.0
-    return saving > (restart_cost(new_slots, params)
-                     - restart_cost(in_place, params, memory_only=True))
 
 
 def within_limits(t: Totals, limits: Limits) -> bool:

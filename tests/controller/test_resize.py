@@ -23,6 +23,7 @@ from controller.api import (
     TaskManagerShape,
     TaskManagerSpec,
 )
+from controller.decide import restart_pays
 from controller.loop import reconcile
 from controller.ports import CacheTarget, Resized, ResizeFailed
 from controller.realize import (
@@ -34,7 +35,7 @@ from controller.realize import (
     fits_running_pods,
     resized_caches,
 )
-from controller.record import Reason
+from controller.record import Reason, Run
 from controller.simulate import NAME, NAMESPACE
 from policies.model import JobGraph, VertexConfig
 from simulator.model import load_model
@@ -227,6 +228,49 @@ def test_a_resize_the_metric_does_not_show_falls_back_to_a_restart() -> None:
     assert enacted.fallback is not None and "block-cache-capacity" in enacted.fallback
     assert run.twin.restarts == 1
     assert run.twin.configuration[read_vertex(run)].memory_level == 1
+
+
+def test_a_step_that_asks_for_new_slots_restarts_though_it_could_be_resized(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The step of the first test, which fits the running pods and is resized, but with
+    the policy asking for new slots (`Evaluation.new_slots`: their CPU was planned anew):
+    the slots can only change by restart, so it restarts."""
+    from controller import decide
+
+    evaluate = decide.evaluate
+
+    def asking_for_new_slots(*args: Any, **kwargs: Any) -> Any:
+        evaluation = evaluate(*args, **kwargs)
+        return dataclasses.replace(evaluation, new_slots=evaluation.decision.reconfigures)
+
+    monkeypatch.setattr(decide, "evaluate", asking_for_new_slots)
+    run = loop()
+    run.run_until(130)
+    assert run.status.step == 1
+    assert run.enactment(1).kind == "savepoint" and run.twin.restarts == 1
+    assert run.resizer.resizes == []
+
+
+def test_pods_a_little_cheaper_do_not_pay_for_a_restart_where_a_resize_would_do() -> None:
+    """The controller restarts a resizable memory step onto new pods only when they save
+    a restart's cost within spec.cost.paybackPeriod (`params.pays_back`): 32 MiB less per
+    TaskManager does not, three cores less does."""
+    twin = Twin(load_model("read"), seed=0)
+    policy = closed_loop(twin)
+    ports, _, _ = twin_ports(twin, deployment_with_headroom(twin), job_started_s=-60)
+    run = Run(policy, 1, Status(), ports)
+    graph = twin.job_graph()
+    footprint = policy.spec.scaling_params().footprint
+
+    def fields(cpu: float, memory_mib: int) -> Any:
+        return desired_fields(graph, graph.configuration(), cpu_per_task=footprint.cpu_cores,
+                              heap_per_task_mib=footprint.heap_mib,
+                              base_managed_mib=BASE_MANAGED_MIB, tm_cpu=cpu,
+                              tm_memory_mib=memory_mib, replicas=3, per_operator=True)
+
+    running = fields(4.0, 4096)
+    assert not restart_pays(fields(4.0, 4064), running, run)
+    assert restart_pays(fields(1.0, 4096), running, run)
 
 
 def test_without_spec_resize_the_same_step_restarts() -> None:

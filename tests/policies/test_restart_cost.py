@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from policies.params import ScalingParams, new_slots_pay, restart_cost
+from policies.params import ScalingParams, restart_cost
 from policies.restart_cost import (
     MEASURED,
     MEASURED_FORST,
@@ -88,21 +88,6 @@ def test_the_policy_prices_a_resizable_memory_step_without_downtime() -> None:
     # The restart a resize saves is priced as the policy's pay-back rule prices steps.
     assert restart_cost(10.0, resizing, memory_only=True) == 0.0
     assert restart_cost(10.0, resizing) > 0.0
-
-
-def test_new_slots_for_a_memory_step_pay_the_restart_a_resize_would_not_cost() -> None:
-    """A memory-only step on new slots restarts the job; resized in place, it keeps the
-    running slots and costs no restart. New slots must save their restart back over the
-    resize; where the deployment cannot resize, the step restarts anyway, and any saving
-    is worth the new slots."""
-    resizing = ScalingParams(restart=RestartFacts(Enactment.SAVEPOINT, 1e9, resizable=True))
-    fixed = ScalingParams(restart=RestartFacts(Enactment.SAVEPOINT, 1e9))
-    hours = resizing.cost.payback_period / 3600.0
-    just_pays = restart_cost(9.0, resizing) / hours
-    assert new_slots_pay(9.0 + just_pays * 1.01, 9.0, resizing)
-    assert not new_slots_pay(9.0 + just_pays * 0.99, 9.0, resizing)
-    assert new_slots_pay(9.01, 9.0, fixed)
-    assert not new_slots_pay(9.0, 9.0, fixed) and not new_slots_pay(9.0, 9.5, fixed)
 
 
 def test_a_savepoint_step_with_a_checkpoint_says_what_last_state_would_cost() -> None:
