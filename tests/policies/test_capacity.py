@@ -339,6 +339,23 @@ def test_a_drop_is_scaled_down_in_one_step_although_its_first_window_straddles_i
     assert world.counter(downs[0][1], downs[0][2], 20_000).busyness <= 0.6, times
 
 
+def _steps_and_reasons(world: World, rates: list[float], params: ScalingParams
+                       ) -> tuple[list[tuple[float, int, int | None]], list[str]]:
+    """From two tasks at level 0, a window (120 s) at each rate: each step's time and the
+    counter's configuration after it, and every window's reason."""
+    g, state, steps, said = graph(2), PolicyState(), [], []
+    for n, rate in enumerate(rates):
+        now = 120.0 * (n + 1)
+        e = evaluate(g, world.observe(g, rate, now), state, params, now)
+        state = e.state
+        said.append(e.decision.reason)
+        if e.decision.reconfigures:
+            g = g.with_configuration(e.configuration)
+            steps.append((now, g.vertex("counter").parallelism,
+                          g.vertex("counter").memory_level))
+    return steps, said
+
+
 def test_a_skewed_vertex_is_scaled_in_blind_only_when_it_pays_back_two_restarts() -> None:
     """A hot key (5 % of the records) and a 1/4 drop of the load. From 2 saturated tasks,
     whose spread (×1.05) is within the noise, the first step is sized on the mean: more
@@ -353,17 +370,8 @@ def test_a_skewed_vertex_is_scaled_in_blind_only_when_it_pays_back_two_restarts(
     rates = [60_000.0] * 10 + [45_000.0] * 15
 
     def reasons(downtime_s: float) -> tuple[list[tuple[float, int, int | None]], str]:
-        params = replace(PARAMS, expected_downtime_s=downtime_s)
-        g, state, steps, said = graph(2), PolicyState(), [], []
-        for n, r in enumerate(rates):
-            now = 120.0 * (n + 1)
-            e = evaluate(g, world.observe(g, r, now), state, params, now)
-            state = e.state
-            said.append(e.decision.reason)
-            if e.decision.reconfigures:
-                g = g.with_configuration(e.configuration)
-                steps.append((now, g.vertex("counter").parallelism,
-                              g.vertex("counter").memory_level))
+        steps, said = _steps_and_reasons(world, rates,
+                                         replace(PARAMS, expected_downtime_s=downtime_s))
         return steps, "\n".join(said)
 
     steps, reason = reasons(240.0)
@@ -383,17 +391,10 @@ def test_a_give_back_within_the_predictions_error_takes_no_restart(
     the bill, less than a step may miss its predicted capacity by (SHORT_BY, so as many
     more tasks) before it counts as short: a restart for it is churn, though it would
     pay its restart back, and the reason says so. Two fewer save 15 %: taken."""
-    world = World(gets=0.0, cpu_us=108.0)
-    params = replace(PARAMS, expected_downtime_s=30.0)
-    g, state, steps, said = graph(2), PolicyState(), [], []
-    for n, rate in enumerate([60_000.0] * 6 + [after_drop] * 8):
-        now = 120.0 * (n + 1)
-        e = evaluate(g, world.observe(g, rate, now), state, params, now)
-        state = e.state
-        said.append(e.decision.reason)
-        if e.decision.reconfigures:
-            g = g.with_configuration(e.configuration)
-            steps.append(g.vertex("counter").parallelism)
+    taken, said = _steps_and_reasons(World(gets=0.0, cpu_us=108.0),
+                                     [60_000.0] * 6 + [after_drop] * 8,
+                                     replace(PARAMS, expected_downtime_s=30.0))
+    steps = [p for _, p, _ in taken]
     assert steps == [13] + ([tasks_after] if tasks_after != 13 else []), steps
     if tasks_after == 13:
         assert any("within what the capacity predictions may be off by (10%)" in why
