@@ -78,9 +78,12 @@ def decide(run: Run, graph: JobGraph, collected: Collected) -> Evaluation:
     pods = pods_now(run)  # what the running pods request and cost
     if pods is not None and pods.cpu_cores <= 0:
         pods = None
+    # Adaptive realization never resizes in place (`resize_in_place`): priced as restarts.
+    resizes = (resizable(deployment, run.spec.resize)
+               and run.spec.task_manager.realization != Realization.ADAPTIVE)
     params = replace(run.params, restart=RestartFacts(
         enactment_of(deployment, [], state), state, run.status.observed_steps(),
-        engine(deployment), resizable(deployment, run.spec.resize)),
+        engine(deployment), resizes),
         sql_buffering_due=sql_buffering_due(run, deployment),
         pods_cpu=None if pods is None else pods.cpu_cores,
         pods_price=None if pods is None else pods.price)

@@ -11,7 +11,7 @@ carried downstream by output ratios):
   in the pods it needs, `ScalingParams.pods`, when the controller prices them);
 - **surplus**: a configuration cheaper by more than the restart costs within
   `cost.paybackPeriod`, and by more than the predictions' error (`SHORT_BY` of its
-  bill) unless it is resized in place, has sufficed for `cpu.scaleDownDelay` → it is
+  bill), has sufficed for `cpu.scaleDownDelay` → it is
   sized for the highest need over that delay (plus the measured noise) and taken (a
   skewed vertex scaled in to a parallelism it never ran at must pay back the restart
   likely to undo it as well, `_blind_scale_in`);
@@ -95,7 +95,7 @@ class Result:
     task_cpu: TaskCpu | None = None
     # The step asks for new slots: for the same configuration (the pods were short of
     # CPU, or asked for more than their tasks are planned to use), or with a give-back of
-    # managed memory whose restart they pay back over resizing in place.
+    # managed memory priced in pods (a restart, never a resize in place).
     cpu_step: bool = False
     # PolicyState.cpu_short_since after this window (None once a step changes the pods).
     cpu_short_since: float | None = None
@@ -251,8 +251,7 @@ def evaluate(graph: JobGraph, observation: Observation, state: PolicyState,
                             for vid, p in plans.items())):
             triggered = False
         # A restart for a saving the predictions' error could take back is churn (SASO).
-        slight = (triggered and not _in_place(current, chosen, params)
-                  and not _saves_beyond_error(cost_now, cost_new))
+        slight = triggered and not _saves_beyond_error(cost_now, cost_new)
         slight_to = chosen
         triggered = triggered and not slight
         if not triggered:
@@ -613,6 +612,7 @@ def _plan_vertex(graph: JobGraph, v: Vertex, m: VertexMetrics, learning: VertexL
     rate = after_downtime(params.restart_downtime_s)
     # A memory-only step the deployment resizes in place stops nothing: no backlog to catch
     # up on (if another vertex restarts the job anyway, its catch-up margin is what is short).
+    # Only a scale-up is resized: a give-back asks for new slots (`evaluate`), a restart.
     in_place_relief = rate - after_downtime(params.step_downtime_s(memory_only=True))
     tpr = m.true_processing_rate
     mean_now = (target + catch_up) / tpr if tpr > 0 else math.inf
@@ -656,7 +656,8 @@ def _plan_vertex(graph: JobGraph, v: Vertex, m: VertexMetrics, learning: VertexL
     floor = v.parallelism if no_scale_in else None
     best, limited, options = _cheapest(v, surface, spread, need, need_hottest, learning,
                                        params, above=current if deficit else None, cap=useful,
-                                       in_place_relief=in_place_relief, floor=floor)
+                                       in_place_relief=in_place_relief if deficit else 0.0,
+                                       floor=floor)
     if limited and useful is not None:
         # A hot key: its subtask cannot reach the bound within the useful tasks; the
         # cheapest configuration whose busiest subtask still keeps up beats a plateau
@@ -914,17 +915,6 @@ def _memory_only(current: Mapping[str, VertexConfig],
     """A step that changes managed memory only: every parallelism stays."""
     return chosen != current and all(chosen[vid].parallelism == c.parallelism
                                      for vid, c in current.items())
-
-
-def _in_place(current: Mapping[str, VertexConfig], chosen: Mapping[str, VertexConfig],
-              params: ScalingParams) -> bool:
-    """A give-back the deployment resizes without a restart: managed memory only, none
-    raised, where the deployment can resize, and priced per task (with a pod price it
-    asks for new slots, `evaluate`'s surplus branch)."""
-    return (params.pods is None and params.restart is not None and params.restart.resizable
-            and _memory_only(current, chosen)
-            and all((chosen[vid].memory_level or 0) <= (c.memory_level or 0)
-                    for vid, c in current.items()))
 
 
 def _task_cpu(plans: Mapping[str, _Plan], footprint: float, throttled: bool = False,

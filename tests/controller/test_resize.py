@@ -18,6 +18,7 @@ from controller.adapters.twin import TwinDeployments, TwinResizer, twin_ports
 from controller.adapters.twin import flink_deployment as twin_deployment
 from controller.api import (
     HybridScalingPolicy,
+    Realization,
     Status,
     StepEnactment,
     TaskManagerShape,
@@ -273,6 +274,24 @@ def test_pods_a_little_cheaper_do_not_pay_for_a_restart_where_a_resize_would_do(
     assert restart_pays(fields(1.0, 4096), running, run)
 
 
+def test_adaptive_realization_prices_a_memory_step_as_the_restart_it_is() -> None:
+    """Adaptive realization never resizes in place: the policy is told so, and the memory
+    step's forecast carries a restart's downtime, as its enactment is one."""
+    twin = Twin(load_model("read"), seed=0)
+    policy = closed_loop(twin)
+    adaptive = policy.spec.task_manager.model_copy(update={"realization": Realization.ADAPTIVE})
+    policy = policy.model_copy(update={"spec": policy.spec.model_copy(
+        update={"task_manager": adaptive})})
+    ports, deployments, resizer = twin_ports(twin, deployment_with_headroom(twin),
+                                             job_started_s=-60)
+    run = Loop(twin, policy, ports, deployments, resizer)
+    run.run_until(130)
+    assert run.status.step == 1 and run.enactment(1).kind == "savepoint"
+    decision = run.status.last_decision
+    assert decision is not None and decision.forecast is not None
+    assert decision.forecast.expected_downtime_s > 0
+
+
 def test_without_spec_resize_the_same_step_restarts() -> None:
     run = loop(resize=False)
     run.run_until(130)
@@ -447,7 +466,9 @@ def test_a_memory_give_back_on_slots_that_ask_too_much_restarts_once_onto_new_on
     after the load falls, a vertex's managed memory is given back while the running
     slots ask for the CPU the higher load needed. Resized in place, the slots would stay,
     and a restart for them would follow one scaleDownDelay later. The give-back takes
-    the new slots at once, by restart, and no 'same configuration' step follows."""
+    the new slots at once, by restart, and no 'same configuration' step follows. (This
+    pins the policy's side through the loop; that the controller never resizes a step
+    asking for new slots is the monkeypatched test above.)"""
     run = simulate.run(jobgen.generate(17), "capacity", 2400.0, seed=2, catch_up_duration=0.0)
     give_back = [s for s in run.steps if "sufficed" in s.reason]
     assert give_back and "on new slots" in give_back[0].reason, [s.reason for s in run.steps]

@@ -35,7 +35,7 @@ from policies.learning import (
 )
 from policies.model import JobGraph, Observation, ShipStrategy, VertexConfig, VertexMetrics
 from policies.restart_cost import Enactment, RestartFacts
-from policies.spec import CpuScaling, MemoryScaling, ParallelismOverride, Policy
+from policies.spec import CostSpec, CpuScaling, MemoryScaling, ParallelismOverride, Policy
 from tests.policies.builders import chain, metrics, observe, source, vertex
 
 BASE = 158.0
@@ -1314,16 +1314,15 @@ def test_pods_that_cost_more_than_the_plan_give_their_cpu_back_when_it_pays() ->
     assert len(steps(plan * 1.15)) == 2
 
 
-def _memory_give_back(running_cpu: Mapping[str, float] | None, pods: bool = True,
-                      resizable: bool = True) -> Evaluation:
+def _memory_give_back(running_cpu: Mapping[str, float] | None) -> Evaluation:
     """Eight tasks at level 2 8 % busy, not allowed to scale in: once the delay has
     passed, memory is given back, with the TaskManagers' slots running at
     `running_cpu` (None: the footprint's core, no plan yet); priced in pods (`CpuPods`,
-    the running ones' price as `pods_price`) or per task."""
+    the running ones' price as `pods_price`) on a deployment that can resize."""
     world, g = World(), graph(8, 2)
     pinned = ParallelismOverride(vertex_id="counter", min_parallelism=8)
-    params = replace(PARAMS, pods=CpuPods() if pods else None,
-                     restart=RestartFacts(Enactment.SAVEPOINT, 3e8, resizable=resizable),
+    params = replace(PARAMS, pods=CpuPods(),
+                     restart=RestartFacts(Enactment.SAVEPOINT, 3e8, resizable=True),
                      cpu=CpuScaling(scale_down_delay=300, catch_up_duration=0,
                                     overrides=(pinned,)))
     state = PolicyState(learned={vid: VertexLearning(vertex_id=vid, task_cpu=cpu)
@@ -1331,8 +1330,8 @@ def _memory_give_back(running_cpu: Mapping[str, float] | None, pods: bool = True
     rate = 0.08 * 8 * 1e6 / world.service_us(8, 2)
     for n in range(6):
         now = 120.0 * (n + 1)
-        running = None if not pods else CpuPods().price(
-            g, g.configuration(), lambda vid, _c: (running_cpu or {}).get(vid, 1.0))
+        running = CpuPods().price(g, g.configuration(),
+                                  lambda vid, _c: (running_cpu or {}).get(vid, 1.0))
         e = evaluate(g, world.observe(g, rate, now), state,
                      replace(params, pods_price=running), now)
         if e.decision.reconfigures:
@@ -1357,16 +1356,6 @@ def test_a_memory_give_back_priced_in_pods_asks_for_new_slots(
     assert e.task_cpu and max(e.task_cpu.values()) < 1.0
     assert e.state.learned["counter"].task_cpu == e.task_cpu["counter"]
     assert e.decision.forecast is not None and e.decision.forecast.expected_downtime_s > 0
-
-
-def test_a_memory_give_back_priced_per_task_is_resized_in_place() -> None:
-    """Priced per task (no pod price), the same give-back keeps the slots the job runs
-    with and is resized in place: no restart, so no saving is too small for it."""
-    e = _memory_give_back({"src": 0.1, "counter": 0.2}, pods=False)
-    assert not e.new_slots and "new slots" not in e.decision.reason
-    assert e.decision.forecast is not None and e.decision.forecast.expected_downtime_s == 0
-    saving = e.decision.forecast.cost_before_per_hour - e.decision.forecast.cost_after_per_hour
-    assert 0 < saving < 0.1 * e.decision.forecast.cost_after_per_hour
 
 
 def test_a_source_too_idle_to_measure_asks_for_the_cpu_its_busy_time_shows() -> None:
@@ -1471,11 +1460,12 @@ def test_asynchronous_state_saturated_is_measured_and_scaled_out() -> None:
 def test_asynchronous_state_below_saturation_may_still_give_memory_back() -> None:
     """Eight tasks a third busy at level 2: a quiet window still sizes a give-back of
     memory at the same parallelism; only fewer tasks are ruled out, in every option the
-    pod price chooses among as well. (The deployment resizes in place: a restart for a
-    saving this small would be churn, `_saves_beyond_error`.)"""
+    pod price chooses among as well. (Memory priced as dear as a core per GiB, so that
+    giving it back saves more than a restart's worth of the predictions' error,
+    `_saves_beyond_error`.)"""
     rate = 0.33 * 8 * 1e6 / World().service_us(8, 2)
-    resizing = replace(PARAMS, restart=RestartFacts(Enactment.SAVEPOINT, 3e8, resizable=True))
-    _, steps, _ = timed_run(AsyncWorld(), rate, windows=12, start=graph(8, 2), params=resizing)
+    dear = replace(PARAMS, cost=CostSpec(memory_gib_price=1.0))
+    _, steps, _ = timed_run(AsyncWorld(), rate, windows=12, start=graph(8, 2), params=dear)
     assert steps and all(p >= 8 for _, p, _ in steps), steps
     assert (steps[-1][2] or 0) < 2, steps
 
