@@ -53,8 +53,7 @@ from controller.record import (
 )
 from policies import Evaluation, buffering, evaluate, skew
 from policies.decision import Decision
-from policies.evaluate import memory_only
-from policies.model import JobGraph
+from policies.model import JobGraph, memory_only
 from policies.params import pays_back
 from policies.restart_cost import RestartFacts
 
@@ -78,12 +77,9 @@ def decide(run: Run, graph: JobGraph, collected: Collected) -> Evaluation:
     pods = pods_now(run)  # what the running pods request and cost
     if pods is not None and pods.cpu_cores <= 0:
         pods = None
-    # Adaptive realization never resizes in place (`resize_in_place`): priced as restarts.
-    resizes = (resizable(deployment, run.spec.resize)
-               and run.spec.task_manager.realization != Realization.ADAPTIVE)
     params = replace(run.params, restart=RestartFacts(
         enactment_of(deployment, [], state), state, run.status.observed_steps(),
-        engine(deployment), resizes),
+        engine(deployment), can_resize(run, deployment)),
         sql_buffering_due=sql_buffering_due(run, deployment),
         pods_cpu=None if pods is None else pods.cpu_cores,
         pods_price=None if pods is None else pods.price)
@@ -179,8 +175,7 @@ def resize_in_place(run: Run, deployment: Mapping[str, Any], graph: JobGraph,
     (spec.cost.paybackPeriod), and the block-cache metric, which verifies a resize, is
     reported for every vertex it resizes."""
     current = current_fields(deployment)
-    if (not resizable(deployment, run.spec.resize) or evaluation.new_slots
-            or run.spec.task_manager.realization == Realization.ADAPTIVE
+    if (not can_resize(run, deployment) or evaluation.new_slots
             or not memory_only(graph.configuration(), evaluation.configuration)
             or restart_pays(fields, current, run)
             or current.tm_cpu is None or current.tm_memory_mib is None):
@@ -206,6 +201,14 @@ def resize_in_place(run: Run, deployment: Mapping[str, Any], graph: JobGraph,
                              for name in caches):
         return None
     return kept, caches
+
+
+def can_resize(run: Run, deployment: Mapping[str, Any]) -> bool:
+    """Whether this deployment resizes managed memory in place at all: flink-plugin's
+    resizable backend with spec.resize, and fine-grained realization (adaptive never
+    does). The policy prices memory steps by it; `resize_in_place` enacts them."""
+    return (resizable(deployment, run.spec.resize)
+            and run.spec.task_manager.realization != Realization.ADAPTIVE)
 
 
 def restart_pays(fields: OwnedFields, current: OwnedFields, run: Run) -> bool:

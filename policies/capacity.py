@@ -47,14 +47,16 @@ from policies.learning import (
     fit,
     merge,
 )
-from policies.model import JobGraph, Observation, ShipStrategy, Vertex, VertexConfig, VertexMetrics
-from policies.params import (
-    PolicyState,
-    ScalingParams,
-    pays_back,
-    price_per_hour,
-    totals,
+from policies.model import (
+    JobGraph,
+    Observation,
+    ShipStrategy,
+    Vertex,
+    VertexConfig,
+    VertexMetrics,
+    memory_only,
 )
+from policies.params import PolicyState, ScalingParams, pays_back, price_per_hour, totals
 
 # Busiest / mean busyness up to this factor over the key groups' own imbalance is
 # noise (the max of p noisy subtasks sits above their mean), not a hot key.
@@ -261,7 +263,7 @@ def evaluate(graph: JobGraph, observation: Observation, state: PolicyState,
         # ones to be resized in place (`evaluate._planned_cpu`), which saves nothing billed
         # and leaves the CPU for a restart of its own one scaleDownDelay later.
         cpu_step = triggered and (chosen == current or (
-            params.pods is not None and _memory_only(current, chosen)))
+            params.pods is not None and memory_only(current, chosen)))
         waiting = [p for p in plans.values() if p.surplus and not _waited(p, params, now)]
         if cpu_step and chosen == current:
             reason = (f"capacity: the pods ask for more CPU than their tasks are planned to "
@@ -908,13 +910,6 @@ def _saves_beyond_error(cost_now: float, cost_new: float) -> bool:
     within it may be gone once the configuration is measured, and a restart for it is
     churn. Per hour, against the configuration's own bill."""
     return cost_now - cost_new > SHORT_BY * cost_new
-
-
-def _memory_only(current: Mapping[str, VertexConfig],
-                 chosen: Mapping[str, VertexConfig]) -> bool:
-    """A step that changes managed memory only: every parallelism stays."""
-    return chosen != current and all(chosen[vid].parallelism == c.parallelism
-                                     for vid, c in current.items())
 
 
 def _task_cpu(plans: Mapping[str, _Plan], footprint: float, throttled: bool = False,

@@ -20,7 +20,7 @@ from policies.decision import (
     VertexDecision,
     VertexHistory,
 )
-from policies.model import Configuration, JobGraph, Observation, VertexConfig
+from policies.model import Configuration, JobGraph, Observation, VertexConfig, memory_only
 from policies.params import (
     HISTORY_LIMIT,
     Evaluation,
@@ -231,13 +231,6 @@ def _ds2_or_justin(graph: JobGraph, observation: Observation, proposal: ds2.Prop
         for vp in (proposal.vertices[v.id],)
     )
     return config, decisions
-
-
-def memory_only(before: Configuration, after: Configuration) -> bool:
-    """Whether a step changes managed memory and nothing else: the kind of step
-    flink-plugin's agent can enact without a restart (policies/restart_cost.py)."""
-    return (any(after[vid].memory_level != c.memory_level for vid, c in before.items())
-            and all(after[vid].parallelism == c.parallelism for vid, c in before.items()))
 
 
 def _forecast(before: Totals, after: Totals, params: ScalingParams,

@@ -76,6 +76,13 @@ class VertexConfig:
 Configuration = Mapping[str, VertexConfig]
 
 
+def memory_only(before: Configuration, after: Configuration) -> bool:
+    """Whether a step changes managed memory and nothing else: the kind of step
+    flink-plugin's agent can enact without a restart (policies/restart_cost.py)."""
+    return (any(after[vid].memory_level != c.memory_level for vid, c in before.items())
+            and all(after[vid].parallelism == c.parallelism for vid, c in before.items()))
+
+
 @dataclass(frozen=True)
 class JobGraph:
     vertices: tuple[Vertex, ...]
