@@ -165,9 +165,11 @@ def pack(
 
 
 def _running_cpu(running: VertexLearning | None) -> dict[str, object]:
-    """What of a vertex's learning only a realized step changes: its slots' CPU, and
-    whether it got the footprint's core back (`policies.capacity._busy_cpu_short`)."""
+    """What of a vertex's learning only a realized step changes: its slots' CPU, whether it
+    was grown after throttling (`policies.capacity._slots_surplus`), and whether it got
+    the footprint's core back (`policies.capacity._busy_cpu_short`)."""
     return {"task_cpu": None if running is None else running.task_cpu,
+            "task_cpu_grown": running is not None and running.task_cpu_grown,
             "busy_cpu_short": running is not None and running.busy_cpu_short}
 
 

@@ -28,10 +28,9 @@ no longer relieve takes no restart and is named (`policies/skew_stop.py`).
 
 from __future__ import annotations
 
-import functools
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 
 from policies import ds2, explain, skew, skew_stop, warmup
@@ -101,6 +100,9 @@ class Result:
     cpu_step: bool = False
     # PolicyState.cpu_short_since after this window (None once a step changes the pods).
     cpu_short_since: float | None = None
+    # Vertices whose planned CPU at the chosen configuration is the growth after a window
+    # that waited for CPU (`_TaskCpu.grown`), not their own plan: a guess.
+    cpu_grown: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True)
@@ -132,6 +134,9 @@ class _Plan:
     idle_cpu: bool = False  # its CPU is planned from a near-idle busy time (`_idle_busyness`)
     # Asynchronous state: cores one record/s took, from the JVMs' CPU (`_async_cpu`).
     cpu_per_record: float | None = None
+    # Its slots' CPU, grown after throttling, is above what its tasks are now planned to
+    # use (this, cores a task): a give-back of CPU alone, on new slots (`_slots_surplus`).
+    slots_planned: float | None = None
 
 
 def evaluate(graph: JobGraph, observation: Observation, state: PolicyState,
@@ -174,8 +179,10 @@ def evaluate(graph: JobGraph, observation: Observation, state: PolicyState,
         idle_short = [p.vertex.name or vid for vid, p in marked.items()
                       if p.learning.busy_cpu_short and not plans[vid].learning.busy_cpu_short]
         plans = marked
-    task_cpu = _task_cpu(plans, params.footprint.cpu_cores, throttled,
-                         1.0 if use is None else use[0] / use[1] * 1.1)
+    task_cpu = _TaskCpu(plans, params.footprint.cpu_cores, throttled,
+                        1.0 if use is None else use[0] / use[1] * 1.1)
+    if params.pods is not None and not deficits:
+        plans = {vid: _slots_surplus(p, task_cpu(vid, p.current)) for vid, p in plans.items()}
     # Tasks that waited for CPU while the job falls behind, and no vertex short by its
     # busy time (one that can be scaled: a source may be what saturates first): the pods
     # are what is short. The step keeps the configuration and asks for new slots with
@@ -225,8 +232,10 @@ def evaluate(graph: JobGraph, observation: Observation, state: PolicyState,
         if ready:
             # The search prices the mix it returns; the running configuration is priced
             # once more, and not at all when the search keeps it.
-            chosen, priced = _by_pods(graph, chosen, {p.vertex.id: (*p.options, p.current)
-                                                      for p in ready}, params, task_cpu)
+            # A vertex waiting only for new slots keeps its configuration (`_slots_surplus`).
+            chosen, priced = _by_pods(graph, chosen, {
+                p.vertex.id: (p.current,) if p.slots_planned is not None
+                else (*p.options, p.current) for p in ready}, params, task_cpu)
             cost_new = _job_cost(graph, chosen, params, task_cpu) if priced is None else priced
             # What runs costs what its pods cost: the saving counts the CPU its tasks were
             # planned at too (a step sized for a catch-up, or grown after throttling), so
@@ -296,6 +305,9 @@ def evaluate(graph: JobGraph, observation: Observation, state: PolicyState,
         elif ready and not pays:
             reason = ("capacity: steady; a cheaper configuration would not pay its restart "
                       f"back within {params.cost.payback_period:.0f}s")
+        elif waiting and all(p.slots_planned is not None for p in waiting):
+            reason = ("capacity: steady; new slots for CPU grown after throttling are waiting "
+                      "out cpu.scaleDownDelay")
         elif waiting:
             reason = "capacity: steady; a cheaper configuration is waiting out cpu.scaleDownDelay"
         else:
@@ -342,7 +354,8 @@ def evaluate(graph: JobGraph, observation: Observation, state: PolicyState,
     return Result(triggered, reason, tuple(decisions), MappingProxyType(chosen),
                   MappingProxyType(learned), stopped,
                   task_cpu if params.pods is not None else None, cpu_step,
-                  None if triggered else cpu_short_since)
+                  None if triggered else cpu_short_since,
+                  cpu_grown=frozenset(vid for vid, c in chosen.items() if task_cpu.grown(vid, c)))
 
 
 def _cpu_use(graph: JobGraph, observation: Observation, state: PolicyState,
@@ -912,8 +925,8 @@ def _saves_beyond_error(cost_now: float, cost_new: float) -> bool:
     return cost_now - cost_new > SHORT_BY * cost_new
 
 
-def _task_cpu(plans: Mapping[str, _Plan], footprint: float, throttled: bool = False,
-              growth: float = 1.0) -> TaskCpu:
+@dataclass(frozen=True, eq=False)  # hashed by identity: it holds the plans
+class _TaskCpu:
     """One task's CPU at a configuration of its vertex (`slot_cpu`): its busyness at the
     target divided by utilizationMax, plus the catch-up (`_planned_busyness`). Tasks are
     sized for the utilization target (0.5: twice what the target needs); their CPU with
@@ -924,20 +937,41 @@ def _task_cpu(plans: Mapping[str, _Plan], footprint: float, throttled: bool = Fa
     makes a task faster comes back as CPU. After a window that may have waited for CPU
     (`throttled`) the plan fell short: each vertex gets at least `CPU_GROWTH` times the
     CPU its tasks had, or what the window showed they wanted (`growth`), spread over its
-    new tasks. A vertex without operator uids gets no entry in Flink: the footprint's."""
+    new tasks (`grown` says where that growth, not the vertex's plan, decided). A vertex
+    without operator uids gets no entry in Flink: the footprint's."""
+
+    plans: Mapping[str, _Plan]
+    footprint: float
+    throttled: bool = False
+    growth: float = 1.0
     # Priced for every option of every mix the search screens: each surface read once.
-    @functools.cache
-    def cpu(vertex_id: str, config: VertexConfig) -> float:
-        p = plans.get(vertex_id)
+    _memo: dict[tuple[str, VertexConfig], tuple[float, bool]] = field(
+        default_factory=dict, compare=False, repr=False)
+
+    def __call__(self, vertex_id: str, config: VertexConfig) -> float:
+        return self._planned(vertex_id, config)[0]
+
+    def grown(self, vertex_id: str, config: VertexConfig) -> bool:
+        return self._planned(vertex_id, config)[1]
+
+    def _planned(self, vertex_id: str, config: VertexConfig) -> tuple[float, bool]:
+        key = (vertex_id, config)
+        if key not in self._memo:
+            self._memo[key] = self._plan(vertex_id, config)
+        return self._memo[key]
+
+    def _plan(self, vertex_id: str, config: VertexConfig) -> tuple[float, bool]:
+        p = self.plans.get(vertex_id)
         if p is None or not p.vertex.operator_uids:
-            return footprint  # no uid, no entry written: Flink gives it its default slot
-        planned = slot_cpu(_planned_busyness(p, config), footprint)
+            return self.footprint, False  # no uid, no entry: Flink's default slot
+        planned = slot_cpu(_planned_busyness(p, config), self.footprint)
         had = p.learning.task_cpu
-        if throttled and had is not None:
-            wanted = had * p.current.parallelism * max(CPU_GROWTH, growth)
-            planned = max(planned, slot_cpu(wanted / config.parallelism - 1e-9, footprint))
-        return planned
-    return cpu
+        if self.throttled and had is not None:
+            wanted = had * p.current.parallelism * max(CPU_GROWTH, self.growth)
+            grown = slot_cpu(wanted / config.parallelism - 1e-9, self.footprint)
+            if grown > planned:
+                return grown, True
+        return planned, False
 
 
 def _planned_busyness(p: _Plan, config: VertexConfig) -> float:
@@ -1037,6 +1071,22 @@ def _waited_peak(learning: VertexLearning) -> float | None:
     return peak
 
 
+def _slots_surplus(p: _Plan, planned: float) -> _Plan:
+    """A vertex whose configuration is the one to keep, but whose slots' CPU was grown in
+    a window that waited for CPU (`VertexLearning.task_cpu_grown`) above what its tasks
+    are now planned to use at the need the scale-down wait keeps: a surplus of its own,
+    waiting and paying back as any give-back. Throttling slows every task on the pods, so
+    the growth also lands on vertices that were never short (gen-005: a cache cliff
+    crossed by one vertex left every slot at twice its plan); without this only another
+    vertex's give-back would ever re-plan them. A plan made from unthrottled windows is
+    not given back on its own: its margin is the headroom a rising load needs."""
+    had = p.learning.task_cpu
+    if (p.deficit or p.surplus or p.stop is not None or p.skew_limited or had is None
+            or not p.learning.task_cpu_grown or not planned < had - 1e-9):
+        return p  # a skewed vertex's busiest subtask may use what its mean does not
+    return replace(p, surplus=True, slots_planned=planned)
+
+
 def _surplus_bookkeeping(p: _Plan, now: float, restart_wait: bool = False) -> VertexLearning:
     """Start, extend or end the scale-down wait; keep the highest need seen during it.
 
@@ -1079,7 +1129,12 @@ def _vertex_decision(p: _Plan, after: VertexConfig, target: float,
         branch = Branch.CACHE_WARMING if warming else Branch.CAPACITY_UNKNOWN
         why = p.note
     elif after == p.current:
-        if p.surplus:
+        if p.slots_planned is not None:
+            branch, why = Branch.SURPLUS_WAITING, (
+                f"its slots ask for {p.learning.task_cpu or 0:.1f} cores a task, grown after "
+                f"throttling; its tasks are planned to use {p.slots_planned:.1f}: new slots "
+                f"once that holds for cpu.scaleDownDelay and pays its restart back")
+        elif p.surplus:
             branch = Branch.SURPLUS_WAITING
             why = (f"{explain.level(memory, p.best.memory_level)} × {p.best.parallelism} "
                    f"would suffice: waiting")

@@ -100,6 +100,7 @@ def _scaling(graph: JobGraph, observation: Observation, state: PolicyState,
     forced = limits.bounded(graph, params)
     cpu_plan: TaskCpu | None = None
     cpu_step = False
+    cpu_grown: frozenset[str] = frozenset()
     if forced is not None:
         # A bound the running configuration breaks (e.g. a lowered maxParallelism) is a
         # step of its own, whatever the policy would say about this window.
@@ -123,7 +124,7 @@ def _scaling(graph: JobGraph, observation: Observation, state: PolicyState,
             return _unchanged(current, state, params, now, planned.reason, planned.vertices,
                               skewed)
         config, decisions, triggered_by = planned.configuration, planned.vertices, planned.reason
-        cpu_plan, cpu_step = planned.task_cpu, planned.cpu_step
+        cpu_plan, cpu_step, cpu_grown = planned.task_cpu, planned.cpu_step, planned.cpu_grown
     else:
         proposal = ds2.propose(
             graph, observation, params.cpu,
@@ -178,34 +179,38 @@ def _scaling(graph: JobGraph, observation: Observation, state: PolicyState,
     )
     if reconfigures:
         state = _record(state, decision, observation, now)
-    state, task_cpu = _planned_cpu(current, config, state, cpu_plan, reconfigures, cpu_step)
+    state, task_cpu = _planned_cpu(current, config, state, cpu_plan, reconfigures, cpu_step,
+                                   cpu_grown)
     return Evaluation(decision, MappingProxyType(dict(config)), state, task_cpu,
                       new_slots=reconfigures and cpu_step)
 
 
 def _planned_cpu(current: Configuration, config: Configuration, state: PolicyState,
-                 cpu_plan: TaskCpu | None, reconfigures: bool, cpu_step: bool = False
+                 cpu_plan: TaskCpu | None, reconfigures: bool, cpu_step: bool = False,
+                 grown: frozenset[str] = frozenset()
                  ) -> tuple[PolicyState, Mapping[str, float]]:
     """Each task's planned CPU for the placement (policies.bill.slot_cpu), kept in the
     vertices' learning: planned anew by a step that changes a parallelism (it restarts
     the job and asks for new slots anyway) or asks for new slots (`cpu_step`), kept by
     any other, so that a memory-only step asks for the slots the job runs with and can
-    be resized in place. Empty when the policy plans none (DS2, Justin, per-task
-    prices): the footprint's."""
+    be resized in place (`grown`: the vertices whose plan is the growth after a window
+    that waited for CPU, `capacity._TaskCpu.grown`). Empty when
+    the policy plans none (DS2, Justin, per-task prices): the footprint's."""
     learned = dict(state.learned)
     if cpu_plan is None:
         if reconfigures and any(v.task_cpu is not None for v in learned.values()):
             # A step without a plan (a bound the spec sets, DS2 or Justin) asks for the
             # footprint's core: what was planned before no longer runs.
             state = replace(state, learned=MappingProxyType({
-                vid: v.model_copy(update={"task_cpu": None}) for vid, v in learned.items()}))
+                vid: v.model_copy(update={"task_cpu": None, "task_cpu_grown": False})
+                for vid, v in learned.items()}))
         return state, MappingProxyType({})
     if reconfigures and (cpu_step or any(config[vid].parallelism != c.parallelism
                                          for vid, c in current.items())):
         for vid, learning in learned.items():
             if vid in config:
                 learned[vid] = learning.model_copy(
-                    update={"task_cpu": cpu_plan(vid, config[vid])})
+                    update={"task_cpu": cpu_plan(vid, config[vid]), "task_cpu_grown": vid in grown})
         state = replace(state, learned=MappingProxyType(learned))
     return state, MappingProxyType({vid: learning.task_cpu for vid, learning in learned.items()
                                     if vid in config and learning.task_cpu is not None})

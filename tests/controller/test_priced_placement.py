@@ -115,14 +115,19 @@ def test_a_recommendation_keeps_the_cpu_that_runs() -> None:
 
 
 def test_a_recommendation_keeps_what_only_a_realized_step_changes() -> None:
-    """The running slots' CPU, and whether a vertex got the footprint's core back, change
-    only with a step that runs: advice neither plans them nor uses up the safety net."""
+    """The running slots' CPU, whether it was grown after throttling, and whether a vertex
+    got the footprint's core back change only with a step that runs: advice neither plans
+    them nor uses up the safety net."""
     from controller.place import _running_cpu
     from policies.learning import VertexLearning
 
-    running = VertexLearning(vertex_id="src", task_cpu=0.3, busy_cpu_short=True)
-    assert _running_cpu(running) == {"task_cpu": 0.3, "busy_cpu_short": True}
-    assert _running_cpu(None) == {"task_cpu": None, "busy_cpu_short": False}
-    advised = VertexLearning(vertex_id="src", task_cpu=1.0, busy_cpu_short=True)
+    running = VertexLearning(vertex_id="src", task_cpu=0.3, task_cpu_grown=True,
+                             busy_cpu_short=True)
+    assert _running_cpu(running) == {"task_cpu": 0.3, "task_cpu_grown": True,
+                                     "busy_cpu_short": True}
+    assert _running_cpu(None) == {"task_cpu": None, "task_cpu_grown": False,
+                                  "busy_cpu_short": False}
+    advised = VertexLearning(vertex_id="src", task_cpu=1.0, task_cpu_grown=True,
+                             busy_cpu_short=True)
     kept = advised.model_copy(update=_running_cpu(VertexLearning(vertex_id="src")))
-    assert (kept.task_cpu, kept.busy_cpu_short) == (None, False)
+    assert (kept.task_cpu, kept.task_cpu_grown, kept.busy_cpu_short) == (None, False, False)

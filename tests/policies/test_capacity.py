@@ -33,7 +33,14 @@ from policies.learning import (
     fit,
     merge,
 )
-from policies.model import JobGraph, Observation, ShipStrategy, VertexConfig, VertexMetrics
+from policies.model import (
+    Configuration,
+    JobGraph,
+    Observation,
+    ShipStrategy,
+    VertexConfig,
+    VertexMetrics,
+)
 from policies.restart_cost import Enactment, RestartFacts
 from policies.spec import CostSpec, CpuScaling, MemoryScaling, ParallelismOverride, Policy
 from tests.policies.builders import chain, metrics, observe, source, vertex
@@ -1214,7 +1221,8 @@ def _planned_step() -> tuple[World, JobGraph, PolicyState, ScalingParams]:
 
 
 def _throttled(world: World, g: JobGraph, state: PolicyState, params: ScalingParams,
-               growth: float) -> tuple[Observation, ScalingParams, float]:
+               growth: float, short_by: float = 1.2
+               ) -> tuple[Observation, ScalingParams, float]:
     """A window at 80k records/s whose tasks' busy time exceeds the pods' CPU by a fifth:
     the observation, the parameters with those pods, and the share of the CPU the tasks
     wanted that they got (the pods' CPU over their busy time). The counter stays below
@@ -1225,7 +1233,7 @@ def _throttled(world: World, g: JobGraph, state: PolicyState, params: ScalingPar
     assert obs.vertices["counter"].busyness < PARAMS.cpu.utilization_max
     src = replace(obs.vertices["src"], pending_records_growth_per_s=growth)
     obs = replace(obs, vertices={**obs.vertices, "src": src})
-    pods = busy / 1.2
+    pods = busy / short_by
     assert pods < slots + 1  # the slots' CPU is not what the tasks have: the pods' is
     return obs, replace(params, pods_cpu=pods), min(1.0, pods / busy)
 
@@ -1279,6 +1287,14 @@ def test_pods_short_of_cpu_get_new_slots_with_more_cpu_and_the_same_configuratio
         assert e.task_cpu[vid] >= min(1.0, slot_cpu(cpu * 1.25 - 1e-9))
         assert e.state.learned[vid].task_cpu == e.task_cpu[vid]
     assert e.task_cpu["counter"] > before["counter"]
+    # Its own plan, not the growth, decided each vertex's CPU here: nothing to give back.
+    assert not any(learned.task_cpu_grown for learned in e.state.learned.values())
+    # Pods at half what the tasks wanted: the growth (2.2 times what each had) decides
+    # every vertex's CPU, a guess the next windows may give back (`_slots_surplus`).
+    short, halved, _ = _throttled(world, g, state, params, growth=5_000.0, short_by=2.0)
+    grown = evaluate(g, short, state, halved, 360.0)
+    assert grown.decision.reconfigures and "short of CPU" in grown.decision.reason
+    assert all(learned.task_cpu_grown for learned in grown.state.learned.values())
     # Not falling behind (a restart's backlog draining), or pods with CPU to spare: none.
     assert not evaluate(g, calm, state, throttled, 360.0).decision.reconfigures
     roomy = replace(params, pods_cpu=100.0)
@@ -1525,3 +1541,66 @@ def test_an_asynchronous_vertex_not_planned_asks_for_the_footprints_core() -> No
         ParallelismOverride(operator_uid="counter", exclude=True),)}))
     kept = capacity.evaluate(g, obs, PolicyState(), excluded, 120.0)
     assert kept.task_cpu is not None and kept.task_cpu("counter", VertexConfig(4, 0)) == 1.0
+
+
+class RestlessPods(CpuPods):
+    """`CpuPods` whose search prefers any other option to the one it starts from."""
+
+    def cheapest(self, graph: JobGraph, options: Mapping[str, Sequence[VertexConfig]],
+                 start: Mapping[str, VertexConfig], task_cpu: object = None
+                 ) -> tuple[Mapping[str, VertexConfig], float]:
+        mixes = [{**start, **dict(zip(options, combo, strict=True))}
+                 for combo in itertools.product(*options.values())]
+        best = max(mixes, key=lambda c: sum(c[vid] != start[vid] for vid in c))
+        return best, 0.5 * self.price(graph, best, task_cpu)
+
+
+def _slots_at_a_core(grown: bool, pods: CpuPods | None = None
+                     ) -> tuple[list[str], tuple[int, Evaluation] | None, Configuration]:
+    """After the first step with a pod price, the counter's slots ask for the footprint's
+    core a task (`grown`: as a step planned in a window that waited for CPU leaves them)
+    while the load stays: each window's reason for the counter, and the first step
+    (window, evaluation) if any, and the configuration it runs."""
+    world, g, state, params = _planned_step()
+    params = params if pods is None else replace(params, pods=pods)
+    planned = state.learned["counter"].task_cpu
+    assert planned is not None and planned < 0.9
+    state = replace(state, learned={**state.learned, "counter": state.learned[
+        "counter"].model_copy(update={"task_cpu": 1.0, "task_cpu_grown": grown})})
+    said = []
+    for n in range(6):
+        now = 120.0 * (n + 2)
+        slots = {vid: learned.task_cpu or 1.0 for vid, learned in state.learned.items()}
+        running = CpuPods().price(g, g.configuration(),
+                                  lambda vid, _c, slots=slots: slots[vid])
+        e = evaluate(g, world.observe(g, 60_000, now), state,
+                     replace(params, pods_price=running), now)
+        said.append(e.decision.vertex("counter").reason)
+        if e.decision.reconfigures:
+            return said, (n, e), g.configuration()
+        state = e.state
+    return said, None, g.configuration()
+
+
+def test_cpu_grown_in_a_throttled_window_is_given_back_on_its_own() -> None:
+    """The counter's configuration is the one to keep, but its slots' CPU was grown in a
+    window that waited for CPU, to a core a task where its tasks are planned to use less.
+    No other vertex has a give-back to carry it: the CPU is a give-back of its own,
+    waiting out scaleDownDelay (the reason says so), then new slots for the same
+    configuration in one restart. Slots planned from unthrottled windows keep their
+    margin: it is the headroom a rising load needs."""
+    said, step, running = _slots_at_a_core(grown=True)
+    assert step is not None, said
+    n, e = step
+    assert n >= 2, said  # waited out the 300-s delay
+    assert "its slots ask for 1.0 cores a task, grown after throttling" in said[0], said[0]
+    assert e.decision.reconfigures and e.new_slots, e.decision.reason
+    assert dict(e.configuration) == dict(running)
+    assert "ask for more CPU than their tasks are planned to use" in e.decision.reason
+    assert e.task_cpu is not None and e.task_cpu["counter"] < 1.0
+    assert not e.state.learned["counter"].task_cpu_grown
+    said, step, _ = _slots_at_a_core(grown=False)
+    assert step is None, step[1].decision.reason if step else None
+    # Only its slots wait: the pods' search may not move its configuration.
+    _, step, running = _slots_at_a_core(grown=True, pods=RestlessPods())
+    assert step is not None and dict(step[1].configuration) == dict(running)
