@@ -91,7 +91,7 @@ class Result:
     configuration: Mapping[str, VertexConfig]
     learned: Mapping[str, VertexLearning]
     skew: tuple[SkewFinding, ...] = ()  # skew-stopped vertices (policies/skew_stop.py)
-    # One task's planned CPU at any configuration of a vertex (`_task_cpu`), as the pods
+    # One task's planned CPU at any configuration of a vertex (`_TaskCpu`), as the pods
     # were priced; None: the footprint's.
     task_cpu: TaskCpu | None = None
     # The step asks for new slots: for the same configuration (the pods were short of
@@ -128,7 +128,7 @@ class _Plan:
     # Every configuration that sustains the need, the fewest tasks at each memory level,
     # cheapest per task first: what the pod price chooses among (`best` is the first).
     options: tuple[VertexConfig, ...] = ()
-    # records/s the pods' CPU is sized for (`_task_cpu`): the target at utilizationMax,
+    # records/s the pods' CPU is sized for (`_TaskCpu`): the target at utilizationMax,
     # plus the catch-up at full busyness
     need_cpu: float = 0.0
     idle_cpu: bool = False  # its CPU is planned from a near-idle busy time (`_idle_busyness`)
@@ -186,7 +186,7 @@ def evaluate(graph: JobGraph, observation: Observation, state: PolicyState,
     # Tasks that waited for CPU while the job falls behind, and no vertex short by its
     # busy time (one that can be scaled: a source may be what saturates first): the pods
     # are what is short. The step keeps the configuration and asks for new slots with
-    # more CPU (`_task_cpu`). With a deficit, its step plans more CPU as well. Two windows
+    # more CPU (`_TaskCpu`). With a deficit, its step plans more CPU as well. Two windows
     # running, as for `_busy_cpu_short`: one alone may hold a stall (a GC or checkpoint
     # pause, counted as busy time) whose backlog the pods' CPU limits while it drains.
     behind = not deficits and _falling_behind(graph, observation)
@@ -363,7 +363,7 @@ def _cpu_use(graph: JobGraph, observation: Observation, state: PolicyState,
     """The tasks' busy time summed (cores; it bounds their CPU from above, except on
     asynchronous state: there the JVMs' measured CPU where it is higher) and the CPU
     they have: the running pods' (`pods_cpu`), else what their slots ask for (planned at
-    the last step, `_task_cpu`). None while a vertex asks for the footprint's core, which
+    the last step, `_TaskCpu`). None while a vertex asks for the footprint's core, which
     one task cannot exceed. Busy time at `CPU_BOUND` of that CPU or more: the tasks may
     have waited for CPU (Kubernetes throttles pods at their CPU request, and a throttled
     task is busy while it waits). Such a window measures the pods' CPU, not the

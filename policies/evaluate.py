@@ -194,8 +194,8 @@ def _planned_cpu(current: Configuration, config: Configuration, state: PolicySta
     the job and asks for new slots anyway) or asks for new slots (`cpu_step`), kept by
     any other, so that a memory-only step asks for the slots the job runs with and can
     be resized in place (`grown`: the vertices whose plan is the growth after a window
-    that waited for CPU, `capacity._TaskCpu.grown`). Empty when
-    the policy plans none (DS2, Justin, per-task prices): the footprint's."""
+    that waited for CPU, `capacity._TaskCpu.grown`). Empty when the policy plans none
+    (DS2, Justin, per-task prices): the footprint's."""
     learned = dict(state.learned)
     if cpu_plan is None:
         if reconfigures and any(v.task_cpu is not None for v in learned.values()):

@@ -168,9 +168,9 @@ class VertexLearning(RecordModel):
     # a parallelism (policies.bill.slot_cpu); a memory-only step keeps it, so that it can
     # resize in place. None: the task footprint's.
     task_cpu: float | None = Field(None, gt=0, le=1024)
-    # ... planned in a window whose tasks waited for CPU: grown by what that window showed
-    # (capacity._task_cpu), a guess every task's slowed busy time inflates, so what the
-    # next windows measure may give it back (capacity._slots_surplus).
+    # ... set by the growth after a window whose tasks waited for CPU, not by the vertex's
+    # own plan (capacity._TaskCpu.grown): a guess every task's slowed busy time inflates,
+    # so what the next windows measure may give it back (capacity._slots_surplus).
     task_cpu_grown: bool = False
     # Its CPU was planned from the busy time of a window too idle to measure, and the job
     # then fell behind, two windows running, with no vertex busy enough to say why
