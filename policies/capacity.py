@@ -232,10 +232,8 @@ def evaluate(graph: JobGraph, observation: Observation, state: PolicyState,
         if ready:
             # The search prices the mix it returns; the running configuration is priced
             # once more, and not at all when the search keeps it.
-            # A vertex waiting only for new slots keeps its configuration (`_slots_surplus`).
-            chosen, priced = _by_pods(graph, chosen, {
-                p.vertex.id: (p.current,) if p.slots_planned is not None
-                else (*p.options, p.current) for p in ready}, params, task_cpu)
+            chosen, priced = _by_pods(graph, chosen, {p.vertex.id: (*p.options, p.current)
+                                                      for p in ready}, params, task_cpu)
             cost_new = _job_cost(graph, chosen, params, task_cpu) if priced is None else priced
             # What runs costs what its pods cost: the saving counts the CPU its tasks were
             # planned at too (a step sized for a catch-up, or grown after throttling), so
@@ -258,7 +256,7 @@ def evaluate(graph: JobGraph, observation: Observation, state: PolicyState,
         triggered = bool(ready) and pays and cost_new < cost_now
         # The same configuration on smaller slots: only where a task asks for less.
         if (triggered and chosen == current
-                and not any(task_cpu(vid, p.current) < (p.learning.task_cpu or 0.0)
+                and not any(_asks_for_less(p, task_cpu(vid, p.current))
                             for vid, p in plans.items())):
             triggered = False
         # A restart for a saving the predictions' error could take back is churn (SASO).
@@ -316,12 +314,16 @@ def evaluate(graph: JobGraph, observation: Observation, state: PolicyState,
 
     learned: dict[str, VertexLearning] = {}
     decisions = []
+    # Every waiting vertex starts over together, so the next full wait can take them in one
+    # restart rather than one at a time; slots alone that did not pay start only their own
+    # over (a configuration's give-back waiting behind them would otherwise never come).
+    over = {p.vertex.id for p in ready} if all(
+        p.slots_planned is not None for p in ready) else set(plans)
     for v in graph.vertices:
         p = plans[v.id]
         after = chosen[v.id]
-        # Every waiting vertex starts over together, so the next full wait can take them
-        # in one restart rather than one at a time.
-        learning = _surplus_bookkeeping(p, now, restart_wait=not triggered and bool(ready))
+        learning = _surplus_bookkeeping(
+            p, now, restart_wait=not triggered and bool(ready) and v.id in over)
         if triggered and p.deficit and after != p.current and learning.excluded(
                 p.current.parallelism, p.current.memory_level, p.need) is None:
             # What ran short of this need is not returned to while it holds (a scale-in
@@ -355,7 +357,8 @@ def evaluate(graph: JobGraph, observation: Observation, state: PolicyState,
                   MappingProxyType(learned), stopped,
                   task_cpu if params.pods is not None else None, cpu_step,
                   None if triggered else cpu_short_since,
-                  cpu_grown=frozenset(vid for vid, c in chosen.items() if task_cpu.grown(vid, c)))
+                  cpu_grown=frozenset(vid for vid, c in chosen.items()
+                                      if params.pods is not None and task_cpu.grown(vid, c)))
 
 
 def _cpu_use(graph: JobGraph, observation: Observation, state: PolicyState,
@@ -1071,6 +1074,12 @@ def _waited_peak(learning: VertexLearning) -> float | None:
     return peak
 
 
+def _asks_for_less(p: _Plan, planned: float) -> bool:
+    """Its tasks are planned to use less CPU (`planned`, cores a task) than its slots ask for."""
+    had = p.learning.task_cpu
+    return had is not None and planned < had - 1e-9
+
+
 def _slots_surplus(p: _Plan, planned: float) -> _Plan:
     """A vertex whose configuration is the one to keep, but whose slots' CPU was grown in
     a window that waited for CPU (`VertexLearning.task_cpu_grown`) above what its tasks
@@ -1080,11 +1089,12 @@ def _slots_surplus(p: _Plan, planned: float) -> _Plan:
     crossed by one vertex left every slot at twice its plan); without this only another
     vertex's give-back would ever re-plan them. A plan made from unthrottled windows is
     not given back on its own: its margin is the headroom a rising load needs."""
-    had = p.learning.task_cpu
-    if (p.deficit or p.surplus or p.stop is not None or p.skew_limited or had is None
-            or not p.learning.task_cpu_grown or not planned < had - 1e-9):
+    if (p.deficit or p.surplus or p.stop is not None or p.skew_limited
+            or not p.learning.task_cpu_grown or not _asks_for_less(p, planned)):
         return p  # a skewed vertex's busiest subtask may use what its mean does not
-    return replace(p, surplus=True, slots_planned=planned)
+    # Its configuration stays: the plan's own (`best`) was neither a deficit nor cheaper.
+    return replace(p, surplus=True, best=p.current, options=(p.current,),
+                   slots_planned=planned)
 
 
 def _surplus_bookkeeping(p: _Plan, now: float, restart_wait: bool = False) -> VertexLearning:

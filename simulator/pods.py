@@ -127,7 +127,7 @@ def pod_oracle(model: JobModel, target_rate: float | None = None, *,
         options[vid] = tuple(found) or (paper.configuration[vid],)
     # The planner's own search (packer.pricing.PodPricing.cheapest) over the same options,
     # each task asking for the CPU it uses at the target at utilizationMax, as the
-    # capacity planner's do (policies/capacity.py, `_task_cpu`).
+    # capacity planner's do (policies/capacity.py, `_TaskCpu`).
     start = MappingProxyType({vid: o[0] for vid, o in options.items()})
     config, priced = pricing(bounds=bounds, prices=prices).choose(
         model.job_graph(), options, start,

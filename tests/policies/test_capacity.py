@@ -1543,26 +1543,13 @@ def test_an_asynchronous_vertex_not_planned_asks_for_the_footprints_core() -> No
     assert kept.task_cpu is not None and kept.task_cpu("counter", VertexConfig(4, 0)) == 1.0
 
 
-class RestlessPods(CpuPods):
-    """`CpuPods` whose search prefers any other option to the one it starts from."""
-
-    def cheapest(self, graph: JobGraph, options: Mapping[str, Sequence[VertexConfig]],
-                 start: Mapping[str, VertexConfig], task_cpu: object = None
-                 ) -> tuple[Mapping[str, VertexConfig], float]:
-        mixes = [{**start, **dict(zip(options, combo, strict=True))}
-                 for combo in itertools.product(*options.values())]
-        best = max(mixes, key=lambda c: sum(c[vid] != start[vid] for vid in c))
-        return best, 0.5 * self.price(graph, best, task_cpu)
-
-
-def _slots_at_a_core(grown: bool, pods: CpuPods | None = None
+def _slots_at_a_core(grown: bool, rate: float = 60_000.0
                      ) -> tuple[list[str], tuple[int, Evaluation] | None, Configuration]:
-    """After the first step with a pod price, the counter's slots ask for the footprint's
-    core a task (`grown`: as a step planned in a window that waited for CPU leaves them)
-    while the load stays: each window's reason for the counter, and the first step
-    (window, evaluation) if any, and the configuration it runs."""
+    """After the first step with a pod price (at 60k records/s), the counter's slots ask for
+    the footprint's core a task (`grown`: as a step planned in a window that waited for
+    CPU leaves them) while the load is `rate`: each window's reason for the counter, the
+    first step (window, evaluation) if any, and the configuration it runs."""
     world, g, state, params = _planned_step()
-    params = params if pods is None else replace(params, pods=pods)
     planned = state.learned["counter"].task_cpu
     assert planned is not None and planned < 0.9
     state = replace(state, learned={**state.learned, "counter": state.learned[
@@ -1573,7 +1560,7 @@ def _slots_at_a_core(grown: bool, pods: CpuPods | None = None
         slots = {vid: learned.task_cpu or 1.0 for vid, learned in state.learned.items()}
         running = CpuPods().price(g, g.configuration(),
                                   lambda vid, _c, slots=slots: slots[vid])
-        e = evaluate(g, world.observe(g, 60_000, now), state,
+        e = evaluate(g, world.observe(g, rate, now), state,
                      replace(params, pods_price=running), now)
         said.append(e.decision.vertex("counter").reason)
         if e.decision.reconfigures:
@@ -1601,6 +1588,36 @@ def test_cpu_grown_in_a_throttled_window_is_given_back_on_its_own() -> None:
     assert not e.state.learned["counter"].task_cpu_grown
     said, step, _ = _slots_at_a_core(grown=False)
     assert step is None, step[1].decision.reason if step else None
-    # Only its slots wait: the pods' search may not move its configuration.
-    _, step, running = _slots_at_a_core(grown=True, pods=RestlessPods())
-    assert step is not None and dict(step[1].configuration) == dict(running)
+    # At a higher load its own plan is a scale-out, neither a deficit nor cheaper: only
+    # its slots wait, and the step keeps the configuration.
+    said, step, running = _slots_at_a_core(grown=True, rate=74_000.0)
+    assert step is not None, said
+    assert dict(step[1].configuration) == dict(running), step[1].decision.reason
+
+
+def test_slots_that_do_not_pay_leave_a_configurations_wait_running() -> None:
+    """The source's slots were grown after throttling, and its wait has run its delay, but
+    giving that CPU back saves too little to restart for. The counter, over-provisioned,
+    is half-way through its own wait: the source's wait starts over, the counter's does
+    not (it would otherwise start over each time and its give-back never come)."""
+    world, params = World(), replace(PARAMS, pods=CpuPods())
+    g = graph(40, 0)
+    first = evaluate(g, world.observe(g, 60_000, 120.0), PolicyState(), params, 120.0)
+    assert not first.decision.reconfigures
+    now = 1_000.0
+    counter = first.state.learned["counter"]
+    assert counter.surplus_since == 120.0  # over-provisioned: its wait began
+    learned = {
+        "counter": counter.model_copy(update={"surplus_since": now - 150.0, "task_cpu": 0.1}),
+        "src": first.state.learned["src"].model_copy(update={
+            "task_cpu": 0.3, "task_cpu_grown": True, "surplus_since": now - 400.0,
+            "surplus_peak_need": 60_000.0})}
+    state = replace(first.state, learned=learned)
+    slots = {"src": 0.3, "counter": 0.1}
+    running = CpuPods().price(g, g.configuration(), lambda vid, _c: slots[vid])
+    e = evaluate(g, world.observe(g, 60_000, now), state,
+                 replace(params, pods_price=running), now)
+    assert not e.decision.reconfigures, e.decision.reason
+    assert "would not pay its restart back" in e.decision.reason
+    assert e.state.learned["src"].surplus_since == now  # its own wait starts over
+    assert e.state.learned["counter"].surplus_since == now - 150.0, e.decision.reason
