@@ -18,7 +18,6 @@ run it alone. Numbers are printed, never asserted.
 from __future__ import annotations
 
 import json
-import math
 import os
 import signal
 import subprocess
@@ -36,6 +35,7 @@ from controller.adapters.twin import twin_ports
 from controller.api import Status, parse_policy
 from controller.loop import reconcile
 from e2e import realflink
+from policies.levels import level_of
 from policies.model import VertexConfig
 from simulator.model import JobModel, load_model
 from simulator.serve import JOB_MODEL_KEY
@@ -103,7 +103,7 @@ def run_twin(model: JobModel, seconds: float, flink: str = realflink.DEFAULT_FLI
     deployment["metadata"]["generation"] = 1
     deployment["status"] = {"lifecycleState": "STABLE", "jobStatus": {"state": "RUNNING"}}
     start = _start(deployment)
-    start_level = round(math.log2(start["counterManagedMib"] / BASE_MIB))
+    start_level = level_of(start["counterManagedMib"], BASE_MIB)
     twin = Twin(model, seed=seed, base_managed_mib=BASE_MIB,
                 configuration={COUNTER: VertexConfig(1, start_level)})
     ports, deployments, _ = twin_ports(twin, deployment, base_managed_mib=BASE_MIB)

@@ -5,7 +5,6 @@ real-Flink demo (e2e/realflink.py)."""
 from __future__ import annotations
 
 import json
-import math
 import statistics
 import subprocess
 from pathlib import Path
@@ -16,6 +15,7 @@ from typer.testing import CliRunner
 
 from bench import twin_vs_real
 from e2e import realflink
+from policies.levels import level_of
 from simulator.model import load_model
 
 REPO = Path(__file__).resolve().parents[2]
@@ -59,8 +59,14 @@ def test_steps_are_named_by_what_they_changed():
         "1: memory down → p1, 32 MiB; 2: scale-up + scale-out → p2, 128 MiB")
 
 
-def test_the_forst_twin_starts_where_the_real_job_does_and_prices_steps_as_forst():
-    run = twin_vs_real.run_twin(load_model("statejob-forst"), 600, "2.2")
+@pytest.fixture(scope="module")
+def forst_twin() -> dict:
+    """The ForSt twin's closed loop as `bench.twin_vs_real --flink 2.2` runs it (600 s)."""
+    return twin_vs_real.run_twin(load_model("statejob-forst"), 600, "2.2")
+
+
+def test_the_forst_twin_starts_where_the_real_job_does_and_prices_steps_as_forst(forst_twin):
+    run = forst_twin
     assert run["start"]["counterManagedMib"] == realflink.FORST_START_MB
     assert run["steps"], run  # over-provisioned at 256 MB: the loop gives memory back
     assert run["final"]["counterManagedMib"] < realflink.FORST_START_MB
@@ -95,7 +101,8 @@ def test_a_written_result_names_the_commit_each_run_was_made_at(tmp_path):
     assert (written["twin"]["commit"] or "").split("+")[0] == head
 
 
-def test_the_forst_twin_stays_within_a_step_and_a_fifth_of_the_recorded_real_flink_run():
+def test_the_forst_twin_stays_within_a_step_and_a_fifth_of_the_recorded_real_flink_run(
+        forst_twin):
     """Issue 24's target, held against what real Flink 2.2 with ForSt did (the runs and
     capacity measurements recorded in bench/results/, made by `bench.twin_vs_real --flink
     2.2` and `bench.realflink_warmup`): the twin's closed loop takes as many steps, within
@@ -104,12 +111,12 @@ def test_the_forst_twin_stays_within_a_step_and_a_fifth_of_the_recorded_real_fli
     results = REPO / "bench/results"
     real_runs = [json.loads((results / name).read_text())[twin_vs_real.REAL["2.2"]]
                  for name in ("twin-vs-real-forst.json", "twin-vs-real-forst-rerun.json")]
-    twin = twin_vs_real.run_twin(load_model("statejob-forst"), 600, "2.2")
+    twin = forst_twin
     for real in real_runs:
         assert abs(len(twin["steps"]) - len(real["steps"])) <= 1, (twin["steps"], real["steps"])
         assert twin["final"]["counterParallelism"] == real["final"]["counterParallelism"]
         assert twin["final"]["counterManagedMib"] == real["final"]["counterManagedMib"]
-    final_level = round(math.log2(twin["final"]["counterManagedMib"] / twin_vs_real.BASE_MIB))
+    final_level = level_of(twin["final"]["counterManagedMib"], twin_vs_real.BASE_MIB)
     predicted = twin["capacityAtLevel"][str(final_level)]
     for name in ("realflink-capacity-forst-32mb.json", "realflink-capacity-forst-32mb-rerun.json"):
         measured = json.loads((results / name).read_text())
