@@ -149,8 +149,11 @@ def evaluate(graph: JobGraph, observation: Observation, state: PolicyState,
     high_u = 1.0 if backlog else cpu.utilization_max
 
     plans: dict[str, _Plan] = {}
+    per_record = _async_cpu(graph, observation)
     use = _cpu_use(graph, observation, state, params.pods_cpu)
     throttled = use is not None and use[0] >= CPU_BOUND * use[1]
+    # A throttled window's busy time counts waiting for CPU: what it leaves bounds nothing.
+    ceiling = {} if throttled else _async_cpu_ceiling(graph, observation)
     # The share of the CPU they wanted that the tasks got, in a window that may have
     # waited for it.
     speed = min(1.0, use[1] / use[0]) if throttled and use else None
@@ -162,10 +165,9 @@ def evaluate(graph: JobGraph, observation: Observation, state: PolicyState,
                           provisional=idle, speed=speed)
         plans[v.id] = _plan_vertex(graph, v, m, learning, rates[v.id], catch_up[v.id], high_u,
                                    params, now, shrink_only=idle and not starved,
-                                   no_scale_in=_quiet_async(m))
-
-    for vid, per_record in _async_cpu(graph, observation).items():
-        plans[vid] = replace(plans[vid], cpu_per_record=per_record)
+                                   no_scale_in=_quiet_async(m),
+                                   cpu_per_record=per_record.get(v.id),
+                                   cpu_ceiling=ceiling.get(v.id))
     deficits = [p for p in plans.values() if p.deficit]
     ready: list[_Plan] = []
     # Falling behind with no task busy enough to say why: what is short is not what busy
@@ -414,6 +416,37 @@ def _async_cpu(graph: JobGraph, observation: Observation) -> dict[str, float]:
     return out
 
 
+def _async_cpu_ceiling(graph: JobGraph, observation: Observation) -> dict[str, float]:
+    """Per vertex on asynchronous state, the most cores one record/s can have taken: the
+    CPU the TaskManagers' JVMs used, less only what is certainly another vertex's (the
+    busy time of a stateless synchronous vertex, and of another asynchronous vertex's task
+    thread below saturation, where it does not wait on its in-flight buffer: a stateful
+    synchronous vertex's busy time may be a state read's wait), over its records. The
+    share `_async_cpu` plans the pods with is no bound: a vertex whose I/O threads do
+    most of its work gets too little of it. Empty when the CPU was not measured, or reads
+    below what the vertices' own busy time shows (a scrape that missed a TaskManager):
+    then it bounds nothing."""
+    used = observation.cpu_cores_used
+    if used is None or not math.isfinite(used):
+        return {}
+    busy = {v.id: v.parallelism * observation.vertices[v.id].busyness for v in graph.vertices}
+    certain = {vid: b for vid, b in busy.items()
+               if (not observation.vertices[vid].asynchronous_state
+                   and not observation.vertices[vid].has_state_backend_metrics)
+               or _quiet_async(observation.vertices[vid])}
+    out = {}
+    for v in graph.vertices:
+        m = observation.vertices[v.id]
+        others = sum(b for vid, b in certain.items() if vid != v.id)
+        if not m.asynchronous_state or not used >= others + busy[v.id]:
+            if m.asynchronous_state:
+                return {}  # the JVMs' CPU reads low: it bounds nothing
+            continue
+        if m.processed_per_s > 0:
+            out[v.id] = (used - others) / m.processed_per_s
+    return out
+
+
 def _falling_behind(graph: JobGraph, observation: Observation) -> bool:
     """Some source's backlog grows (not merely there, as while a restart is caught up on)."""
     return any((observation.vertices[v.id].pending_records_growth_per_s or 0.0) > 0
@@ -436,11 +469,12 @@ def _quiet_async(m: VertexMetrics) -> bool:
     capacity (3.1× measured on real Flink 2.2, docs/flink-2.md). Such a window may size a
     vertex's growth (it lands short, and the saturated window that follows measures the
     truth: the task thread blocks on its full in-flight buffer, which is busy time), and
-    a memory give-back, never a scale-in: fewer tasks divide the capacity by as much as
-    the reading overstates it, and starve the job (suite: 13 of 24 ForSt runs never
-    caught up, 8 with this rule). The fewer tasks are ruled out of every option, so the
-    pod price cannot choose them either. Memory may still come back: real Flink 2.2 kept
-    its rate through such a give-back (e2e/test_realflink.py)."""
+    a memory give-back, never a scale-in sized on it: fewer tasks divide the capacity by
+    as much as the reading overstates it, and starve the job (suite: 13 of 24 ForSt runs
+    never caught up, 8 with this rule). Tasks come back only as far as the CPU its records
+    took allows (`_cpu_floors`), ruled out of every option below that, so the pod price
+    cannot choose them either. Memory may still come back: real Flink 2.2 kept its rate
+    through such a give-back (e2e/test_realflink.py)."""
     return (m.asynchronous_state
             and not m.busy_ms_per_s_max / 1000.0 >= SATURATED)  # NaN: quiet, no scale-in
 
@@ -583,7 +617,9 @@ def point_of(v: Vertex, m: VertexMetrics, time: float,
 
 def _plan_vertex(graph: JobGraph, v: Vertex, m: VertexMetrics, learning: VertexLearning,
                  target: float, catch_up: float, high_u: float, params: ScalingParams,
-                 now: float, shrink_only: bool = False, no_scale_in: bool = False) -> _Plan:
+                 now: float, shrink_only: bool = False, no_scale_in: bool = False,
+                 cpu_per_record: float | None = None,
+                 cpu_ceiling: float | None = None) -> _Plan:
     cpu = params.cpu
     current = VertexConfig(v.parallelism, v.memory_level)
     anchor = learning.point(v.parallelism, v.memory_level)
@@ -592,7 +628,7 @@ def _plan_vertex(graph: JobGraph, v: Vertex, m: VertexMetrics, learning: VertexL
     shrink_only = shrink_only and anchor is not None and anchor.provisional
     none = _Skew(1.0, v.parallelism, 0, MappingProxyType({}))
     keep = _Plan(v, m, learning, None, none, 0.0, 0.0, 0.0, current, current, 0.0, False,
-                 False, False, "")
+                 False, False, "", cpu_per_record=cpu_per_record)
     if cpu.excludes(v.id, v.operator_uids):
         return replace(keep, note="excluded from scaling")
     if learning.warming and learning.warmup is not None:
@@ -670,12 +706,14 @@ def _plan_vertex(graph: JobGraph, v: Vertex, m: VertexMetrics, learning: VertexL
     need = steady / cpu.utilization_target + transient
     need_hottest = steady / hottest_u + transient
     useful = spread.useful()
-    # `_quiet_async`: the fewest tasks any option may have (growth and memory stay open).
-    floor = v.parallelism if no_scale_in else None
+    # `_quiet_async`: the fewest tasks any option may have at each memory level, what the
+    # CPU its records took bounds (`_cpu_floors`); growth stays open.
+    floors = _cpu_floors(v, surface, spread, need, need_hottest, cpu_ceiling,
+                         params) if no_scale_in else None
     best, limited, options = _cheapest(v, surface, spread, need, need_hottest, learning,
                                        params, above=current if deficit else None, cap=useful,
                                        in_place_relief=in_place_relief if deficit else 0.0,
-                                       floor=floor)
+                                       floors=floors)
     if limited and useful is not None:
         # A hot key: its subtask cannot reach the bound within the useful tasks; the
         # cheapest configuration whose busiest subtask still keeps up beats a plateau
@@ -683,7 +721,7 @@ def _plan_vertex(graph: JobGraph, v: Vertex, m: VertexMetrics, learning: VertexL
         keep_up = 1.0 / (1.0 + 3.0 * learning.noise)
         alt, short, _ = _cheapest(v, surface, spread, need, steady / keep_up + transient,
                                   learning, params, above=current if deficit else None,
-                                  cap=useful, floor=floor)
+                                  cap=useful, floors=floors)
         if not short and alt != current:
             best = alt
         options = (best,)
@@ -704,7 +742,40 @@ def _plan_vertex(graph: JobGraph, v: Vertex, m: VertexMetrics, learning: VertexL
                 f"scaling out stops at {best.parallelism} (skew)")
     return _Plan(v, m, learning, surface, spread, rate, need, need_hottest, current, best,
                  hottest_now, deficit, surplus, limited, note, stop, options,
-                 need_cpu=steady / cpu.utilization_max + transient)
+                 need_cpu=steady / cpu.utilization_max + transient,
+                 cpu_per_record=cpu_per_record)
+
+
+def _cpu_floors(v: Vertex, surface: Surface, spread: _Skew, need: float, need_hottest: float,
+                ceiling: float | None, params: ScalingParams) -> dict[int | None, int]:
+    """The fewest tasks a vertex on asynchronous state below saturation (`_quiet_async`)
+    may run at each memory level. At the running level, those whose capacity reaches
+    `need`, and whose busiest subtask's reaches `need_hottest`, by a bound from below:
+    the most CPU its records can have taken (`_async_cpu_ceiling`, cores a record/s).
+    The task thread, which saturates first, is part of that CPU, so one core a task
+    carries at least 1 / ceiling records/s, less as much as the surface says fewer tasks
+    lower a task's capacity (each caches less of its state). The bound fails where a
+    remote store's latency, not CPU, fills the in-flight buffer first, and it is one
+    window's reading: a step that lands short saturates the tasks, whose window measures
+    the truth, and the step is undone (its configuration remembered as short). At any
+    other level (that CPU was measured at this level's misses, and a quiet window's
+    surface says too little of another's), where the running level is not among the
+    levels planned, or without a ceiling: the running tasks (memory alone may still come
+    back, as it did on real Flink 2.2)."""
+    floors = {level: v.parallelism for level in _levels(v, surface, params)}
+    if (v.memory_level not in floors or ceiling is None or not (
+            0 < ceiling < math.inf and math.isfinite(need) and math.isfinite(need_hottest))):
+        return floors
+    here = surface.capacity(v.parallelism, v.memory_level) / v.parallelism
+    for p in _bounded_parallelisms(v, params):
+        per_task = surface.capacity(p, v.memory_level) / p
+        fewer = per_task / here if 0 < here < math.inf and per_task >= 0 else 0.0  # no bound
+        carries = p / ceiling * min(1.0, fewer)
+        if p >= v.parallelism or (carries >= need
+                                  and carries / spread.ratio(p) >= need_hottest):
+            floors[v.memory_level] = p
+            break
+    return floors
 
 
 def _skew_stop(v: Vertex, surface: Surface, spread: _Skew, learning: VertexLearning,
@@ -835,7 +906,8 @@ def _bounded_parallelisms(v: Vertex, params: ScalingParams) -> list[int]:
 
 def _cheapest(v: Vertex, surface: Surface, spread: _Skew, need: float, need_hottest: float,
               learning: VertexLearning, params: ScalingParams, above: VertexConfig | None = None,
-              cap: int | None = None, in_place_relief: float = 0.0, floor: int | None = None
+              cap: int | None = None, in_place_relief: float = 0.0,
+              floors: Mapping[int | None, int] | None = None
               ) -> tuple[VertexConfig, bool, tuple[VertexConfig, ...]]:
     """The cheapest configuration that reaches `need` and whose busiest subtask reaches
     `need_hottest` (both less `in_place_relief`, the restart's catch-up, at the current
@@ -845,13 +917,13 @@ def _cheapest(v: Vertex, surface: Surface, spread: _Skew, need: float, need_hott
     cheapest configuration that reaches `need` and `PLATEAU` of the most the busiest
     subtask can reach, flagged skew-limited when a hot key is why; without a hot key,
     that most itself where it costs about what it buys (the bounds stop the step, not a
-    plateau of the surface)."""
+    plateau of the surface). `floors`: the fewest tasks an option may have at a level."""
     current = VertexConfig(v.parallelism, v.memory_level)
     best: tuple[float, int, VertexConfig, float] | None = None
     sustaining: list[tuple[float, int, VertexConfig]] = []
     short: list[tuple[float, bool, float, VertexConfig, float]] = []
     for level in _levels(v, surface, params):
-        for p in _parallelisms(v, params, cap, floor):
+        for p in _parallelisms(v, params, cap, None if floors is None else floors[level]):
             config = VertexConfig(p, level)
             if learning.excluded(p, level, need) is not None:
                 continue

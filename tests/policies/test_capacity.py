@@ -1495,6 +1495,52 @@ def _with_jvm_cpu(world: World, g: JobGraph, obs: Observation) -> Observation:
     return replace(obs, cpu_cores_used=counter + obs.vertices["src"].busyness)
 
 
+@dataclass(frozen=True)
+class MeasuredAsyncWorld(AsyncWorld):
+    """AsyncWorld with the TaskManagers' JVM CPU in every window (`_with_jvm_cpu`), of
+    which `reported` reaches the observation (a scrape that missed TaskManagers)."""
+
+    reported: float = 1.0
+
+    def observe(self, graph: JobGraph, rate: float, now: float) -> Observation:
+        obs = _with_jvm_cpu(self, graph, super().observe(graph, rate, now))
+        return replace(obs, cpu_cores_used=(obs.cpu_cores_used or 0.0) * self.reported)
+
+
+def test_asynchronous_state_gives_tasks_back_as_far_as_its_measured_cpu_allows() -> None:
+    """Eight tasks at a third of their capacity on ForSt, the JVMs' CPU measured: a core
+    a task carries at least what the CPU a record took allows, so the vertex gives tasks
+    back, never below what runs it at the utilization target by that CPU (its busiest
+    subtask below utilizationMax where a key is hot); the busy time alone (8 %) would
+    have sized two or three. JVM CPU that reads below the task threads' busy time says
+    nothing, and a give-back of memory in the same step keeps the tasks: the CPU was
+    measured at the running level's misses."""
+    world, rate = MeasuredAsyncWorld(), 0.33 * 8 * 1e6 / World().service_us(8, 0)
+    _, steps, _ = timed_run(world, rate, windows=12, start=graph(8, 0))
+    assert steps and steps[-1][1] < 8, steps
+    p, level = steps[-1][1], steps[-1][2]
+    assert World().counter(p, level, rate).busyness <= PARAMS.cpu.utilization_target + 0.02
+    # A hot key: its busiest subtask stays below utilizationMax too.
+    hot = 0.15
+    g, steps, _ = timed_run(MeasuredAsyncWorld(hot_share=hot), rate, windows=12,
+                            start=graph(8, 0))
+    c = g.vertex("counter")
+    assert steps and c.parallelism < 8, steps
+    busiest = World(hot_share=hot).counter(c.parallelism, c.memory_level, rate)
+    assert busiest.busy_ms_per_s_max / 1000.0 <= PARAMS.cpu.utilization_max, steps
+    # JVM CPU that reads below the task threads' busy time bounds nothing: no task back.
+    _, steps, _ = timed_run(MeasuredAsyncWorld(reported=0.06), rate, windows=12,
+                            start=graph(8, 0))
+    assert all(p == 8 for _, p, _ in steps), steps
+    dear = replace(PARAMS, cost=CostSpec(memory_gib_price=1.0))
+    _, steps, _ = timed_run(world, rate, windows=12, start=graph(8, 2), params=dear)
+    assert steps, "memory and tasks come back"
+    before = (8, 2)
+    for _, p, level in steps:
+        assert not (p < before[0] and (level or 0) < before[1]), steps
+        before = (p, level or 0)
+
+
 def test_asynchronous_state_takes_its_cpu_per_record_from_the_jvms() -> None:
     """Busy time leaves out ForSt's I/O threads: the CPU a record takes is the JVMs'
     measured CPU less the synchronous vertices' busy time, over the records. Unmeasured,
@@ -1508,6 +1554,47 @@ def test_asynchronous_state_takes_its_cpu_per_record_from_the_jvms() -> None:
     assert capacity._async_cpu(g, obs) == {}
     sync = World().observe(g, 0.5 * 4e6 / world.service_us(4, 0), 120.0)
     assert capacity._async_cpu(g, _with_jvm_cpu(World(), g, sync)) == {}
+
+
+def test_the_cpu_bound_of_an_asynchronous_vertex_never_takes_a_neighbours_share() -> None:
+    """Two vertices on asynchronous state with the same records and CPU: `a`'s task thread
+    does a fifth of its work, `b`'s all of it. Shared by task-thread busy time (the pods'
+    plan), `a` gets a third of its CPU; the bound a scale-in is sized on charges it all
+    the JVMs' CPU but what is certainly another's (the source's busy time, `b`'s below
+    saturation), never less than `a` took."""
+    world, g0 = AsyncWorld(), graph(4, 0)
+    m = world.observe(g0, 40_000.0, 120.0).vertices["counter"]
+    took = m.processed_per_s * world.service_us(4, 0) / 1e6  # cores, each vertex
+    g = chain(vertex("src", 1, None, uids=("src",)), vertex("a", 4, 0, uids=("a",)),
+              vertex("b", 4, 0, uids=("b",)), ship=ShipStrategy.HASH)
+    src = world.observe(g0, 40_000.0, 120.0).vertices["src"]
+
+    def busy(share: float) -> VertexMetrics:
+        ms = 1000.0 * share * took / 4
+        return replace(m, busy_ms_per_s=ms, busy_ms_per_s_max=ms)
+
+    obs = Observation(time=120.0, window_s=120.0,
+                      vertices={"src": src, "a": busy(0.2), "b": busy(1.0)},
+                      cpu_cores_used=src.busyness + 2 * took)
+    shared = capacity._async_cpu(g, obs)["a"] * m.processed_per_s
+    bound = capacity._async_cpu_ceiling(g, obs)
+    assert shared < took / 2
+    assert bound["a"] * m.processed_per_s == pytest.approx(took)
+    assert bound["b"] * m.processed_per_s >= took
+    # A saturated neighbour's busy time counts its wait on a full in-flight buffer: not
+    # certainly CPU, so nothing of it is taken off.
+    saturated = replace(obs, vertices={**obs.vertices, "b": replace(
+        busy(1.0), busy_ms_per_s_max=1000.0)})
+    assert capacity._async_cpu_ceiling(g, saturated)["a"] * m.processed_per_s == \
+        pytest.approx(2 * took)
+    # ... nor a stateful synchronous neighbour's, which may be a state read's wait.
+    synchronous = replace(obs, vertices={**obs.vertices, "b": replace(
+        busy(1.0), async_in_flight_records=None)})
+    assert synchronous.vertices["b"].has_state_backend_metrics
+    assert capacity._async_cpu_ceiling(g, synchronous)["a"] * m.processed_per_s == \
+        pytest.approx(2 * took)
+    # CPU that reads below the task threads' busy time bounds nothing.
+    assert capacity._async_cpu_ceiling(g, replace(obs, cpu_cores_used=took)) == {}
 
 
 def test_asynchronous_state_asks_for_the_cpu_its_jvms_measured() -> None:
