@@ -437,11 +437,11 @@ def _async_cpu_ceiling(graph: JobGraph, observation: Observation) -> dict[str, f
     out = {}
     for v in graph.vertices:
         m = observation.vertices[v.id]
-        others = sum(b for vid, b in certain.items() if vid != v.id)
-        if not m.asynchronous_state or not used >= others + busy[v.id]:
-            if m.asynchronous_state:
-                return {}  # the JVMs' CPU reads low: it bounds nothing
+        if not m.asynchronous_state:
             continue
+        others = sum(b for vid, b in certain.items() if vid != v.id)
+        if not used >= others + busy[v.id]:
+            return {}  # the JVMs' CPU reads low: it bounds nothing
         if m.processed_per_s > 0:
             out[v.id] = (used - others) / m.processed_per_s
     return out
