@@ -2,7 +2,8 @@
 
 In order: the mode (Disabled evaluates nothing), the FlinkDeployment and its
 identity (a new object under the target's name starts a fresh history), its job on
-the JobManager, and the waiting rule: a full metrics window must lie after the
+the JobManager, a committed step still to apply (nothing new is decided before it
+lands, `applying`), and the waiting rule: a full metrics window must lie after the
 job's start, after the last reconfiguration plus `spec.metrics.stabilization`, and
 after the last evaluation. Most passes stop here, having read only the
 FlinkDeployment and `/jobs/overview`: no job graph, no Prometheus.
@@ -28,7 +29,7 @@ from controller.api import ConditionType, Mode, ReplacedTarget, Status, timestam
 from controller.jobhealth import check_job
 from controller.owner import claim
 from controller.ports import FlinkRestError, JobReader, JobSummary
-from controller.realize import observe_enactment
+from controller.realize import observe_enactment, unapplied
 from controller.record import Reason, Run, Stop, now_text
 
 
@@ -66,11 +67,29 @@ def gate(run: Run) -> Seen:
     run.job = job
     observe_enactment(run, job)
     check_job(run, job)  # a restart we did not cause: no decision (controller/jobhealth.py)
+    if applying(run):
+        raise Stop("applying")
     wait = waiting(run, job)
     if wait is not None:
         run.condition(ConditionType.READY, True, Reason.EVALUATING, watching(run, job))
         raise Stop(wait)
     return Seen(job, reader)
+
+
+def applying(run: Run) -> bool:
+    """A committed step not yet on the deployment (`realize.unapplied`): its patch was
+    refused by admission, or the controller stopped between commit and patch. Realize
+    applies it on every pass, and nothing new is decided from windows of a configuration
+    that was never changed (they would judge, and replace, a step that never ran),
+    unless the policy was edited since a refusal was reported: the edit may be its fix
+    (a lower bound, say)."""
+    if not unapplied(run):
+        return False
+    scaling = run.saved.condition(ConditionType.SCALING)
+    edited = (scaling is not None and scaling.reason == Reason.PATCH_REFUSED
+              and scaling.observed_generation is not None and run.generation is not None
+              and scaling.observed_generation < run.generation)
+    return not edited
 
 
 def quiet(run: Run) -> None:
@@ -90,7 +109,8 @@ def quiet(run: Run) -> None:
             or (scaling is not None
                 and scaling.reason in (Reason.RECONFIGURING, Reason.STABILIZING,
                                        Reason.JOB_RESTARTED))
-            or (enactment is not None and enactment.observed_downtime_s is None)):
+            or (enactment is not None and enactment.observed_downtime_s is None
+                and not enactment.applied_unseen)):
         return
     # The job is not read here: the due time without its start, which only moves it later.
     earliest = due_time(status, run.spec.metrics.window, run.spec.metrics.stabilization)

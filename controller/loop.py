@@ -10,8 +10,8 @@ desired owned fields as `status.target`, Scaling=Reconfiguring) *before*
 `realize` patches the FlinkDeployment, and `record` marks it applied
 (Scaling=Stabilizing) after. Every Active pass applies the target where the
 deployment differs, so a controller killed in between finishes the step on its
-next pass, never decides it again (the waiting rule counts from the commit), and
-applying twice changes nothing.
+next pass, never decides it again (the gate decides nothing while a committed step
+is not on the deployment, `gate.applying`), and applying twice changes nothing.
 
 One writer. Every status write is conditional on the policy's resourceVersion as
 the pass read it (the StatusStore port). If anything else wrote in between (a

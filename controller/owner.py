@@ -8,7 +8,8 @@ the deployment carries `hybridscaler.dev/owner: <policy>/<uid>`. An Active polic
 that finds another live owner there gets Ready=False/TargetOwnedElsewhere
 (one Warning Event naming the owner, as the condition turns) and patches nothing.
 The annotation lives on the deployment, so it survives restarts of the controller;
-when the owner is deleted (or replaced: a new uid) the next policy's pass takes over.
+when the owner is deleted (or replaced: a new uid), leaves Active, or targets another
+deployment, the next policy's pass takes over.
 Claims are compare-and-swap on the deployment's resourceVersion, so two policies
 claiming at once cannot both win.
 """
@@ -41,7 +42,7 @@ def claim(run: Run) -> None:
         return
     if current:
         name, _, uid = current.partition("/")
-        if name != run.name and owners.alive(run.namespace, name, uid):
+        if name != run.name and owners.alive(run.namespace, name, uid, run.target):
             blocked(run, name)
     # Unowned, or its owner is gone (deleted, or replaced by a new object of its name).
     if not owners.claim(run.namespace, run.target, mine, meta.get("resourceVersion")):

@@ -44,8 +44,9 @@ class PatchRefused(RuntimeError):
 class Owners(Protocol):
     """Who scales a FlinkDeployment (controller/owner.py)."""
 
-    def alive(self, namespace: str, policy: str, uid: str) -> bool:
-        """Whether the policy of that name and uid exists (and is not being deleted)."""
+    def alive(self, namespace: str, policy: str, uid: str, deployment: str) -> bool:
+        """Whether the policy of that name and uid exists (not being deleted), is Active,
+        and still targets `deployment`."""
         ...
 
     def claim(self, namespace: str, deployment: str, owner: str,

@@ -545,6 +545,7 @@ def observe_enactment(run: Run, job: JobSummary) -> None:
         return
     last = run.status.enactments[-1]
     if (last.applied_time is None or last.observed_downtime_s is not None
+            or last.applied_unseen  # patched at an unknown time: no downtime to learn
             or last.kind == Enactment.RESIZE):  # the job never stops: verify_resize observes
         return
     applied = last.applied_time
@@ -816,14 +817,37 @@ def _apply_target(run: Run) -> Realized | None:
             return None
         if note:
             run.event("Normal", Reason.FIELDS_TAKEN_OVER, note)
-    _mark_applied(run, target.step)
+    _mark_applied(run, target.step, seen=bool(differences))
     return Realized(differences, in_place(deployment, differences))
 
 
-def _mark_applied(run: Run, step: int) -> None:
+def unapplied(run: Run) -> bool:
+    """Active, with a committed step the deployment does not carry yet (or a resize in
+    place not yet done). A step it carries already was patched by a pass that stopped
+    before recording it: it is marked applied now, at a time nobody knows."""
+    target, deployment = run.status.target, run.deployment
+    if run.spec.mode != Mode.ACTIVE or target is None or deployment is None:
+        return False
+    entry = next((e for e in run.status.enactments if e.step == target.step), None)
+    if entry is None or entry.applied_time is not None:
+        return False
+    if resize_in_effect(run.status) is not None or target_fields(target).differences(
+            current_fields(deployment)):
+        return True
+    _mark_applied(run, target.step, seen=False)
+    return False
+
+
+def _mark_applied(run: Run, step: int, seen: bool = True) -> None:
+    """The step is on the deployment: stabilization counts from now, not from its commit
+    (a refused patch, or a controller stopped in between, may have held it for windows).
+    Not `seen`: the deployment carried it already, patched by a pass that did not record
+    it, at a time nobody knows (`StepEnactment.applied_unseen`)."""
     enactments = run.status.enactments
     if enactments and enactments[-1].step == step and enactments[-1].applied_time is None:
-        run.status = _with_last(run.status, applied_time=epoch_seconds(run.now))
+        now = epoch_seconds(run.now)
+        run.status = _with_last(run.status, applied_time=now, applied_unseen=not seen)
+        run.status = run.status.model_copy(update={"last_reconfiguration_time": now})
 
 
 def patch_refused(run: Run, step: int, code: int) -> None:

@@ -370,6 +370,7 @@ def policy_state(status: Status) -> PolicyState:
         if status.last_decision is not None else frozenset(),
         learned=MappingProxyType({v.vertex_id: v for v in status.learned}),
         cpu_short_since=status.cpu_short_since,
+        last_evaluated=None if status.last_decision is None else status.last_decision.time,
     )
 
 

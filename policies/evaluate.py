@@ -44,7 +44,8 @@ def evaluate(
 
     Never scales on partial data: a vertex without metrics means no decision.
     """
-    evaluation = _scaling(graph, observation, state, params, now)
+    evaluation = _scaling(graph, observation, _after_gap(state, observation.window_s, now),
+                          params, now)
     if (not params.sql_buffering_due or evaluation.decision.reconfigures
             or observation.missing(graph)):
         return evaluation
@@ -53,6 +54,21 @@ def evaluate(
     if not limited:
         return evaluation
     return _buffering_step(evaluation, limited, observation, params, now)
+
+
+def _after_gap(state: PolicyState, window_s: float, now: float) -> PolicyState:
+    """Scale-down waits that span a gap start over: more than two windows since the last
+    evaluation (the controller or the metrics were down, or the job restarted), the
+    load in between was never seen, so neither was that it stayed low. Without this a
+    wait finishes on the first window after the gap (a step clears every wait anyway)."""
+    last = state.last_evaluated
+    if last is None or now - last <= 2.0 * window_s + 1e-6:
+        return state
+    learned = {vid: v.model_copy(update={"surplus_since": None, "surplus_peak_need": None,
+                                         "surplus_later_need": None})
+               if v.surplus_since is not None else v for vid, v in state.learned.items()}
+    return replace(state, scale_down_wanted_since=MappingProxyType({}),
+                   learned=MappingProxyType(learned))
 
 
 def _buffering_step(evaluation: Evaluation, limited: Sequence[SkewFinding],

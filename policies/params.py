@@ -97,6 +97,9 @@ class PolicyState:
     # End of the first of two windows running in which the tasks waited for CPU while
     # the job fell behind (capacity policy): the second asks for pods with more CPU.
     cpu_short_since: float | None = None
+    # When the last evaluation's window ended (the controller keeps it as its last
+    # decision): a scale-down wait across a longer gap starts over (evaluate._after_gap).
+    last_evaluated: float | None = None
 
 
 @dataclass(frozen=True)

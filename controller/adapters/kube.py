@@ -103,7 +103,7 @@ class KubeOwners:
     def __init__(self, objects: client.CustomObjectsApi) -> None:
         self.objects = objects
 
-    def alive(self, namespace: str, policy: str, uid: str) -> bool:
+    def alive(self, namespace: str, policy: str, uid: str, deployment: str) -> bool:
         try:
             found: Any = retrying(lambda: self.objects.get_namespaced_custom_object(
                 api.GROUP, api.VERSION, namespace, api.PLURAL, policy))
@@ -111,10 +111,12 @@ class KubeOwners:
             if e.status == 404:
                 return False
             raise
-        meta = found.get("metadata") or {}
-        # Only an Active owner holds the deployment: one switched to Recommend lets go.
+        meta, spec = found.get("metadata") or {}, found.get("spec") or {}
+        # Only an Active owner holds the deployment: one switched to Recommend, or
+        # pointed at another deployment (spec.targetRef may be edited), lets go.
         return (meta.get("uid") == uid and not meta.get("deletionTimestamp")
-                and (found.get("spec") or {}).get("mode") == api.Mode.ACTIVE.value)
+                and spec.get("mode") == api.Mode.ACTIVE.value
+                and (spec.get("targetRef") or {}).get("name") == deployment)
 
     def claim(self, namespace: str, deployment: str, owner: str,
               resource_version: str | None) -> bool:

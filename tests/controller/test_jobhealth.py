@@ -122,7 +122,7 @@ class FakeOwners:
     claims: list[str] = field(default_factory=list)
     world: World | None = None
 
-    def alive(self, namespace: str, policy: str, uid: str) -> bool:
+    def alive(self, namespace: str, policy: str, uid: str, deployment: str) -> bool:
         return f"{policy}/{uid}" in self.live
 
     def claim(self, namespace: str, deployment: str, owner: str,

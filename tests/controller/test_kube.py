@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from kubernetes.client.exceptions import ApiException
 
-from controller.adapters.kube import RETRIED, KubeDeployments, KubeEvents, retrying
+from controller.adapters.kube import RETRIED, KubeDeployments, KubeEvents, KubeOwners, retrying
 from controller.ports import PatchRefused
 
 
@@ -118,3 +118,33 @@ def test_an_admission_refusal_is_raised_with_its_code_and_never_its_text(status:
 def test_a_server_error_on_apply_is_not_an_admission_refusal() -> None:
     with pytest.raises(ApiException):
         KubeDeployments(Objects(404)).apply("ns", "q11", {"spec": {}})  # type: ignore[arg-type]
+
+
+class Policies:
+    """CustomObjectsApi's get of one HybridScalingPolicy (None: 404)."""
+
+    def __init__(self, found: dict[str, object] | None) -> None:
+        self.found = found
+
+    def get_namespaced_custom_object(self, *args: object) -> dict[str, object]:
+        if self.found is None:
+            raise ApiException(status=404, reason="test")
+        return self.found
+
+
+def owner(mode: str = "Active", target: str = "q11", uid: str = "u1") -> dict[str, object]:
+    return {"metadata": {"name": "first", "uid": uid},
+            "spec": {"mode": mode, "targetRef": {"name": target}}}
+
+
+def test_an_owner_holds_its_deployment_only_while_it_is_active_and_points_at_it() -> None:
+    def alive(found: dict[str, object] | None) -> bool:
+        return KubeOwners(Policies(found)).alive(  # type: ignore[arg-type]
+            "ns", "first", "u1", "q11")
+
+    assert alive(owner())
+    assert not alive(None)  # deleted
+    assert not alive(owner(uid="u2"))  # replaced by a new object of its name
+    assert not alive(owner(mode="Recommend"))
+    # Its spec.targetRef edited to another deployment: it lets this one go.
+    assert not alive(owner(target="q12"))

@@ -277,7 +277,9 @@ def test_recommend_patches_nothing_and_keeps_history() -> None:
     assert world.events.reasons() == ["Recommended"]
 
 
-def test_kill_between_commit_and_apply_resumes_without_deciding_again() -> None:
+# Back at once, or long after an evaluation would have been due (10 s + a 20 s window).
+@pytest.mark.parametrize("down_s", [3, 600])
+def test_kill_between_commit_and_apply_resumes_without_deciding_again(down_s: float) -> None:
     world = World()
     world.deployments.kill_on_apply = True
     with pytest.raises(Killed):
@@ -286,7 +288,7 @@ def test_kill_between_commit_and_apply_resumes_without_deciding_again() -> None:
     assert scaling_reason(committed) == Reason.RECONFIGURING and world.deployments.applied == []
 
     world.deployments.kill_on_apply = False
-    world.now += 3
+    world.now += down_s
     world.metrics.observed = 0
     result = world.run()
     assert result.outcome == "resumed" and world.metrics.observed == 0
@@ -296,6 +298,10 @@ def test_kill_between_commit_and_apply_resumes_without_deciding_again() -> None:
     assert json.loads(body["spec"]["flinkConfiguration"][RESOURCES_KEY])["counter"][
         "managedMemoryMb"] == 316
     assert "Resumed" in world.events.reasons()
+    # Stabilization counts from the patch, not from the commit before the outage.
+    assert world.store.last.last_reconfiguration_time == world.now
+    world.now += 15
+    assert world.run().outcome == "window-filling"
 
 
 def test_kill_after_apply_resumes_without_patching_again() -> None:
@@ -627,6 +633,78 @@ def test_an_admission_refusal_has_its_own_reason_with_the_code_and_is_retried() 
     assert deployments.applied and "Resumed" in world.events.reasons()
     assert scaling_reason(world.store.last) == Reason.STABILIZING
     assert world.store.last.enactments[-1].applied_time == world.now
+
+
+def test_a_refused_step_is_not_replaced_by_steps_decided_from_a_job_it_never_changed(
+) -> None:
+    deployments = RefusingDeployments(flink_deployment())
+    world = World(deployments=deployments)
+    world.run()
+    committed = world.store.last
+    # Windows go by, each one due by the waiting rule: the job still runs what it ran.
+    for _ in range(4):
+        world.now += 40
+        assert world.run().outcome == "patch-refused"
+    last = world.store.last
+    assert last.step == committed.step == 1 and last.history == committed.history
+    assert last.target == committed.target
+    assert world.events.reasons().count("PatchRefused") == 1
+    # An edit of the policy may be the refusal's fix: the next pass decides afresh.
+    world.now += 40
+    world.run(generation=2)
+    assert world.store.last.last_decision is not None
+    assert world.store.last.last_decision.time == world.now
+
+
+@pytest.mark.parametrize("back_after_s", [15, 120])
+def test_a_step_found_applied_after_a_crash_is_not_learned_as_a_restart(
+        back_after_s: float) -> None:
+    world = World(deployments=FakeDeployments(flink_deployment("last-state")))
+    deployment = world.deployments.deployment
+    assert deployment is not None
+    deployment["metadata"]["uid"] = "u1"
+    world.metrics.checkpoint_bytes = 100e6
+    world.store.kill_on_save = 2  # dies after the patch, before record saves it
+    with pytest.raises(Killed):
+        world.run()
+    world.store.kill_on_save = None
+    world.flink.start_ms = int((T0 + 40) * 1000)  # the job is back 40 s after the patch
+    if back_after_s < 40:  # the controller is back while the job restarts
+        deployment["status"] = {"lifecycleState": "UPGRADING",
+                                "jobStatus": {"state": "RESTARTING"}}
+    world.now = T0 + back_after_s
+    world.run()
+    [entry] = world.store.last.enactments
+    assert entry.applied_time == world.now and entry.applied_unseen
+    deployment["status"] = {"lifecycleState": "STABLE", "jobStatus": {"state": "RUNNING"}}
+    outcomes = []
+    for _ in range(4):  # within the stabilization and window after it was found
+        world.now = max(world.now + 5, T0 + 45)
+        outcomes.append(world.run().outcome)
+    # Downtime counted from when a pass found the step is not the step's (40 s): nothing
+    # is learned, and no pass waits to learn it (found after the job's start, the quiet
+    # passes' due time is bound without reading the job).
+    [entry] = world.store.last.enactments
+    assert entry.observed_downtime_s is None and world.store.last.observed_steps() == ()
+    assert ("quiet" in outcomes) == (back_after_s > 40), outcomes
+
+
+@pytest.mark.parametrize("outage", [False, True])
+def test_a_scale_down_wait_starts_over_after_a_gap_in_the_evaluations(outage: bool) -> None:
+    calm = VertexMetrics(100, 110, 0, 10_000, 10_000)  # 10 % busy: DS2 wants fewer tasks
+    world = World(metrics=FakeMetrics(calm))
+    ds2 = policy(policy="ds2", cpu={"scaleDownDelay": "300s"})
+    scaled_in = None
+    for t in range(0, 1_200, 5):
+        world.now = T0 + t
+        if outage:  # Prometheus (or the controller) is down from 30 s to 600 s
+            world.metrics.counter = None if 30 <= t < 600 else calm
+        if world.run(ds2).outcome == "reconfigured":
+            scaled_in = t
+            break
+    assert scaled_in is not None
+    # The load during the outage was never seen: the 300 s wait counts from after it.
+    assert scaled_in >= (600 + 300 if outage else 300), scaled_in
 
 
 def test_without_a_checkpoint_a_last_state_step_is_priced_as_a_savepoint() -> None:

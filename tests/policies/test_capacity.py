@@ -434,6 +434,25 @@ def test_a_blind_scale_in_that_does_not_pay_stays_and_the_rest_goes_ahead() -> N
     assert both.configuration["a"].parallelism < 12, both.decision.reason  # pays both
 
 
+def test_a_wait_across_a_gap_in_the_evaluations_starts_over() -> None:
+    """B has sufficed with fewer tasks for 400 s of a 300 s delay, but the last window
+    evaluated before this one ended 1,000 s ago (the controller or Prometheus was down):
+    what the load did in between was never seen, so the wait starts over."""
+    g = chain(vertex("src", 1, None), vertex("b", 24, None), ship=ShipStrategy.HASH)
+    now = 1200.0
+    seen = observe(now=now, src=source(20.0, 10_000.0, lag_growth=0.0),
+                   b=replace(metrics(150.0, 10_000.0), busy_ms_per_s_max=155.0))
+    point = CapacityPoint(parallelism=24, memory_level=None, time=now - 120.0, windows=5,
+                          service_us=12e6 / 33_333.0, hottest_ratio=1.03)
+    waited = VertexLearning(vertex_id="b", points=(point,), surplus_since=now - 400.0,
+                            surplus_peak_need=10_000.0)
+    state = PolicyState(learned={"b": waited}, last_evaluated=now - 120.0)
+    assert evaluate(g, seen, state, PARAMS, now).decision.reconfigures  # waited, in view
+    after = evaluate(g, seen, replace(state, last_evaluated=now - 1_000.0), PARAMS, now)
+    assert not after.decision.reconfigures, after.decision.reason
+    assert after.state.learned["b"].surplus_since == now
+
+
 def test_a_wait_that_did_not_pay_back_starts_over_and_forgets_its_old_peak() -> None:
     """A small drop whose saving cannot pay a restart back, then a large one: the peak
     that sizes the scale-down is the need over the last delay, not since the surplus
