@@ -374,6 +374,9 @@ def _candidate_shapes(groups: tuple[SlotGroup, ...], bounds: ShapeBounds,
         fits = [s for s in menu if unfit_slot(slots, s) is None]
         return tuple(sorted(((lower_bound(slots, s) * s.price, s) for s in fits),
                             key=lambda x: (x[0], x[1].name)))
+    if any(fit_shape(g.cpu_cores, g.heap_mib, g.managed_mib, g.network_mib, bounds,
+                     prices) is None for g in groups if g.slots):
+        return ()  # a slot no TaskManager within the bounds holds: nothing to count
     seen: dict[str, tuple[float, TaskManagerShape]] = {}
 
     def offer(demand: tuple[float, float, float, float], n: int) -> None:

@@ -250,7 +250,8 @@ class CpuScaling(SpecModel):
         description="per-vertex parallelism bounds, by operator uid or vertex id",
     )
     max_scale_up_factor: float = Field(
-        10.0, gt=0, description="new parallelism <= ceil(p * (1 + factor))"
+        10.0, gt=0, le=1e6,  # upstream's default, 1e5, fits; past it ceil() overflows
+        description="new parallelism <= ceil(p * (1 + factor))"
     )
     max_scale_down_factor: float = Field(
         0.6, gt=0, lt=1, description="new parallelism >= p * (1 - factor)"

@@ -6,8 +6,12 @@ the allow-list is checked against that parse and the request is built from the s
 parts (`http.client` gets host and port, never the string). What two parsers could
 read differently is refused: backslashes, userinfo (`user:pass@`), percent-encoding,
 queries and fragments, upper case or non-canonical IP forms (`127.1`, `0x7f.0.0.1`,
-`2130706433`, `0177.0.0.1`, `[0:0::1]`). `url_rules` say the same
-for the CRD (CEL), so the API server refuses them before the controller sees them.
+`2130706433`, `0177.0.0.1`, `[0:0::1]`), ports past 65535 and `.`/`..` path segments.
+`url_rules` say the same for the CRD (CEL), so the API server refuses them before the
+controller sees them, all but one: an IPv6 address written in a form other than its
+compressed one (`[0:0::1]`, `[::ffff:7f00:1]`), or not one at all (`[1:2:3]`), passes
+the CRD's pattern and is refused by the controller (Ready=False, naming the field):
+CEL's regular expressions cannot say which form is the compressed one.
 
 One deadline. A call has one deadline for connecting, sending and reading the whole
 answer: every socket operation gets only the time left, so a peer that trickles a
@@ -63,6 +67,13 @@ FORBIDDEN: tuple[tuple[tuple[str, ...], str], ...] = (
 )
 PATTERN_MESSAGE = ("must be http(s)://host[:port][/path] with a lowercase DNS name, a "
                    "dotted-quad IPv4 address or a bracketed, compressed IPv6 address as host")
+PORT_MESSAGE = "must have a port between 1 and 65535"
+DOT_SEGMENT_MESSAGE = "must not have . or .. path segments"
+# After the pattern (a port of one to five digits): a five-digit one up to 65535 only.
+_FIVE_DIGIT_PORT = "^https?://[^/]*:[0-9]{5}(/|$)"
+_PORT_UP_TO_65535 = ("^https?://[^/]*:(6553[0-5]|655[0-2][0-9]|65[0-4][0-9]{2}"
+                     "|6[0-4][0-9]{3}|[1-5][0-9]{4})(/|$)")
+_DOT_SEGMENT = "/[.][.]?(/|$)"
 
 
 def _cel(text: str) -> str:
@@ -75,6 +86,10 @@ def url_rules() -> list[dict[str, str]]:
     rules = [{"rule": " && ".join(f"!self.contains({_cel(s)})" for s in subs),
               "message": message} for subs, message in FORBIDDEN]
     rules.append({"rule": f"self.matches({_cel(URL_PATTERN)})", "message": PATTERN_MESSAGE})
+    rules.append({"rule": f"!self.matches({_cel(_FIVE_DIGIT_PORT)}) || "
+                          f"self.matches({_cel(_PORT_UP_TO_65535)})", "message": PORT_MESSAGE})
+    rules.append({"rule": f"!self.matches({_cel(_DOT_SEGMENT)})",
+                  "message": DOT_SEGMENT_MESSAGE})
     return rules
 
 
@@ -141,9 +156,9 @@ def parse_url(raw: str, field: str) -> Url:
         host, _, port_text = authority.partition(":")
     port = int(port_text) if port_text else (443 if scheme == "https" else 80)
     if not 1 <= port <= 65535:
-        raise UrlRefused(field, "must have a port between 1 and 65535")
+        raise UrlRefused(field, PORT_MESSAGE)
     if any(seg in (".", "..") for seg in path.split("/")):
-        raise UrlRefused(field, "must not have . or .. path segments")
+        raise UrlRefused(field, DOT_SEGMENT_MESSAGE)
     return Url(scheme, host, port, path)
 
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import replace
 from typing import Any
@@ -52,8 +53,14 @@ def operator_id(uid: str) -> str:
     return mmh3.hash_bytes(uid.encode("utf-8"), 0, True).hex()
 
 
+# A JobID as Flink writes it (32 hex digits): anything else is not a job we read, and
+# never a text we repeat in status (`watching job <jid>`).
+JOB_ID = re.compile(r"[0-9a-f]{32}")
+
+
 def pick_job(overview: Mapping[str, Any]) -> JobSummary | None:
-    """The job a FlinkDeployment runs: the running one, else the most recently started."""
+    """The job a FlinkDeployment runs: the running one, else the most recently started.
+    An entry whose jid is no JobID is passed over."""
     jobs = [
         JobSummary(
             jid=str(j["jid"]),
@@ -63,6 +70,7 @@ def pick_job(overview: Mapping[str, Any]) -> JobSummary | None:
             last_modification_ms=int(j.get("last-modification", j.get("start-time", 0))),
         )
         for j in overview.get("jobs", [])
+        if JOB_ID.fullmatch(str(j.get("jid", "")))
     ]
     if not jobs:
         return None
@@ -213,4 +221,8 @@ class FlinkRest:
         try:
             return parse_job_graph(job, plan, candidates, operator_ids)
         except (KeyError, ValueError, TypeError) as e:
-            raise FlinkRestError(f"job {jid}: unusable job graph: {e}") from e
+            # What failed quotes the answer: logged, never repeated in status or Events.
+            log.debug("job %s: unusable job graph: %s", jid, e)
+            raise FlinkRestError(
+                f"job {jid}: the JobManager answered a job graph this controller cannot use "
+                f"(a field of GET /jobs/{jid} or its plan is missing or malformed)") from None

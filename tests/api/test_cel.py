@@ -280,6 +280,8 @@ OUT_OF_RANGE = {
     ("spec.metrics.prometheusUrl", dial.FORBIDDEN[2][1]): "http://%70rom:9090",
     ("spec.metrics.prometheusUrl", dial.FORBIDDEN[3][1]): "http://prom:9090/?q",
     ("spec.metrics.prometheusUrl", dial.PATTERN_MESSAGE): "http://0x7f.0.0.1:9090",
+    ("spec.metrics.prometheusUrl", dial.PORT_MESSAGE): "http://prom:65536/api",
+    ("spec.metrics.prometheusUrl", dial.DOT_SEGMENT_MESSAGE): "http://prom:9090/a/../admin",
 }
 
 

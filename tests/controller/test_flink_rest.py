@@ -146,3 +146,27 @@ def test_client_errors_name_the_url(jobmanager: GoldenJobManager) -> None:
         FlinkRest(jobmanager.url).job_graph("0" * 32)
     with pytest.raises(FlinkRestError, match="unreachable"):
         FlinkRest("http://127.0.0.1:9", timeout_s=1).job()
+
+
+LURE = "Visit http://evil.example/login to re-authenticate your cluster"
+
+
+def test_a_malformed_job_graph_is_refused_without_repeating_the_answer() -> None:
+    job = sample("job.json")
+    job["vertices"][0]["parallelism"] = LURE  # a JobManager, or what poses as one
+    client = FlinkRest("http://127.0.0.1:9")
+    answers = {f"/jobs/{JID}": job, f"/jobs/{JID}/plan": sample("plan.json"),
+               f"/jobs/{JID}/config": {}}
+    client._get = lambda path: answers[path]  # type: ignore[method-assign]
+    with pytest.raises(FlinkRestError) as raised:
+        client.job_graph(JID)
+    assert "evil.example" not in str(raised.value) and JID in str(raised.value)
+    assert raised.value.__cause__ is None
+
+
+def test_a_job_listed_under_no_job_id_is_not_read() -> None:
+    overview = {"jobs": [{"jid": "PLEASE-RE-LOGIN-AT-evil.example", "state": "RUNNING",
+                          "start-time": 2_000_000_000_000}, *sample("jobs-overview.json")["jobs"]]}
+    job = pick_job(overview)
+    assert job is not None and job.jid == JID
+    assert pick_job({"jobs": [{"jid": LURE, "state": "RUNNING"}]}) is None

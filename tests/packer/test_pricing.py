@@ -91,6 +91,20 @@ def test_bounds_are_respected_and_refused_when_nothing_fits() -> None:
         ShapeBounds(min_cpu=8, max_cpu=4)
 
 
+def test_a_slot_no_shape_holds_is_refused_without_counting_taskmanagers(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # A hostile spec's maxCpu of a thousandth of a core: every slot's one core fits no
+    # TaskManager, and before, the search counted up to 2,000,000 TaskManagers to say so.
+    def counted(*args: object) -> None:
+        raise AssertionError("TaskManagers counted for slots no shape holds")
+
+    monkeypatch.setattr(packer.pricing, "_per_task_manager", counted)
+    bounds = ShapeBounds(min_cpu=0.001, max_cpu=0.001, cpu_step=0.001)
+    groups = own_groups(q11(2_000, 632))
+    assert candidate_shapes(groups, bounds, PRICES) == []
+    assert price(groups, bounds, PRICES) is None
+
+
 # --- slot sharing -----------------------------------------------------------------------
 
 
