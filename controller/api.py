@@ -99,7 +99,7 @@ class Mode(StrEnum):
 
 
 class Realization(StrEnum):
-    """How a decision reaches Flink (see ARCHITECTURE.md, "The contract with Flink")."""
+    """How a decision reaches Flink (docs/flink-contract.md)."""
 
     FINE_GRAINED = "fineGrained"  # default scheduler, per-operator memory, restart per decision
     ADAPTIVE = "adaptive"  # in-place parallelism, one managed-memory size for all slots
@@ -327,7 +327,9 @@ class ResizeSpec(SpecModel):
 
 
 class HybridScalingPolicySpec(SpecModel):
-    """What to scale and how. Every section but targetRef has defaults (the paper's)."""
+    """What to scale and how. Every section but targetRef has defaults: the Justin paper's
+    thresholds, upstream's catch-up, the capacity policy, and TaskManagers fitted within
+    bounds that suit common nodes (docs/api.md, "Defaults, and why")."""
 
     target_ref: TargetRef
     mode: Mode = Field(

@@ -203,7 +203,7 @@ def simulate(
     job: Annotated[str | None, typer.Option(
         help=f"built-in model ({', '.join(BUILTIN_JOBS)}) or YAML")] = None,
     jobs: Annotated[Path | None, typer.Option(
-        help="a directory of job-model YAMLs, or a suite file (`jobs: [q11, ./my.yaml]`): "
+        help="a directory of job-model YAMLs, or a suite file (`jobs: \\[q11, ./my.yaml]`): "
              "runs them all and prints one summary table")] = None,
     policy: Annotated[str, typer.Option(
         help="capacity (the default policy), ds2, justin, both (justin and ds2) or all")

@@ -2,9 +2,10 @@
 
 Three policies (`spec.policy`): capacity (the default: a learned capacity surface per
 vertex, `capacity` and `learning`), DS2 (`ds2`) and Justin (`justin`, DS2 then
-Algorithm 1). `evaluate` is the one entry point the controller and the simulator call:
-it runs the chosen policy, then `limits`, and reports skew (`skew`) for every policy;
-restarts are priced here too (`restart_cost`, `params.ScalingParams.restart_downtime_s`).
+Algorithm 1). `evaluate` is the one entry point, called by the controller's decide stage
+(`controller/decide.py`), which `hybrid-scaler simulate` runs too: it runs the chosen
+policy, then `limits`, and reports skew (`skew`) for every policy; restarts are priced
+here too (`restart_cost`, `params.ScalingParams.restart_downtime_s`).
 """
 
 from policies import ds2, justin, limits

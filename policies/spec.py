@@ -2,9 +2,11 @@
 
 These pydantic models are at once the core's parameters and sections of the
 HybridScalingPolicy CRD (`controller/api.py` composes them; `crds/` is generated
-from that). Fields are snake_case in Python and camelCase on the wire. Defaults
-are the Justin paper's (§5): busyness kept in [20 %, 80 %], Δθ = 0.8,
-Δτ = 1 ms, maxLevel = 3, 158 MiB base managed memory per task.
+from that). Fields are snake_case in Python and camelCase on the wire. The scaling
+thresholds are the Justin paper's (§5): busyness kept in [20 %, 80 %], Δθ = 0.8,
+Δτ = 1 ms, maxLevel = 3, 158 MiB base managed memory per task; the catch-up (30 min)
+is the Flink autoscaler's, and the policy is the capacity policy (docs/api.md,
+"Defaults, and why").
 """
 
 from __future__ import annotations
