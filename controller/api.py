@@ -495,6 +495,10 @@ class ConditionStatus(StrEnum):
     UNKNOWN = "Unknown"
 
 
+# What metav1.Condition's message holds.
+CONDITION_MESSAGE_LIMIT = 32768
+
+
 class Condition(StatusModel):
     """A Kubernetes API convention condition (the shape of metav1.Condition)."""
 
@@ -502,7 +506,7 @@ class Condition(StatusModel):
     status: ConditionStatus
     reason: str = Field(min_length=1, max_length=1024, pattern=_REASON_PATTERN,
                         description="CamelCase, machine-readable")
-    message: str = Field("", max_length=32768, description="for humans")
+    message: str = Field("", max_length=CONDITION_MESSAGE_LIMIT, description="for humans")
     last_transition_time: Timestamp = Field(description="when status last changed")
     observed_generation: int | None = Field(None, ge=0)
 

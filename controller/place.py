@@ -29,6 +29,7 @@ from controller.realize import MANAGED_FRACTION_KEY, NETWORK_FRACTION_KEY, pods_
 from controller.record import Reason, Run, Stop, pod_request, policy_state, with_policy_state
 from packer.pricing import PodPricing, Priced, Prices
 from policies import Evaluation, explain
+from policies.decision import Decision
 from policies.learning import VertexLearning
 from policies.model import Configuration, JobGraph
 from policies.spec import CostSpec, MemoryScaling, TaskFootprint
@@ -164,6 +165,20 @@ def pack(
     return Placed(by_name[result.shape], replicas, result)
 
 
+def _advised_already(run: Run, decision: Decision) -> bool:
+    """The last decision recommended the same configuration: its Event said it already
+    (a recommendation that stands would otherwise post one Event every window)."""
+    last, scaling = run.saved.last_decision, run.saved.condition(ConditionType.SCALING)
+    return (last is not None and last.reconfigures
+            and scaling is not None and scaling.reason == Reason.RECOMMENDED
+            and _advice(last) == _advice(decision))
+
+
+def _advice(decision: Decision) -> tuple[tuple[str, int, int | None], ...]:
+    return tuple(sorted((v.vertex_id, v.parallelism_after, v.memory_level_after)
+                        for v in decision.vertices))
+
+
 def _running_cpu(running: VertexLearning | None) -> dict[str, object]:
     """What of a vertex's learning only a realized step changes: its slots' CPU, whether it
     was grown after throttling (`policies.capacity._slots_surplus`), and whether it got
@@ -199,7 +214,8 @@ def place(run: Run, graph: JobGraph, evaluation: Evaluation) -> Placed:
             learned=learned, cpu_short_since=evaluation.state.cpu_short_since))
         where = (f"; {packer.describe_change(pods_now(run), placed.bill(spec.cost))}"
                  if isinstance(placed, Placed) else f" (unplaceable: {placed.reason})")
-        run.event("Normal", Reason.RECOMMENDED, decision.reason + where)
+        if not _advised_already(run, decision):
+            run.event("Normal", Reason.RECOMMENDED, decision.reason + where)
         run.count(decision, "Recommend")
         advice = ("" if decision.forecast is None else
                   "; " + explain.forecast(decision.before, decision.after, decision.forecast))

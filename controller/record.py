@@ -20,6 +20,7 @@ from typing import Any
 
 from controller import telemetry
 from controller.api import (
+    CONDITION_MESSAGE_LIMIT,
     Condition,
     ConditionStatus,
     ConditionType,
@@ -340,7 +341,11 @@ def with_condition(
     now: float,
     observed_generation: int | None = None,
 ) -> Status:
-    """Set one condition; lastTransitionTime moves only when its status changes."""
+    """Set one condition; lastTransitionTime moves only when its status changes. A message
+    past what a condition holds (a list of hundreds of vertices, or their names as the
+    JobManager gives them) is cut, or the status could not be written at all."""
+    if len(message) > CONDITION_MESSAGE_LIMIT:
+        message = message[:CONDITION_MESSAGE_LIMIT - 1] + "…"
     if isinstance(value, bool):
         value = ConditionStatus.TRUE if value else ConditionStatus.FALSE
     old = status.condition(type_)

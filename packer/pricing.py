@@ -47,6 +47,9 @@ from policies.levels import managed_mib
 from policies.model import Configuration, JobGraph, VertexConfig
 
 EXACT_SHAPES = 3
+# The most TaskManager counts a balanced packing is fitted for (`_candidate_shapes`): two
+# per slot sharing group of a job of a dozen groups.
+BALANCED_COUNTS = 24
 """Shapes the exact packer prices after the bound has screened all candidates."""
 FRACTION_STEP = 0.001
 """Managed and network fractions are written with three decimals."""
@@ -396,11 +399,13 @@ def _candidate_shapes(groups: tuple[SlotGroup, ...], bounds: ShapeBounds,
     by_weight = sorted(groups, key=lambda g: (-prices.of(g.cpu_cores, g.heap_mib + g.managed_mib
                                                          + g.network_mib), g.name))
     # Balanced from the fewest TaskManagers the largest shape allows to two more per
-    # group: past that, the shapes of k largest slots and the ceil-per-TaskManager ones
-    # remain, and the work stays bounded at a thousand slots (a balanced packing per n).
+    # group, at most BALANCED_COUNTS of them: past that, the shapes of k largest slots
+    # and the ceil-per-TaskManager ones remain, and the work stays bounded (a balanced
+    # packing costs groups × TaskManagers alike, so with many groups the counts would
+    # make it cubic: 200 vertices took 16 s).
     fewest = max(-(-slots_total // bounds.max_slots),
                  math.ceil(sum(g.slots * g.cpu_cores for g in groups) / bounds.max_cpu - 1e-9))
-    balance_up_to = fewest + 2 * len(groups)
+    balance_up_to = fewest + min(2 * len(groups), BALANCED_COUNTS)
     last: list[int] | None = None
     # Past the largest group's slot count the ceil mix stops changing, but with many
     # small groups the fewest TaskManagers can lie beyond it: balancing still runs there.

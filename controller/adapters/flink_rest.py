@@ -18,7 +18,7 @@ import json
 import logging
 import math
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 from urllib.parse import quote
@@ -37,6 +37,14 @@ OPERATOR_UIDS_KEY = "hybridscaler.operator-uids"
 RUNNING = "RUNNING"
 # A job graph of 1,000 vertices is well under 2 MiB of JSON.
 MAX_ANSWER_BYTES = 4 * 2**20
+# What one job may hold for the controller to scale it. Past these the pass stops
+# (JobAnswerTooLarge) before any work grows with them: the policies look up a vertex's
+# edges, and the planner prices slot mixes, in time that grows faster than the graph,
+# and 4 MiB of JSON can list 100,000 vertices. Flink jobs, chained, hold tens of
+# vertices; a few hundred is already rare.
+MAX_VERTICES = 200
+MAX_EDGES = 2_000
+MAX_OPERATOR_UIDS = 10_000
 
 
 def environ_proxy(url: dial.Url) -> dial.Proxy | None:
@@ -77,6 +85,23 @@ def pick_job(overview: Mapping[str, Any]) -> JobSummary | None:
     return max(jobs, key=lambda j: (j.state == RUNNING, j.start_time_ms))
 
 
+def _within_limits(jid: str, job: Mapping[str, Any], plan: Mapping[str, Any],
+                   uids: Sequence[str]) -> None:
+    """`FlinkRestError` (too-large) when the job is larger than the controller scales."""
+    try:
+        vertices = len(job.get("vertices", []))
+        nodes = plan.get("plan", plan).get("nodes", [])
+        edges = sum(len(node.get("inputs", []) or []) for node in nodes)
+    except (AttributeError, TypeError):
+        return  # malformed, not large: the parse says so
+    for count, most, what in ((vertices, MAX_VERTICES, "vertices"),
+                              (edges, MAX_EDGES, "edges"),
+                              (len(uids), MAX_OPERATOR_UIDS, "operator uids")):
+        if count > most:
+            raise FlinkRestError(f"job {jid} has {count} {what}; this controller scales "
+                                 f"jobs of at most {most}", kind="too-large")
+
+
 def uids_from_config(config: Mapping[str, Any]) -> tuple[str, ...]:
     user = config.get("execution-config", {}).get("user-config", {}) or {}
     raw = str(user.get(OPERATOR_UIDS_KEY, ""))
@@ -100,11 +125,13 @@ def parse_job_graph(
         vid = str(vertex["id"])
         chains[vid] = {vid, *((operator_ids or {}).get(vid, ()))}
     uids_by_vertex: dict[str, list[str]] = {vid: [] for vid in chains}
+    holders: dict[str, list[str]] = {}  # operator id -> the vertices whose chain holds it
+    for vid, ids in chains.items():
+        for oid in ids:
+            holders.setdefault(oid, []).append(vid)
     for uid in dict.fromkeys(uid_candidates):
-        hashed = operator_id(uid)
-        for vid, ids in chains.items():
-            if hashed in ids:
-                uids_by_vertex[vid].append(uid)
+        for vid in holders.get(operator_id(uid), ()):
+            uids_by_vertex[vid].append(uid)
     vertices = tuple(
         Vertex(
             id=str(v["id"]),
@@ -217,7 +244,8 @@ class FlinkRest:
             config = self._get(f"/jobs/{jid}/config")
         except FlinkRestError:
             config = {}
-        candidates = (*uids_from_config(config), *uid_candidates)
+        candidates = tuple(dict.fromkeys((*uids_from_config(config), *uid_candidates)))
+        _within_limits(jid, job, plan, candidates)
         try:
             return parse_job_graph(job, plan, candidates, operator_ids)
         except (KeyError, ValueError, TypeError) as e:

@@ -420,3 +420,13 @@ def test_the_smallest_task_manager_has_task_heap_for_every_slot() -> None:
         task_manager_memory(960)
     with pytest.raises(ValidationError, match="must be at least 1Gi"):
         api.TaskManagerShape(memory="1023Mi")
+
+
+def test_a_condition_message_past_its_limit_is_cut_not_refused() -> None:
+    # A metrics-unavailable message naming hundreds of vertices would otherwise fail the
+    # pass (InternalError) and write no status at all.
+    long = "no metrics for " + ", ".join(f"vertex {i:05d}" for i in range(5_000))
+    s = with_condition(api.Status(), api.ConditionType.METRICS_AVAILABLE, False,
+                       "MetricsUnavailable", long, now=0.0)
+    message = s.conditions[0].message
+    assert len(message) == 32768 and message.startswith("no metrics for vertex 00000")

@@ -170,3 +170,26 @@ def test_a_job_listed_under_no_job_id_is_not_read() -> None:
     job = pick_job(overview)
     assert job is not None and job.jid == JID
     assert pick_job({"jobs": [{"jid": LURE, "state": "RUNNING"}]}) is None
+
+
+@pytest.mark.parametrize("part", ["vertices", "edges", "uids"])
+def test_a_job_larger_than_the_controller_scales_is_refused_before_it_is_parsed(
+        part: str) -> None:
+    from controller.adapters import flink_rest
+
+    job, plan, config = sample("job.json"), sample("plan.json"), {}
+    if part == "vertices":
+        job["vertices"] = job["vertices"] * (flink_rest.MAX_VERTICES // 2 + 1)
+    elif part == "edges":
+        nodes = (job["plan"] if "plan" in job else plan["plan"])["nodes"]
+        node = next(n for n in nodes if n.get("inputs"))
+        node["inputs"] = node["inputs"] * (flink_rest.MAX_EDGES + 1)
+    else:
+        many = ",".join(f"u{i}" for i in range(flink_rest.MAX_OPERATOR_UIDS + 1))
+        config = {"execution-config": {"user-config": {"hybridscaler.operator-uids": many}}}
+    client = FlinkRest("http://127.0.0.1:9")
+    answers = {f"/jobs/{JID}": job, f"/jobs/{JID}/plan": plan, f"/jobs/{JID}/config": config}
+    client._get = lambda path: answers[path]  # type: ignore[method-assign]
+    with pytest.raises(FlinkRestError) as raised:
+        client.job_graph(JID)
+    assert raised.value.kind == "too-large" and "at most" in str(raised.value)

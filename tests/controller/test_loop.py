@@ -275,6 +275,16 @@ def test_recommend_patches_nothing_and_keeps_history() -> None:
     assert last.last_decision is not None and last.last_decision.reconfigures
     assert scaling_reason(last) == "Recommended"
     assert world.events.reasons() == ["Recommended"]
+    # The same advice a window later is recorded, not posted again as an Event.
+    world.now += 40
+    assert world.run(policy("Recommend")).outcome == "recommended"
+    assert world.store.last.last_decision.time == world.now  # type: ignore[union-attr]
+    assert world.events.reasons() == ["Recommended"]
+    # Other advice is.
+    world.metrics.counter = overloaded(0.99)  # the cache is fine now: a scale-out
+    world.now += 40
+    world.run(policy("Recommend"))
+    assert world.events.reasons() == ["Recommended", "Recommended"]
 
 
 # Back at once, or long after an evaluation would have been due (10 s + a 20 s window).

@@ -105,6 +105,23 @@ def test_a_slot_no_shape_holds_is_refused_without_counting_taskmanagers(
     assert price(groups, bounds, PRICES) is None
 
 
+def test_balanced_packings_are_fitted_for_a_bounded_number_of_taskmanager_counts(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # 200 vertices with managed memory, 2 to 20 tasks each: two counts per group would be
+    # 400 balanced packings, each as dear as groups × TaskManagers (16 s before the bound).
+    fitted: list[int] = []
+    real = packer.pricing._balanced
+
+    def counting(by_weight: object, n: int, prices: Prices) -> object:
+        fitted.append(n)
+        return real(by_weight, n, prices)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(packer.pricing, "_balanced", counting)
+    vertices = [vertex(f"v{i:03d}", 2 + i % 19, 158 * (1 + i % 3)) for i in range(200)]
+    assert candidate_shapes(own_groups(vertices), ShapeBounds(), PRICES)
+    assert 0 < len(fitted) <= packer.pricing.BALANCED_COUNTS + 1
+
+
 # --- slot sharing -----------------------------------------------------------------------
 
 
