@@ -251,13 +251,14 @@ class TaskManagerSpec(SpecModel):
             "of the paper's TaskManager (4 cores, 2 GiB, 4 slots)"
         ),
     )
-    # At least a hundredth of a core: the planner counts TaskManagers up to the CPU of
-    # every task over maxCpu, so a vanishing one would have it count without end.
-    min_cpu: float = Field(_BOUNDS.min_cpu, ge=0.01, le=512,
+    # More than 0, as an exclusive minimum: kube-apiserver 1.32 lets an integer 0 past
+    # `minimum: 0.01` (e2e/test_validity.py found it). A vanishing maxCpu costs the
+    # planner nothing: a slot no TaskManager within the bounds holds ends its search.
+    min_cpu: float = Field(_BOUNDS.min_cpu, gt=0, le=512,
                            description="fewest CPU cores of one TaskManager")
-    max_cpu: float = Field(_BOUNDS.max_cpu, ge=0.01, le=512,
+    max_cpu: float = Field(_BOUNDS.max_cpu, gt=0, le=512,
                            description="most CPU cores of one TaskManager")
-    cpu_step: float = Field(_BOUNDS.cpu_step, ge=0.01, le=64,
+    cpu_step: float = Field(_BOUNDS.cpu_step, gt=0, le=64,
                             description="TaskManager CPU is a multiple of this")
     min_memory: Annotated[MemoryMiB, Within(MIN_TASK_MANAGER_MIB, 1024**2, memory=True)] = Field(
         _BOUNDS.min_memory_mib, description="least process memory of one TaskManager")

@@ -179,11 +179,11 @@ def test_cross_field_rules_the_issue_asks_for() -> None:
     ("cpu.utilizationMin", {"minimum": 0, "exclusiveMinimum": True, "maximum": 1}),
     ("cpu.minParallelism", {"minimum": 1}),
     ("taskManager.shapes", {"maxItems": 8}),
-    # A vanishing TaskManager CPU would have the planner count TaskManagers without end;
+    # An exclusive minimum: kube-apiserver lets an integer 0 past `minimum: 0.01`;
     # a scale-up factor past 1e6 overflows ceil().
-    ("taskManager.maxCpu", {"minimum": 0.01, "maximum": 512}),
-    ("taskManager.minCpu", {"minimum": 0.01, "maximum": 512}),
-    ("taskManager.cpuStep", {"minimum": 0.01, "maximum": 64}),
+    ("taskManager.maxCpu", {"minimum": 0, "exclusiveMinimum": True, "maximum": 512}),
+    ("taskManager.minCpu", {"minimum": 0, "exclusiveMinimum": True, "maximum": 512}),
+    ("taskManager.cpuStep", {"minimum": 0, "exclusiveMinimum": True, "maximum": 64}),
     ("cpu.maxScaleUpFactor", {"maximum": 1e6}),
 ])
 def test_single_field_bounds_are_openapi_bounds(field: str, bounds: dict[str, Any]) -> None:
