@@ -55,7 +55,14 @@ from policies.model import (
     VertexMetrics,
     memory_only,
 )
-from policies.params import PolicyState, ScalingParams, pays_back, price_per_hour, totals
+from policies.params import (
+    PolicyState,
+    ScalingParams,
+    contiguous,
+    pays_back,
+    price_per_hour,
+    totals,
+)
 
 # Busiest / mean busyness up to this factor over the key groups' own imbalance is
 # noise (the max of p noisy subtasks sits above their mean), not a hot key.
@@ -193,10 +200,8 @@ def evaluate(graph: JobGraph, observation: Observation, state: PolicyState,
     # pause, counted as busy time) whose backlog the pods' CPU limits while it drains.
     behind = not deficits and _falling_behind(graph, observation)
     cpu_short = params.pods is not None and throttled and behind
-    # The last window evaluated, not one before a gap (no metrics, a failover): within
-    # two windows of this one.
     since = state.cpu_short_since
-    running = since is not None and now - since <= 2.0 * observation.window_s + 1e-6
+    running = contiguous(since, now, observation.window_s)
     cpu_short_since = (since if running else now) if cpu_short else None
     cpu_step = ((bool(idle_short) or (cpu_short and running))
                 and behind

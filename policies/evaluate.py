@@ -26,6 +26,7 @@ from policies.params import (
     Evaluation,
     PolicyState,
     ScalingParams,
+    contiguous,
     price_per_hour,
     restart_cost,
     totals,
@@ -61,8 +62,7 @@ def _after_gap(state: PolicyState, window_s: float, now: float) -> PolicyState:
     evaluation (the controller or the metrics were down, or the job restarted), the
     load in between was never seen, so neither was that it stayed low. Without this a
     wait finishes on the first window after the gap (a step clears every wait anyway)."""
-    last = state.last_evaluated
-    if last is None or now - last <= 2.0 * window_s + 1e-6:
+    if state.last_evaluated is None or contiguous(state.last_evaluated, now, window_s):
         return state
     learned = {vid: v.model_copy(update={"surplus_since": None, "surplus_peak_need": None,
                                          "surplus_later_need": None})

@@ -102,6 +102,13 @@ class PolicyState:
     last_evaluated: float | None = None
 
 
+def contiguous(earlier: float | None, now: float, window_s: float) -> bool:
+    """Whether the window evaluated at `earlier` runs on into this one: within two
+    windows of it, not one before a gap (the controller or the metrics were down, or the
+    job restarted), whose load nobody saw."""
+    return earlier is not None and now - earlier <= 2.0 * window_s + 1e-6
+
+
 @dataclass(frozen=True)
 class Evaluation:
     decision: Decision  # always set, also when nothing changes (reconfigures=False)
