@@ -132,17 +132,12 @@ class AgentResizer:
                 "unauthorized", "refused") else "malformed" if kind in (
                 "http", "too-large", "malformed") else "unreachable")
 
-        raw = outbound.request(
+        return outbound.request_json(
             method, url, path, None, failed=failed, breakers=self.breakers,
             default_s=self.timeout_s, field=FIELD, what=f"{WHAT} on TaskManager pod {pod}",
             max_bytes=MAX_ANSWER_BYTES, headers=self._header,
             body=None if body is None else json.dumps(body).encode(),
             status_kinds={401: "unauthorized", 409: "refused"})
-        try:
-            return json.loads(raw)
-        except ValueError:
-            raise ResizeFailed(f"{WHAT} on TaskManager pod {pod} did not answer JSON "
-                               f"({method} {path})", "malformed") from None
 
     @staticmethod
     def _slots(pod: str, answer: Any, job_id: str, wanted: Mapping[str, int]

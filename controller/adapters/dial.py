@@ -29,6 +29,7 @@ import contextlib
 import http.client
 import io
 import ipaddress
+import json
 import logging
 import re
 import socket
@@ -167,7 +168,7 @@ def parse_url(raw: str, field: str) -> Url:
 
 class CallFailed(Exception):
     """A call did not give a usable answer. `kind` is one of: timeout, too-large,
-    unreachable, http (then `status` is set). The message names the field."""
+    unreachable, malformed, http (then `status` is set). The message names the field."""
 
     def __init__(self, kind: str, message: str, status: int | None = None) -> None:
         super().__init__(message)
@@ -349,6 +350,53 @@ def request(method: str, url: Url, path: str, params: Mapping[str, str] | None, 
         raise _unreachable(name) from None
     finally:
         conn.close()
+
+
+# A JSON answer parsed takes up to 30 times its bytes (2 MiB of `[[1]],[[1]],…` takes
+# 64 MiB in CPython), so the answer's structure is counted before it is parsed, and one
+# whose values would take more than this is dropped unparsed: a pass holds at most one
+# answer's bytes (its `max_bytes`) and this much of it parsed.
+MAX_PARSED_BYTES = 32 * 2**20
+# The most one parsed value of each kind takes, with the slot that holds it (CPython
+# 3.12, 64-bit: a list or dict and its over-allocation; a str's header; an int or float;
+# a dict entry's share of its table), measured on answers of one kind each
+# (tests/controller/test_dial.py), and the parser's own fixed overhead.
+CONTAINER_BYTES, STRING_BYTES, ELEMENT_BYTES, ENTRY_BYTES = 80, 64, 48, 32
+PARSE_OVERHEAD_BYTES = 64 * 1024
+# UTF-8 lead bytes of characters past Latin-1 (a str of them takes 2 bytes a character)
+# and past the BMP (4 bytes): one such character widens the whole decoded text.
+_PAST_LATIN1 = re.compile(rb"[\xc4-\xef]")
+_PAST_BMP = re.compile(rb"[\xf0-\xff]")
+
+
+def parsed_bytes(raw: bytes) -> int:
+    """An upper bound of the memory `raw` takes once parsed as JSON, counted in its bytes:
+    the text it is decoded to, its strings' characters again (as wide as the widest
+    character, or as a `\\u` escape may make them while they are built), and one value
+    per bracket, quote, comma and colon, counted even where they are a string's own
+    characters (which only raises the bound)."""
+    width = 4 if _PAST_BMP.search(raw) else 2 if _PAST_LATIN1.search(raw) else 1
+    # An escape builds its string in a growing buffer: up to 6.25 bytes a character.
+    strings_width = 7 if b"\\u" in raw else width
+    containers = raw.count(b"[") + raw.count(b"{")
+    return (len(raw) * (width + strings_width) + PARSE_OVERHEAD_BYTES
+            + CONTAINER_BYTES * containers
+            + STRING_BYTES * (raw.count(b'"') // 2)
+            + ELEMENT_BYTES * (raw.count(b",") + containers)
+            + ENTRY_BYTES * raw.count(b":"))
+
+
+def decode_json(raw: bytes, name: str, max_parsed: int = MAX_PARSED_BYTES) -> Any:
+    """`raw` parsed as JSON, or CallFailed: too-large when parsing it would take more than
+    `max_parsed` bytes (`parsed_bytes`), malformed when it is not JSON or nests deeper
+    than the parser recurses. `name` names the endpoint; the answer is never quoted."""
+    if parsed_bytes(raw) > max_parsed:
+        raise CallFailed("too-large", f"{name} answered JSON that would take more than "
+                         f"{max_parsed // 2**20} MiB to read; the answer was dropped")
+    try:
+        return json.loads(raw)
+    except (ValueError, RecursionError):  # RecursionError: nested past the parser's depth
+        raise CallFailed("malformed", f"{name} did not answer JSON") from None
 
 
 def _stopping(name: str) -> Stopping:

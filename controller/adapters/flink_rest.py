@@ -14,7 +14,6 @@ whose id, or one of whose operator ids, equals its hash.
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 import re
@@ -195,20 +194,13 @@ class FlinkRest:
         return body
 
     def _get_json(self, path: str, params: Mapping[str, str] | None = None) -> Any:
-        name = f"Flink REST ({self.field})"
-
         def failed(message: str, kind: str) -> FlinkRestError:
             return FlinkRestError(f"{message} (GET {path})", kind)
 
-        raw = outbound.get(self.url, path, params, failed=failed, breakers=self.breakers,
-                           default_s=self.timeout_s, field=self.field, what="Flink REST",
-                           max_bytes=self.max_bytes, proxy=self.proxy)
-        try:
-            body = json.loads(raw)
-        except ValueError:
-            raise FlinkRestError(f"{name} did not answer JSON (GET {path})", "malformed"
-                                 ) from None
-        return body
+        return outbound.get_json(self.url, path, params, failed=failed,
+                                 breakers=self.breakers, default_s=self.timeout_s,
+                                 field=self.field, what="Flink REST",
+                                 max_bytes=self.max_bytes, proxy=self.proxy)
 
     def job(self) -> JobSummary | None:
         job = pick_job(self._get("/jobs/overview"))

@@ -21,6 +21,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass
+from typing import Any
 
 from controller.adapters import dial
 from controller.adapters.dial import Url, UrlRefused, parse_url
@@ -183,6 +184,26 @@ def request(method: str, url: Url, path: str, params: Mapping[str, str] | None, 
         raise failed(str(e), (status_kinds or {}).get(e.status or 0, e.kind)) from None
     breakers.succeeded(url.endpoint)
     return answer
+
+
+def request_json(method: str, url: Url, path: str, params: Mapping[str, str] | None, *,
+                 failed: Callable[[str, str], Exception], field: str, what: str,
+                 **call: Any) -> Any:
+    """`request`, its answer parsed (`dial.decode_json`): an answer too large to parse, or
+    not JSON, fails as `failed(message, kind)` as well ("too-large", "malformed")."""
+    answer = request(method, url, path, params, failed=failed, field=field, what=what, **call)
+    try:
+        return dial.decode_json(answer, f"{what} ({field})")
+    except dial.CallFailed as e:
+        raise failed(str(e), e.kind) from None
+
+
+def get_json(url: Url, path: str, params: Mapping[str, str] | None, *,
+             failed: Callable[[str, str], Exception], field: str, what: str,
+             **call: Any) -> Any:
+    """`get`, its answer parsed as `request_json` parses it."""
+    return request_json("GET", url, path, params, failed=failed, field=field, what=what,
+                        **call)
 
 
 Network = ipaddress.IPv4Network | ipaddress.IPv6Network

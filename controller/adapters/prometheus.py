@@ -8,7 +8,6 @@ core never decides on a partial picture.
 from __future__ import annotations
 
 import copy
-import json
 import logging
 import math
 import ssl
@@ -83,14 +82,14 @@ class Prometheus:
         return {"Authorization": self.authorization} if self.authorization else {}
 
     def _call(self, path: str, params: dict[str, str]) -> Sequence[Series]:
-        body = outbound.get(self.url, path, params, failed=MetricsError,
-                            breakers=self.breakers, default_s=self.timeout_s,
-                            field=self.field, what="Prometheus", max_bytes=self.max_bytes,
-                            headers=self._headers(), tls=self.tls)
+        answer = outbound.get_json(self.url, path, params, failed=MetricsError,
+                                   breakers=self.breakers, default_s=self.timeout_s,
+                                   field=self.field, what="Prometheus",
+                                   max_bytes=self.max_bytes, headers=self._headers(),
+                                   tls=self.tls)
         try:
-            answer = json.loads(body)
             result = answer["data"]["result"] if answer.get("status") == "success" else None
-        except (ValueError, KeyError, TypeError, AttributeError):
+        except (KeyError, TypeError, AttributeError):
             result = None
         if not isinstance(result, list):
             raise MetricsError(f"Prometheus ({self.field}) answered something that is not a "

@@ -199,3 +199,104 @@ def test_stop_all_ends_calls_in_flight(monkeypatch: pytest.MonkeyPatch) -> None:
         assert server.requests == 1
     finally:
         server.close()
+
+
+# Answers of one kind of value each, the shapes a parse's memory depends on (the
+# constants of dial.parsed_bytes were measured on these).
+def _answers(size: int) -> dict[str, bytes]:
+    def array(items: list[str]) -> bytes:
+        return ("[" + ",".join(items) + "]").encode()
+
+    series = ('{"metric":{"task_id":"%032x","subtask_index":"%d"},'
+              '"value":[1764480000.123,"0.%d"]}')
+    return {
+        "empty lists": array(["[]"] * (size // 3)),
+        "empty objects": array(["{}"] * (size // 3)),
+        "nested lists": array(["[[1]]"] * (size // 6)),
+        "one-letter strings": array(['"a"'] * (size // 4)),
+        "distinct strings": array([f'"{i}"' for i in range(size // 9)]),
+        "escaped strings": array([f'"\\u{i % 5000 + 256:04x}{i}"' for i in range(size // 14)]),
+        "floats": array([f"{i}.5" for i in range(size // 9)]),
+        "small ints": array(["1"] * (size // 2)),
+        "big ints": array([str(10**30 + i) for i in range(size // 32)]),
+        "one large object": ("{" + ",".join(f'"{i}":1' for i in range(size // 10))
+                             + "}").encode(),
+        "small objects": array([f'{{"a":{i}}}' for i in range(size // 12)]),
+        "literals": array(["null", "true"] * (size // 10)),
+        "one long string": ('["' + "x" * size + '"]').encode(),
+        # One character past the BMP widens the decoded text and the string to 4 bytes
+        # a character; one past Latin-1 to 2; an escaped one widens the string only.
+        "one long string, one emoji": ('["' + "x" * size + '\U0001F600"]').encode(),
+        "one long string, one Greek letter": ('["' + "x" * size + '\u03bb"]').encode(),
+        "one long string, one escape": ('["' + "x" * size + '\\ud83d\\ude00"]').encode(),
+        "a Prometheus vector": (
+            '{"status":"success","data":{"resultType":"vector","result":['
+            + ",".join(series % (i, i, i) for i in range(size // 100)) + "]}}").encode(),
+    }
+
+
+@pytest.mark.parametrize("kind", list(_answers(64)))
+def test_the_memory_a_json_answer_takes_is_bounded_before_it_is_parsed(kind: str) -> None:
+    import json
+    import tracemalloc
+
+    raw = _answers(256 * 1024)[kind]
+    tracemalloc.start()
+    try:
+        parsed = json.loads(raw)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert parsed is not None
+    assert peak <= dial.parsed_bytes(raw), (kind, peak, dial.parsed_bytes(raw))
+
+
+def test_an_answer_too_costly_to_parse_is_dropped_unparsed(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # 2 MiB of `[[1]],…` would take about 64 MiB once parsed.
+    raw = _answers(2 * MIB)["nested lists"]
+
+    def never(*_: object, **__: object) -> None:
+        raise AssertionError("parsed")
+
+    monkeypatch.setattr(dial.json, "loads", never)
+    with pytest.raises(dial.CallFailed, match="more than 32 MiB to read") as e:
+        dial.decode_json(raw, "Prometheus (spec.metrics.prometheusUrl)")
+    assert e.value.kind == "too-large"
+    assert "[[1]]" not in str(e.value)
+
+
+def test_a_prometheus_answer_of_thousands_of_series_is_read() -> None:
+    # 20,000 per-subtask series (a job of 200 vertices at 100 tasks each) are within
+    # the bound.
+    raw = _answers(2_000_000)["a Prometheus vector"]
+    assert dial.parsed_bytes(raw) <= dial.MAX_PARSED_BYTES
+    assert len(dial.decode_json(raw, "Prometheus")["data"]["result"]) == 20_000
+
+
+def test_an_answer_nested_too_deep_is_malformed_not_an_internal_error() -> None:
+    server = Answering(200, b"[" * 100_000 + b"]" * 100_000)
+    try:
+        with deadline(10.0), pytest.raises(MetricsError, match="did not answer JSON") as e:
+            Prometheus(server.url, breakers=Breakers()).query("up", 0)
+        assert e.value.kind == "malformed"
+    finally:
+        server.close()
+
+
+@pytest.mark.parametrize("reader", ["prometheus", "flink"])
+def test_a_hostile_json_answer_is_refused_by_every_reader(reader: str) -> None:
+    server = Answering(200, _answers(2 * MIB)["empty objects"])
+    try:
+        with deadline(10.0):
+            if reader == "prometheus":
+                with pytest.raises(MetricsError, match="to read; the answer was dropped") as e:
+                    Prometheus(server.url, breakers=Breakers()).query("up", 0)
+            else:
+                with pytest.raises(FlinkRestError, match="to read; the answer was dropped") as e:
+                    FlinkRest(server.url, breakers=Breakers(), proxy=None).job()
+        assert e.value.kind == "too-large" and "{}" not in str(e.value)
+        assert str(e.value).startswith("Prometheus (" if reader == "prometheus"
+                                       else "Flink REST (")
+    finally:
+        server.close()
