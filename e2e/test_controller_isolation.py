@@ -309,10 +309,10 @@ def test_slow_tenants_hold_at_most_their_share_of_workers(
     of the workers, whatever the order the passes came in. With one FIFO pool the split
     follows the queue, and one tenant at times holds 5 or more.
 
-    The pool gives a free worker to whoever waits (it is work-conserving): a tenant
-    alone may hold all 8, which is why both must stay backlogged. With 20 policies each
-    and shorter passes their demand came in bursts, and each tenant held 8 in the other's
-    pauses.
+    The pool gives a free worker to whoever waits, but the last one only to a tenant
+    running nothing: a tenant alone may hold 7, which is why both must stay backlogged.
+    With 20 policies each and shorter passes their demand came in bursts, and each
+    tenant held all it could in the other's pauses.
 
     Counted at the tarpits: each pass in flight has at most one query being answered (a
     pass that gives up on a query hangs up). Only counted once both tenants contend:

@@ -5,7 +5,9 @@ pool, the passes of one tenant whose endpoints hang can hold every thread, and
 everybody else's passes queue behind them. Here a pass first takes a slot in
 `FairPool`: at most `workers` passes run at once, a namespace holds at most its
 share (`workers` / namespaces running or waiting for a pass, rounded up, at least
-one), and a free slot goes to the waiting namespace holding the fewest. Each pass also runs under a
+one), and a free slot goes to the waiting namespace holding the fewest. The last free
+slot is kept for a namespace running nothing, so a tenant's first pass never waits
+for another's to end (alone, a namespace uses all but one worker). Each pass also runs under a
 deadline derived from its resolution (controller.adapters.outbound), so a slot is
 held for a bounded time.
 """
@@ -142,7 +144,12 @@ class FairPool:
     def _grant(self) -> None:
         while self.in_use() < self.workers and self.waiting:
             share = self.share()
-            eligible = [ns for ns in self.waiting if self.running.get(ns, 0) < share]
+            # The last free worker goes only to a namespace running nothing: a tenant that
+            # arrives while another holds the rest starts at once, not when a pass of the
+            # other's ends (which may be its deadline later).
+            last = self.workers - self.in_use() == 1
+            eligible = [ns for ns in self.waiting if self.running.get(ns, 0) < share
+                        and not (last and self.running.get(ns, 0))]
             if not eligible:
                 return
             # Fewest running first; ties go to the namespace that has waited longest.

@@ -158,34 +158,43 @@ def test_a_freed_worker_goes_to_the_namespace_below_its_share() -> None:
         pool = FairPool(4)
         _queue(pool, "hostile", 12)
         pool._grant()
-        seen = [dict(pool.running)]  # alone, a namespace may use every worker
+        seen = [dict(pool.running)]  # alone, a namespace uses all but one worker
         _queue(pool, "healthy", 3)
         pool._grant()
-        seen.append(dict(pool.running))  # nothing free yet
-        pool._release("hostile")  # a hung pass ends: the healthy namespace gets the slot
+        seen.append(dict(pool.running))  # the last one: the newcomer starts at once
+        pool._release("hostile")  # a hung pass ends; the last free worker is kept
         seen.append(dict(pool.running))
-        pool._release("hostile")
+        _queue(pool, "third", 1)
+        pool._grant()
+        seen.append(dict(pool.running))  # ... for a tenant running nothing
+        pool._release("hostile")  # kept again
         seen.append(dict(pool.running))
-        pool._release("hostile")  # at its share: the hostile namespace waits its turn
+        pool._release("hostile")  # two free: one to the fewest running, one kept
         seen.append(dict(pool.running))
         pool.executor.shutdown()
         return seen
 
     assert asyncio.run(scenario()) == [
-        {"hostile": 4}, {"hostile": 4}, {"hostile": 3, "healthy": 1},
-        {"hostile": 2, "healthy": 2}, {"hostile": 2, "healthy": 2}]
+        {"hostile": 3}, {"hostile": 3, "healthy": 1}, {"hostile": 2, "healthy": 1},
+        {"hostile": 2, "healthy": 1, "third": 1}, {"hostile": 1, "healthy": 1, "third": 1},
+        {"hostile": 1, "healthy": 1, "third": 1}]
 
 
-def test_a_contended_pool_splits_the_workers() -> None:
-    async def scenario() -> dict[str, int]:
+def test_a_contended_pool_splits_the_workers_and_keeps_one_for_a_newcomer() -> None:
+    async def scenario() -> list[dict[str, int]]:
         pool = FairPool(8)
         _queue(pool, "hostile", 12)
         _queue(pool, "healthy", 8)
         pool._grant()
+        seen = [dict(pool.running)]
+        _queue(pool, "newcomer", 1)
+        pool._grant()
+        seen.append(dict(pool.running))
         pool.executor.shutdown()
-        return dict(pool.running)
+        return seen
 
-    assert asyncio.run(scenario()) == {"hostile": 4, "healthy": 4}
+    assert asyncio.run(scenario()) == [{"hostile": 4, "healthy": 3},
+                                       {"hostile": 4, "healthy": 3, "newcomer": 1}]
 
 
 def test_the_busy_gauge_follows_the_pool() -> None:
@@ -208,7 +217,7 @@ def test_the_busy_gauge_follows_the_pool() -> None:
         return seen
 
     assert asyncio.run(scenario()) == [
-        {"gauge-hostile": 4, "gauge-healthy": 1}, {"gauge-hostile": 8}]
+        {"gauge-hostile": 4, "gauge-healthy": 1}, {"gauge-hostile": 7}]
     assert telemetry.WORKERS._value.get() == 8
 
 
