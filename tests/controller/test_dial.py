@@ -259,7 +259,7 @@ def test_an_answer_too_costly_to_parse_is_dropped_unparsed(
     def never(*_: object, **__: object) -> None:
         raise AssertionError("parsed")
 
-    monkeypatch.setattr(dial.json, "loads", never)
+    monkeypatch.setattr("controller.adapters.dial.json.loads", never)
     with pytest.raises(dial.CallFailed, match="more than 32 MiB to read") as e:
         dial.decode_json(raw, "Prometheus (spec.metrics.prometheusUrl)")
     assert e.value.kind == "too-large"
@@ -288,14 +288,13 @@ def test_an_answer_nested_too_deep_is_malformed_not_an_internal_error() -> None:
 def test_a_hostile_json_answer_is_refused_by_every_reader(reader: str) -> None:
     server = Answering(200, _answers(2 * MIB)["empty objects"])
     try:
-        with deadline(10.0):
+        with deadline(10.0), pytest.raises((MetricsError, FlinkRestError),
+                                           match="to read; the answer was dropped") as e:
             if reader == "prometheus":
-                with pytest.raises(MetricsError, match="to read; the answer was dropped") as e:
-                    Prometheus(server.url, breakers=Breakers()).query("up", 0)
+                Prometheus(server.url, breakers=Breakers()).query("up", 0)
             else:
-                with pytest.raises(FlinkRestError, match="to read; the answer was dropped") as e:
-                    FlinkRest(server.url, breakers=Breakers(), proxy=None).job()
-        assert e.value.kind == "too-large" and "{}" not in str(e.value)
+                FlinkRest(server.url, breakers=Breakers(), proxy=None).job()
+        assert getattr(e.value, "kind", None) == "too-large" and "{}" not in str(e.value)
         assert str(e.value).startswith("Prometheus (" if reader == "prometheus"
                                        else "Flink REST (")
     finally:
