@@ -353,15 +353,18 @@ def request(method: str, url: Url, path: str, params: Mapping[str, str] | None, 
 
 
 # A JSON answer parsed takes up to 30 times its bytes (2 MiB of `[[1]],[[1]],…` takes
-# 64 MiB in CPython), so the answer's structure is counted before it is parsed, and one
-# whose values would take more than this is dropped unparsed: a pass holds at most one
-# answer's bytes (its `max_bytes`) and this much of it parsed.
-MAX_PARSED_BYTES = 32 * 2**20
+# 64 MiB in CPython), so its structure is counted before it is parsed (`parsed_bytes`),
+# and an answer whose values would take more than this many times the reader's byte
+# limit is dropped unparsed. The controller's own largest answers stay below it: a
+# Prometheus range answer of whole-second timestamps and "0" values is bounded at 17.8
+# times its bytes, an instant vector at 12.
+PARSED_PER_BYTE = 20
 # The most one parsed value of each kind takes, with the slot that holds it (CPython
-# 3.12, 64-bit: a list or dict and its over-allocation; a str's header; an int or float;
-# a dict entry's share of its table), measured on answers of one kind each
+# 3.11, 64-bit: a list or dict and its over-allocation; a str's header; an int or float;
+# a dict entry's share of its table and of the parser's key memo, which doubles at
+# powers of two), measured on answers of one kind each at several sizes
 # (tests/controller/test_dial.py), and the parser's own fixed overhead.
-CONTAINER_BYTES, STRING_BYTES, ELEMENT_BYTES, ENTRY_BYTES = 80, 64, 48, 32
+CONTAINER_BYTES, STRING_BYTES, ELEMENT_BYTES, ENTRY_BYTES = 80, 64, 48, 64
 PARSE_OVERHEAD_BYTES = 64 * 1024
 # UTF-8 lead bytes of characters past Latin-1 (a str of them takes 2 bytes a character)
 # and past the BMP (4 bytes): one such character widens the whole decoded text.
@@ -386,7 +389,7 @@ def parsed_bytes(raw: bytes) -> int:
             + ENTRY_BYTES * raw.count(b":"))
 
 
-def decode_json(raw: bytes, name: str, max_parsed: int = MAX_PARSED_BYTES) -> Any:
+def decode_json(raw: bytes, name: str, max_parsed: int) -> Any:
     """`raw` parsed as JSON, or CallFailed: too-large when parsing it would take more than
     `max_parsed` bytes (`parsed_bytes`), malformed when it is not JSON or nests deeper
     than the parser recurses. `name` names the endpoint; the answer is never quoted."""

@@ -189,11 +189,13 @@ def request(method: str, url: Url, path: str, params: Mapping[str, str] | None, 
 def request_json(method: str, url: Url, path: str, params: Mapping[str, str] | None, *,
                  failed: Callable[[str, str], Exception], field: str, what: str,
                  **call: Any) -> Any:
-    """`request`, its answer parsed (`dial.decode_json`): an answer too large to parse, or
-    not JSON, fails as `failed(message, kind)` as well ("too-large", "malformed")."""
+    """`request`, its answer parsed (`dial.decode_json`, at most `dial.PARSED_PER_BYTE`
+    times `max_bytes`): an answer too large to parse, or not JSON, fails as
+    `failed(message, kind)` as well ("too-large", "malformed")."""
     answer = request(method, url, path, params, failed=failed, field=field, what=what, **call)
     try:
-        return dial.decode_json(answer, f"{what} ({field})")
+        return dial.decode_json(answer, f"{what} ({field})",
+                                dial.PARSED_PER_BYTE * call["max_bytes"])
     except dial.CallFailed as e:
         raise failed(str(e), e.kind) from None
 

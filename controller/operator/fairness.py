@@ -6,8 +6,9 @@ everybody else's passes queue behind them. Here a pass first takes a slot in
 `FairPool`: at most `workers` passes run at once, a namespace holds at most its
 share (`workers` / namespaces running or waiting for a pass, rounded up, at least
 one), and a free slot goes to the waiting namespace holding the fewest. The last free
-slot is kept for a namespace running nothing, so a tenant's first pass never waits
-for another's to end (alone, a namespace uses all but one worker). Each pass also runs under a
+slot is kept for a namespace running nothing, so one namespace cannot hold every slot:
+a tenant arriving then starts at once instead of waiting for one of its passes to end
+(alone, a namespace uses all but one worker). Each pass also runs under a
 deadline derived from its resolution (controller.adapters.outbound), so a slot is
 held for a bounded time.
 """
@@ -109,6 +110,13 @@ class FairPool:
                    if now - started > (budget if budget is not None else UNBUDGETED_S)
                    + grace_s)
 
+    def wedged(self, grace_s: float = STUCK_GRACE_S) -> bool:
+        """Every worker a namespace could be given is held by a pass past its deadline:
+        all of them, or, while one namespace alone runs, all but the one kept for a
+        namespace running nothing (its own passes wait for a stuck one to end)."""
+        usable = self.workers if len(self.running) != 1 else max(1, self.workers - 1)
+        return self.stuck(grace_s) >= usable
+
     async def _acquire(self, namespace: str) -> None:
         if not self.started and not self.waiting:  # idle until now: a stall counts from here
             self.busy_since = time.monotonic()
@@ -145,7 +153,7 @@ class FairPool:
         while self.in_use() < self.workers and self.waiting:
             share = self.share()
             # The last free worker goes only to a namespace running nothing: a tenant that
-            # arrives while another holds the rest starts at once, not when a pass of the
+            # arrives while one other holds the rest starts at once, not when a pass of the
             # other's ends (which may be its deadline later).
             last = self.workers - self.in_use() == 1
             eligible = [ns for ns in self.waiting if self.running.get(ns, 0) < share

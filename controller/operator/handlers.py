@@ -244,9 +244,9 @@ def liveness_problem() -> str | None:
     if not RUNNING:
         return None
     pool = _pool()
-    stuck = pool.stuck()
-    if stuck >= pool.workers:
-        return f"all {pool.workers} workers are stuck in passes past their deadline"
+    if pool.wedged():
+        return (f"every worker it can use ({pool.stuck()} of {pool.workers}) is stuck in a "
+                f"pass past its deadline")
     shortest = min(RESOLUTIONS.values(), default=UNPARSED_PERIOD_S)
     stalled = pool.stalled_for()
     if stalled > STALL_RESOLUTIONS * shortest + 2 * pass_budget(shortest):

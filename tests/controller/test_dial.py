@@ -5,6 +5,7 @@ how many bytes it got to write."""
 
 from __future__ import annotations
 
+import json
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -223,6 +224,8 @@ def _answers(size: int) -> dict[str, bytes]:
                              + "}").encode(),
         "small objects": array([f'{{"a":{i}}}' for i in range(size // 12)]),
         "literals": array(["null", "true"] * (size // 10)),
+        # Distinct short keys: the parser's key memo and each object's table grow too.
+        "one-key objects, distinct keys": array([f'{{"{i:x}":0}}' for i in range(size // 11)]),
         "one long string": ('["' + "x" * size + '"]').encode(),
         # One character past the BMP widens the decoded text and the string to 4 bytes
         # a character; one past Latin-1 to 2; an escaped one widens the string only.
@@ -235,12 +238,13 @@ def _answers(size: int) -> dict[str, bytes]:
     }
 
 
+@pytest.mark.parametrize("size", [256 * 1024, 900_005])  # the second past a table's doubling
 @pytest.mark.parametrize("kind", list(_answers(64)))
-def test_the_memory_a_json_answer_takes_is_bounded_before_it_is_parsed(kind: str) -> None:
-    import json
+def test_the_memory_a_json_answer_takes_is_bounded_before_it_is_parsed(
+        kind: str, size: int) -> None:
     import tracemalloc
 
-    raw = _answers(256 * 1024)[kind]
+    raw = _answers(size)[kind]
     tracemalloc.start()
     try:
         parsed = json.loads(raw)
@@ -253,25 +257,48 @@ def test_the_memory_a_json_answer_takes_is_bounded_before_it_is_parsed(kind: str
 
 def test_an_answer_too_costly_to_parse_is_dropped_unparsed(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    # 2 MiB of `[[1]],…` would take about 64 MiB once parsed.
-    raw = _answers(2 * MIB)["nested lists"]
+    # 8 MiB of `[[1]],…` (within Prometheus's byte limit) would take about 250 MiB parsed.
+    raw = _answers(8 * MIB)["nested lists"]
 
     def never(*_: object, **__: object) -> None:
         raise AssertionError("parsed")
 
     monkeypatch.setattr("controller.adapters.dial.json.loads", never)
-    with pytest.raises(dial.CallFailed, match="more than 32 MiB to read") as e:
-        dial.decode_json(raw, "Prometheus (spec.metrics.prometheusUrl)")
+    with pytest.raises(dial.CallFailed, match="more than 160 MiB to read") as e:
+        dial.decode_json(raw, "Prometheus (spec.metrics.prometheusUrl)",
+                         dial.PARSED_PER_BYTE * 8 * MIB)
     assert e.value.kind == "too-large"
     assert "[[1]]" not in str(e.value)
 
 
-def test_a_prometheus_answer_of_thousands_of_series_is_read() -> None:
-    # 20,000 per-subtask series (a job of 200 vertices at 100 tasks each) are within
-    # the bound.
-    raw = _answers(2_000_000)["a Prometheus vector"]
-    assert dial.parsed_bytes(raw) <= dial.MAX_PARSED_BYTES
-    assert len(dial.decode_json(raw, "Prometheus")["data"]["result"]) == 20_000
+def _range_answer(vertices: int, parallelism: int, points: int = 25) -> bytes:
+    """The controller's own combined range query answered (controller.adapters.promql),
+    whole-second timestamps and "0" values: the densest answer it reads."""
+    from controller.adapters.prometheus import SUBTASK_SIGNALS, TASK_SIGNALS
+
+    values = ",".join(f'[{1764480000 + 5 * t},"0"]' for t in range(points))
+    series = []
+    for v in range(vertices):
+        task = f"{v * 7919:032x}"
+        labels = [{"hybridscaler_part": name, "task_id": task} for name in TASK_SIGNALS]
+        labels += [{"hybridscaler_part": name, "subtask_index": str(i), "task_id": task}
+                   for name in SUBTASK_SIGNALS for i in range(parallelism)]
+        series += [f'{{"metric":{json.dumps(m, separators=(",", ":"))},"values":[{values}]}}'
+                   for m in labels]
+    return ('{"status":"success","data":{"resultType":"matrix","result":['
+            + ",".join(series) + "]}}").encode()
+
+
+def test_the_controllers_own_answers_up_to_the_byte_limit_are_read() -> None:
+    # The controller's largest job (200 vertices) at 30 tasks each, near Prometheus's
+    # 8 MiB; an instant vector of 20,000 series.
+    raw = _range_answer(200, 30)
+    assert 7 * MIB < len(raw) <= 8 * MIB
+    assert dial.parsed_bytes(raw) <= dial.PARSED_PER_BYTE * 8 * MIB
+    answer = dial.decode_json(raw, "Prometheus", dial.PARSED_PER_BYTE * 8 * MIB)
+    assert len(answer["data"]["result"]) > 5_000
+    vector = _answers(2_000_000)["a Prometheus vector"]
+    assert dial.parsed_bytes(vector) <= dial.PARSED_PER_BYTE * len(vector)
 
 
 def test_an_answer_nested_too_deep_is_malformed_not_an_internal_error() -> None:
@@ -286,7 +313,7 @@ def test_an_answer_nested_too_deep_is_malformed_not_an_internal_error() -> None:
 
 @pytest.mark.parametrize("reader", ["prometheus", "flink"])
 def test_a_hostile_json_answer_is_refused_by_every_reader(reader: str) -> None:
-    server = Answering(200, _answers(2 * MIB)["empty objects"])
+    server = Answering(200, _answers(int(3.9 * MIB))["empty objects"])  # both byte limits
     try:
         with deadline(10.0), pytest.raises((MetricsError, FlinkRestError),
                                            match="to read; the answer was dropped") as e:

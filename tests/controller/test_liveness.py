@@ -51,13 +51,41 @@ def test_liveness_fails_when_every_worker_is_stuck(monkeypatch: pytest.MonkeyPat
         healthy = handlers.liveness_problem()  # within deadline + grace: alive
         stuck, all_stuck = pool.stuck(), pool.stuck(grace_s=-10.0)  # grace used up
         monkeypatch.setattr(pool, "stuck", lambda grace_s=0.0: 2)
-        with pytest.raises(kopf.PermanentError, match="all 2 workers are stuck"):
+        with pytest.raises(kopf.PermanentError, match=r"every worker it can use \(2 of 2\)"):
             handlers.check_liveness()
         release.set()
         await asyncio.gather(*tasks)
         return healthy, stuck, all_stuck
 
     assert asyncio.run(scenario()) == (None, 0, 2)
+    pool.executor.shutdown()
+
+
+def test_liveness_fails_when_a_lone_namespace_holds_every_worker_it_can_use_stuck(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # Alone, a namespace is given all workers but one (kept for a namespace running
+    # nothing): with those stuck its own passes wait, and the probe says so at once.
+    release = threading.Event()
+    pool = FairPool(4)
+    monkeypatch.setattr(handlers, "_pool", lambda: pool)
+    monkeypatch.setattr(handlers, "RUNNING", {"ns/p"})
+
+    async def scenario() -> tuple[int, str | None, bool]:
+        tasks = [asyncio.ensure_future(pool.run("lone", release.wait, budget_s=1.0))
+                 for _ in range(6)]
+        while len(pool.started) < 3:
+            await asyncio.sleep(0.01)
+        healthy = handlers.liveness_problem()
+        monkeypatch.setattr(pool, "stuck", lambda grace_s=0.0: 3)
+        problem = handlers.liveness_problem()
+        monkeypatch.setattr(pool, "running", {"lone": 3, "other": 1})
+        two = pool.wedged()  # another namespace runs: one worker still serves it
+        monkeypatch.undo()
+        release.set()
+        await asyncio.gather(*tasks)
+        return len(pool.started), healthy, problem is not None and "3 of 4" in problem and not two
+
+    assert asyncio.run(scenario()) == (0, None, True)
     pool.executor.shutdown()
 
 
