@@ -704,12 +704,13 @@ def _plan_vertex(graph: JobGraph, v: Vertex, m: VertexMetrics, learning: VertexL
     # a hot key's cost; sizing it to the trigger would let noise fire the next step).
     # The backlog's catch-up and the restart's are transient: carried on top, at full
     # busyness, as the Flink autoscaler sizes them (ds2.capacity), not at the target.
-    # Asynchronous state below saturation gives tasks back as its JVMs' CPU allows
-    # (`_cpu_floors`), not by the rate its task thread's busy time gives, so that rate's
-    # noise (a checkpoint's uploads swing it ±40 % window to window on ForSt) does not
-    # widen the load it is sized for. (It still lowers the busiest subtask's bound: with
-    # it at the mean's target too, gen-043/1 and gen-108 ended short of their target.)
-    noise = MIN_NOISE if no_scale_in else learning.noise
+    # Asynchronous state below saturation whose JVMs' CPU was measured is sized by that
+    # CPU (its tasks: `_cpu_floors`; its pods: the CPU a record took, `_TaskCpu`), not by
+    # the rate its task thread's busy time gives, so that rate's noise (a checkpoint's
+    # uploads swing it ±40 % window to window on ForSt) widens neither. The busiest
+    # subtask's bound still counts it: at the mean's target too, gen-043/1 and gen-108
+    # ended short of their target.
+    noise = MIN_NOISE if no_scale_in and cpu_ceiling is not None else learning.noise
     margin = 1.0 if deficit else 1.0 + 2.0 * noise
     transient = rate - target
     steady = max(0.0, max(rate, _waited_peak(learning) or 0.0) * margin - transient)
