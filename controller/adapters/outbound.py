@@ -188,24 +188,24 @@ def request(method: str, url: Url, path: str, params: Mapping[str, str] | None, 
 
 def request_json(method: str, url: Url, path: str, params: Mapping[str, str] | None, *,
                  failed: Callable[[str, str], Exception], field: str, what: str,
-                 **call: Any) -> Any:
+                 max_bytes: int, **call: Any) -> Any:
     """`request`, its answer parsed (`dial.decode_json`, at most `dial.PARSED_PER_BYTE`
     times `max_bytes`): an answer too large to parse, or not JSON, fails as
     `failed(message, kind)` as well ("too-large", "malformed")."""
-    answer = request(method, url, path, params, failed=failed, field=field, what=what, **call)
+    answer = request(method, url, path, params, failed=failed, field=field, what=what,
+                     max_bytes=max_bytes, **call)
     try:
-        return dial.decode_json(answer, f"{what} ({field})",
-                                dial.PARSED_PER_BYTE * call["max_bytes"])
+        return dial.decode_json(answer, f"{what} ({field})", dial.PARSED_PER_BYTE * max_bytes)
     except dial.CallFailed as e:
         raise failed(str(e), e.kind) from None
 
 
 def get_json(url: Url, path: str, params: Mapping[str, str] | None, *,
              failed: Callable[[str, str], Exception], field: str, what: str,
-             **call: Any) -> Any:
+             max_bytes: int, **call: Any) -> Any:
     """`get`, its answer parsed as `request_json` parses it."""
     return request_json("GET", url, path, params, failed=failed, field=field, what=what,
-                        **call)
+                        max_bytes=max_bytes, **call)
 
 
 Network = ipaddress.IPv4Network | ipaddress.IPv6Network
