@@ -27,7 +27,7 @@ from pydantic import ValidationError
 from controller import api
 from e2e.conftest import Cluster
 from policies.spec import CpuScaling, ParallelismOverride
-from tests.api.test_cel import OUT_OF_RANGE, SECTION_CASES, spec_setting
+from tests.api.test_cel import IPV6_URLS, OUT_OF_RANGE, SECTION_CASES, spec_setting
 
 pytestmark = pytest.mark.e2e
 
@@ -158,6 +158,7 @@ FIELDS: dict[str, tuple[list[Any], list[Any]]] = {
     "spec.mode": (["Active", "Recommend", "Disabled"], ["Auto"]),
     "spec.metrics.window": (["30s", "2m", "1h"], ["4999ms", "1h", "1h1ms", "61m", *HUGE]),
     "spec.metrics.stabilization": (["0s", "1m", "1h"], ["1h1ms", "3600001ms", *HUGE]),
+    "spec.metrics.prometheusUrl": IPV6_URLS,
     "spec.metrics.resolution": (["5s", "10s"], ["0s", "1ms", "4999ms", "5s", "5001ms", "2m",
                                                 "2m1ms", "1h", "1h1ms", *HUGE]),
     "spec.cpu.utilizationMin": RATIO, "spec.cpu.utilizationTarget": RATIO,

@@ -3,13 +3,15 @@
 CEL is evaluated here by cel-python (a CEL interpreter), on each section as the API
 server would see it: defaulted from the CRD, and already valid against the schema's
 own bounds (the API server runs CEL only then). Inputs come from hypothesis. cel-python
-lacks Kubernetes' quantity library: `quantity` is given here by our own parser, so the
-memory bounds are checked for their logic only; e2e/test_validity.py runs every case
-on a real API server.
+lacks Kubernetes' quantity and IP libraries and CEL's string extensions: `quantity` is
+given here by our own parser, `isIP` and `ip.isCanonical` by ipaddress, `indexOf` and
+`substring` by str, so those rules are checked for their logic only;
+e2e/test_validity.py runs every case on a real API server.
 """
 
 from __future__ import annotations
 
+import ipaddress
 import re
 from collections.abc import Iterator
 from fractions import Fraction
@@ -42,14 +44,41 @@ def _compare_to(a: Any, b: Any) -> celtypes.IntType:
     return celtypes.IntType((a > b) - (a < b))
 
 
+def _index_of(text: Any, part: Any) -> celtypes.IntType:
+    return celtypes.IntType(str(text).find(str(part)))
+
+
+def _substring(text: Any, start: Any, end: Any) -> celtypes.StringType:
+    if not 0 <= int(start) <= int(end) <= len(str(text)):
+        raise ValueError("substring: index out of range")  # an error in CEL too
+    return celtypes.StringType(str(text)[int(start):int(end)])
+
+
+def _is_ip(text: Any) -> celtypes.BoolType:
+    """Kubernetes' isIP: an IPv4 or IPv6 address, not an IPv4-mapped one."""
+    try:
+        address = ipaddress.ip_address(str(text))
+    except ValueError:
+        return celtypes.BoolType(False)
+    return celtypes.BoolType(not (isinstance(address, ipaddress.IPv6Address)
+                                  and address.ipv4_mapped is not None))
+
+
+def _is_canonical(_library: Any, text: Any) -> celtypes.BoolType:
+    return celtypes.BoolType(str(ipaddress.ip_address(str(text))) == str(text))
+
+
 @cache
 def program(rule: str) -> Any:
-    return ENV.program(ENV.compile(rule), functions={"quantity": _quantity,
-                                                     "compareTo": _compare_to})
+    return ENV.program(ENV.compile(rule), functions={
+        "quantity": _quantity, "compareTo": _compare_to, "indexOf": _index_of,
+        "substring": _substring, "isIP": _is_ip, "isCanonical": _is_canonical})
 
 
 def holds(rule: str, value: Any) -> bool:
-    return bool(program(rule).evaluate({"self": json_to_cel(value)}))
+    # `ip` names the IP library (ip.isCanonical): a member call on it here.
+    return bool(program(rule).evaluate({"self": json_to_cel(value),
+                                        "ip": celtypes.StringType("ip")}))
 
 
 def broken_rules(schema: dict[str, Any], value: Any) -> Iterator[str]:
@@ -130,6 +159,23 @@ def test_cpu_rules_agree(low: float, target: float, high: float, min_p: int, max
     values = (low, target, high, min_p, max_p)
     agree(CpuScaling, {f: v for i, (f, v) in enumerate(zip(fields, values, strict=True))
                        if i not in omit})
+
+
+# IPv6 hosts: canonical (RFC 5952) and not; the first parse, the rest are refused.
+IPV6_URLS = (
+    ["http://[::1]:9090", "http://[::]", "http://[2001:db8::1]/prom",
+     "http://[2001:db8:0:1:1:1:1:1]", "http://[2001:db8::1:0:0:1]", "http://[fe80::1]:1"],
+    ["http://[0:0::1]", "http://[::0:1]", "http://[::ffff:7f00:1]", "http://[::ffff:0:0]",
+     "http://[2001:db8:0:0:0:0:0:1]", "http://[2001:0db8::1]", "http://[2001:db8::0:1]",
+     "http://[2001:db8:0:0:1:0:0:1]", "http://[2001:db8::1:0:0:0:1]", "http://[1:2:3:4:5:6:7:8:9]",
+     "http://[:::1]", "http://[1::2::3]", "http://[::1"])
+
+
+def test_ipv6_hosts_agree() -> None:
+    """The CRD's rule (Kubernetes' IP library) and the parser the controller dials with."""
+    good, bad = IPV6_URLS
+    assert all(agree(api.MetricsSpec, {"prometheusUrl": url}) for url in good)
+    assert not any(agree(api.MetricsSpec, {"prometheusUrl": url}) for url in bad)
 
 
 @settings(max_examples=100, deadline=None)
@@ -282,6 +328,7 @@ OUT_OF_RANGE = {
     ("spec.metrics.prometheusUrl", dial.PATTERN_MESSAGE): "http://0x7f.0.0.1:9090",
     ("spec.metrics.prometheusUrl", dial.PORT_MESSAGE): "http://prom:65536/api",
     ("spec.metrics.prometheusUrl", dial.DOT_SEGMENT_MESSAGE): "http://prom:9090/a/../admin",
+    ("spec.metrics.prometheusUrl", dial.IPV6_MESSAGE): "http://[2001:db8:0:0:0:0:0:1]:9090",
 }
 
 
