@@ -196,6 +196,10 @@ def parse_memory_mib(text: Any) -> int | None:
 
 
 def parse_resources(text: str | None) -> dict[str, OperatorResources] | None:
+    """The per-operator resources the deployment carries (RESOURCES_KEY), None when absent
+    or unreadable: then they differ from what the controller wants, which writes its own
+    again. The tenant owns the FlinkDeployment, so the text may be anything its API
+    object holds (nested past the parser's depth, too)."""
     if not text:
         return None
     try:
@@ -208,7 +212,7 @@ def parse_resources(text: str | None) -> dict[str, OperatorResources] | None:
             )
             for uid, v in raw.items()
         }
-    except (ValueError, AttributeError, TypeError):
+    except (ValueError, AttributeError, TypeError, RecursionError):
         return None
 
 

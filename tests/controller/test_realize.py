@@ -84,6 +84,18 @@ def test_applied_fields_read_back_equal_so_a_second_apply_is_skipped() -> None:
         "taskManager.resource.memory", "taskManager.replicas"}
 
 
+@pytest.mark.parametrize("text", ["[" * 100_000 + "]" * 100_000, "{\"a\": 1}", "[1]", "{",
+                                  "{\"a\": {\"cpuCores\": \"x\"}}"])
+def test_unreadable_operator_resources_differ_and_are_written_again(text: str) -> None:
+    """The tenant owns the FlinkDeployment: whatever stands under our key (nested past the
+    parser's depth too) reads as absent, so the pass writes its own instead of failing."""
+    want = desired()
+    deployment = apply_body("q11", "ns", want)
+    deployment["spec"]["flinkConfiguration"][RESOURCES_KEY] = text
+    assert current_fields(deployment).operator_resources is None
+    assert want.differences(current_fields(deployment)) == [RESOURCES_KEY]
+
+
 def test_memory_levels_come_from_the_deployment() -> None:
     deployment = apply_body("q11", "ns", desired(level_b=2))
     assert memory_levels(deployment, GRAPH, 158) == {A: None, B: 2}
