@@ -25,9 +25,16 @@ from kubernetes.client.exceptions import ApiException
 from pydantic import ValidationError
 
 from controller import api
+from controller.adapters import dial
 from e2e.conftest import Cluster
 from policies.spec import CpuScaling, ParallelismOverride
-from tests.api.test_cel import IPV6_URLS, OUT_OF_RANGE, SECTION_CASES, spec_setting
+from tests.api.test_cel import (
+    IPV6_URLS,
+    NOT_IPV6_URLS,
+    OUT_OF_RANGE,
+    SECTION_CASES,
+    spec_setting,
+)
 
 pytestmark = pytest.mark.e2e
 
@@ -109,6 +116,20 @@ def test_every_field_bound_refuses_on_the_server_naming_the_field(server: Cluste
         assert (field, f'Invalid value: "string": {message}') in errors, (path, value, errors)
         # No CEL evaluation error, however large the number: 99999999999h is "too long".
         assert not any("evaluat" in m or "overflow" in m for _, m in errors), errors
+
+
+def test_ipv6_hosts_are_refused_by_the_ip_rule_alone_or_by_the_pattern_alone(
+        server: Cluster) -> None:
+    """Kubernetes' IP library on the server: a non-canonical or mapped host gets the IPv6
+    message alone, never a CEL evaluation error; one the pattern refuses, not it."""
+    field = "spec.metrics.prometheusUrl"
+    for url in IPV6_URLS[1]:
+        errors = server_errors(server, spec_setting(field, url))
+        assert errors == [(field, f'Invalid value: "string": {dial.IPV6_MESSAGE}')], (url, errors)
+    for url in NOT_IPV6_URLS:
+        errors = server_errors(server, spec_setting(field, url))
+        assert errors and not any(dial.IPV6_MESSAGE in m or "evaluat" in m
+                                  for _, m in errors), (url, errors)
 
 
 @pytest.mark.parametrize("example", ["cross-field.yaml", "out-of-range.yaml",

@@ -7,11 +7,11 @@ parts (`http.client` gets host and port, never the string). What two parsers cou
 read differently is refused: backslashes, userinfo (`user:pass@`), percent-encoding,
 queries and fragments, upper case or non-canonical IP forms (`127.1`, `0x7f.0.0.1`,
 `2130706433`, `0177.0.0.1`, `[0:0::1]`), ports past 65535 and `.`/`..` path segments.
-`url_rules` say the same for the CRD (CEL), so the API server refuses them before the
-controller sees them, all but one: an IPv6 address written in a form other than its
-compressed one (`[0:0::1]`, `[::ffff:7f00:1]`), or not one at all (`[1:2:3]`), passes
-the CRD's pattern and is refused by the controller (Ready=False, naming the field):
-CEL's regular expressions cannot say which form is the compressed one.
+`url_rules` say the same for the CRD (CEL), in the same words, so the API server
+refuses them before the controller sees them; an IPv6 host with Kubernetes' IP library
+(`isIP`, `ip.isCanonical`: Kubernetes 1.31+), which refuses what `parse_url` refuses:
+a form other than the RFC 5952 one (`[0:0::1]`), an IPv4-mapped address
+(`[::ffff:7f00:1]`), or not an address at all (`[1:2:3]`).
 
 One deadline. A call has one deadline for connecting, sending and reading the whole
 answer: every socket operation gets only the time left, so a peer that trickles a
@@ -73,6 +73,7 @@ DOT_SEGMENT_MESSAGE = "must not have . or .. path segments"
 IPV6_MESSAGE = ("must write an IPv6 host as an address in canonical form (RFC 5952: the "
                 "longest run of zero groups as ::, no leading zeros), an IPv4-mapped one as "
                 "IPv4")
+_BRACKETED_HOST = "^https?://[[][0-9a-f:]+[]](:[0-9]*)?(/|$)"
 # After the pattern (a port of one to five digits): a five-digit one up to 65535 only.
 _FIVE_DIGIT_PORT = "^https?://[^/]*:[0-9]{5}(/|$)"
 _PORT_UP_TO_65535 = ("^https?://[^/]*:(6553[0-5]|655[0-2][0-9]|65[0-4][0-9]{2}"
@@ -99,9 +100,9 @@ def url_rules() -> list[dict[str, str]]:
     # The host is cut out with string functions, whose result the API server's cost
     # estimate bounds by the field's length (url()'s is unbounded: 100x over budget).
     host = "self.substring(self.indexOf('[') + 1, self.indexOf(']'))"
-    rules.append({"rule": f"!self.matches({_cel('^https?://[[]')}) || ("
-                          f"self.matches({_cel('^https?://[[][0-9a-f:]+[]]')}) && "
-                          f"isIP({host}) && ip.isCanonical({host}))",
+    # Only a host the pattern lets by: one it refuses gets the pattern's message alone.
+    rules.append({"rule": f"!self.matches({_cel(_BRACKETED_HOST)}) || "
+                          f"(isIP({host}) && ip.isCanonical({host}))",
                   "message": IPV6_MESSAGE})
     return rules
 

@@ -54,18 +54,26 @@ def _substring(text: Any, start: Any, end: Any) -> celtypes.StringType:
     return celtypes.StringType(str(text)[int(start):int(end)])
 
 
+def _k8s_ip(text: Any) -> ipaddress.IPv4Address | ipaddress.IPv6Address:
+    """Kubernetes' parseIPAddr: an address without a zone, not an IPv4-mapped one."""
+    if "%" in str(text):
+        raise ValueError("IP address with zone value is not allowed")
+    address = ipaddress.ip_address(str(text))
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        raise ValueError("IPv4-mapped IPv6 address is not allowed")
+    return address
+
+
 def _is_ip(text: Any) -> celtypes.BoolType:
-    """Kubernetes' isIP: an IPv4 or IPv6 address, not an IPv4-mapped one."""
     try:
-        address = ipaddress.ip_address(str(text))
+        _k8s_ip(text)
     except ValueError:
         return celtypes.BoolType(False)
-    return celtypes.BoolType(not (isinstance(address, ipaddress.IPv6Address)
-                                  and address.ipv4_mapped is not None))
+    return celtypes.BoolType(True)
 
 
 def _is_canonical(_library: Any, text: Any) -> celtypes.BoolType:
-    return celtypes.BoolType(str(ipaddress.ip_address(str(text))) == str(text))
+    return celtypes.BoolType(_k8s_ip(text).compressed == str(text))  # errors as isIP fails
 
 
 @cache
@@ -161,21 +169,44 @@ def test_cpu_rules_agree(low: float, target: float, high: float, min_p: int, max
                        if i not in omit})
 
 
-# IPv6 hosts: canonical (RFC 5952) and not; the first parse, the rest are refused.
+# IPv6 hosts the URL pattern lets by: canonical (RFC 5952) and not; the first parse
+# (IPv4-compatible and -translated forms are not IPv4-mapped, in either library), the
+# rest are refused by the IPv6 rule alone (IPV6_MESSAGE).
 IPV6_URLS = (
     ["http://[::1]:9090", "http://[::]", "http://[2001:db8::1]/prom",
-     "http://[2001:db8:0:1:1:1:1:1]", "http://[2001:db8::1:0:0:1]", "http://[fe80::1]:1"],
+     "http://[2001:db8:0:1:1:1:1:1]", "http://[2001:db8::1:0:0:1]", "http://[fe80::1]:1",
+     "http://[::7f00:1]", "http://[::ffff:0:7f00:1]"],
     ["http://[0:0::1]", "http://[::0:1]", "http://[::ffff:7f00:1]", "http://[::ffff:0:0]",
      "http://[2001:db8:0:0:0:0:0:1]", "http://[2001:0db8::1]", "http://[2001:db8::0:1]",
-     "http://[2001:db8:0:0:1:0:0:1]", "http://[2001:db8::1:0:0:0:1]", "http://[1:2:3:4:5:6:7:8:9]",
-     "http://[:::1]", "http://[1::2::3]", "http://[::1"])
+     "http://[2001:db8:0:0:1:0:0:1]", "http://[2001:db8::1:0:0:0:1]",
+     "http://[2001:db8::1:1:1:1:1]", "http://[1:2:3:4:5:6:7:8:9]", "http://[:::1]",
+     "http://[1::2::3]"])
+# ... and bracketed hosts the pattern refuses: its message alone, as the parser gives it.
+NOT_IPV6_URLS = ["http://[::ffff:127.0.0.1]", "http://[FE80::1]", "http://[::1",
+                 "http://[]", "http://[[::1]]", "http://[fe80::1%25eth0]"]
 
 
-def test_ipv6_hosts_agree() -> None:
-    """The CRD's rule (Kubernetes' IP library) and the parser the controller dials with."""
+def _url_messages(url: str) -> tuple[set[str], set[str]]:
+    """What the CRD's rules and the parser say of `url` (the rules' messages, the parser's
+    phrase after the field's name)."""
+    node = _section(api.MetricsSpec)["properties"]["prometheusUrl"]
+    try:
+        dial.parse_url(url, "f")
+    except dial.UrlRefused as e:
+        return set(broken_rules(node, url)), {e.phrase}
+    return set(broken_rules(node, url)), set()
+
+
+def test_ipv6_hosts_agree_in_the_same_words() -> None:
+    """The CRD's rules (Kubernetes' IP library) and the parser the controller dials with."""
     good, bad = IPV6_URLS
     assert all(agree(api.MetricsSpec, {"prometheusUrl": url}) for url in good)
     assert not any(agree(api.MetricsSpec, {"prometheusUrl": url}) for url in bad)
+    for url in bad:
+        assert _url_messages(url) == ({dial.IPV6_MESSAGE}, {dial.IPV6_MESSAGE}), url
+    for url in NOT_IPV6_URLS:  # the parser stops at its first refusal, the server says all
+        rules, parser = _url_messages(url)
+        assert dial.IPV6_MESSAGE not in rules and parser and parser <= rules, (url, rules)
 
 
 @settings(max_examples=100, deadline=None)
