@@ -74,6 +74,18 @@ def test_every_required_feature_appears_in_the_suite(suite):
     assert {len(m.operators) for m in suite.values()} == set(range(2, 9))
 
 
+def test_the_unseen_rocksdb_seeds_run_on_rocksdb_drawn_as_the_suites_are():
+    """Seeds 200-399: RocksDB models the suite never runs (its generalization check);
+    the ForSt seeds around them stay on ForSt."""
+    assert [jobgen.engine(s) for s in (39, 40, 199, 200, 399, 400)] == [
+        "rocksdb", "forst", "forst", "rocksdb", "rocksdb", "forst"]
+    unseen = [jobgen.generate(s) for s in range(200, 220)]
+    assert all(m.engine.value == "rocksdb" and m.forst_engine is None for m in unseen)
+    # As the suite's forty: every load pattern and access mix among twenty seeds.
+    found = set().union(*(jobgen.features(m) for m in unseen))
+    assert set(jobgen.PATTERNS) <= found and {"join", "hot key"} <= found, found
+
+
 def test_forst_models_follow_the_rocksdb_ones_and_vary_as_they_do():
     """Seeds from FORST_FROM run on ForSt; among the eight: every load pattern, a join, a
     hot key and each access mix of the first stateful operator."""
