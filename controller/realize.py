@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+import re
 from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
@@ -179,41 +180,69 @@ def parse_overrides(text: str | None) -> dict[str, int]:
     result: dict[str, int] = {}
     for part in (text or "").split(","):
         key, sep, value = part.strip().partition(":")
-        if sep and key.strip() and value.strip().isdigit():
+        # ASCII digits, and few: `str.isdigit` takes '²', and int() refuses 4,301 digits.
+        if sep and key.strip() and re.fullmatch(r"[0-9]{1,9}", value.strip()):
             result[key.strip()] = int(value.strip())
     return result
 
 
 def parse_memory_mib(text: Any) -> int | None:
     """A FlinkDeployment memory size ('2048m', '2g', '2Gi', '1536Mi') in whole MiB;
-    None when absent or unreadable."""
+    None when absent or unreadable (past what a float holds, too)."""
     if text is None:
         return None
     try:
         return round(parse_flink_memory_bytes(str(text)) / MIB)
-    except ValueError:
+    except (ValueError, OverflowError):
         return None
+
+
+_JAVA_INT = 2**31  # flink-plugin reads the sizes as Java ints
+
+
+def _resources_entry(v: Any) -> OperatorResources | None:
+    """One operator's entry as flink-plugin's HybridResources.parse accepts it (finite
+    cpuCores > 0, whole sizes a Java int holds), else None."""
+    if not isinstance(v, dict):
+        return None
+    cpu, heap, managed = (v.get("cpuCores", 0), v.get("taskHeapMb", 0),
+                          v.get("managedMemoryMb", 0))
+    group = v.get("slotSharingGroup")
+    if isinstance(cpu, int) and not isinstance(cpu, bool) and abs(cpu) >= _JAVA_INT:
+        return None  # math.isfinite would overflow converting it
+    if (isinstance(cpu, bool) or not isinstance(cpu, int | float) or not math.isfinite(cpu)
+            or cpu <= 0 or not all(_java_int(n) for n in (heap, managed))
+            or not (group is None or isinstance(group, str))):
+        return None
+    return OperatorResources(float(cpu), int(heap), int(managed), group)
+
+
+def _java_int(n: Any) -> bool:
+    """A whole number a Java int holds (316.0 too, as Jackson's canConvertToExactIntegral)."""
+    if isinstance(n, bool) or not isinstance(n, int | float):
+        return False
+    if isinstance(n, float) and not (math.isfinite(n) and n.is_integer()):
+        return False
+    return 0 <= n < _JAVA_INT
 
 
 def parse_resources(text: str | None) -> dict[str, OperatorResources] | None:
     """The per-operator resources the deployment carries (RESOURCES_KEY), None when absent
     or unreadable: then they differ from what the controller wants, which writes its own
     again. The tenant owns the FlinkDeployment, so the text may be anything its API
-    object holds (nested past the parser's depth, too)."""
+    object holds (nested past the parser's depth, numbers past a float's range, too)."""
     if not text:
         return None
     try:
         raw = json.loads(text)
-        return {
-            str(uid): OperatorResources(
-                float(v.get("cpuCores", 0)), int(v.get("taskHeapMb", 0)),
-                int(v.get("managedMemoryMb", 0)),
-                None if v.get("slotSharingGroup") is None else str(v["slotSharingGroup"]),
-            )
-            for uid, v in raw.items()
-        }
-    except (ValueError, AttributeError, TypeError, RecursionError):
+    except (ValueError, RecursionError):
         return None
+    if not isinstance(raw, dict):
+        return None
+    entries = {str(uid): _resources_entry(v) for uid, v in raw.items()}
+    if any(e is None for e in entries.values()):
+        return None
+    return {uid: e for uid, e in entries.items() if e is not None}
 
 
 def current_fields(deployment: Mapping[str, Any]) -> OwnedFields:
@@ -432,8 +461,10 @@ def task_manager_managed_bytes(deployment: Mapping[str, Any]) -> int | None:
                          MANAGED_FRACTION_KEY, FlinkMemoryOptions.managed_fraction)),
                      "network_fraction": float(conf.get(
                          NETWORK_FRACTION_KEY, FlinkMemoryOptions.network_fraction))}
+        if not all(math.isfinite(f) for f in fractions.values()):
+            return None
         return task_manager_memory(memory, FlinkMemoryOptions(**fractions)).managed
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):  # '1e400' is a float, inf
         return None
 
 

@@ -81,7 +81,7 @@ def test_the_unseen_rocksdb_seeds_run_on_rocksdb_drawn_as_the_suites_are():
         "rocksdb", "forst", "forst", "rocksdb", "rocksdb", "forst"]
     unseen = [jobgen.generate(s) for s in range(200, 220)]
     assert all(m.engine.value == "rocksdb" and m.forst_engine is None for m in unseen)
-    # As the suite's forty: every load pattern and access mix among twenty seeds.
+    # As the suite's forty: every load pattern, a join and a hot key among twenty seeds.
     found = set().union(*(jobgen.features(m) for m in unseen))
     assert set(jobgen.PATTERNS) <= found and {"join", "hot key"} <= found, found
 

@@ -10,6 +10,7 @@ import pytest
 from controller.api import ResizeSpec, SecretKeyRef
 from controller.realize import (
     FORST_WRITE_BUFFER_RATIO_KEY,
+    MANAGED_FRACTION_KEY,
     OVERRIDES_KEY,
     RESOURCES_KEY,
     WRITE_BUFFER_RATIO_KEY,
@@ -24,6 +25,7 @@ from controller.realize import (
     render_overrides,
     requested_pods,
     resizable,
+    task_manager_managed_bytes,
     write_buffer_ratio_key,
 )
 from policies.model import JobGraph, Vertex, VertexConfig
@@ -84,8 +86,15 @@ def test_applied_fields_read_back_equal_so_a_second_apply_is_skipped() -> None:
         "taskManager.resource.memory", "taskManager.replicas"}
 
 
-@pytest.mark.parametrize("text", ["[" * 100_000 + "]" * 100_000, "{\"a\": 1}", "[1]", "{",
-                                  "{\"a\": {\"cpuCores\": \"x\"}}"])
+@pytest.mark.parametrize("text", [
+    "[" * 100_000 + "]" * 100_000, "{\"a\": 1}", "[1]", "{", "{\"a\": {\"cpuCores\": \"x\"}}",
+    # Numbers past a float's or a Java int's range, as flink-plugin refuses them too.
+    "{\"a\": {\"cpuCores\": 1, \"taskHeapMb\": 1e400}}",
+    "{\"a\": {\"cpuCores\": 1, \"managedMemoryMb\": " + "9" * 400 + "}}",
+    "{\"a\": {\"cpuCores\": " + "9" * 400 + "}}", "{\"a\": {\"cpuCores\": 1e400}}",
+    "{\"a\": {\"cpuCores\": 0}}", "{\"a\": {\"cpuCores\": true}}",
+    "{\"a\": {\"cpuCores\": 1, \"managedMemoryMb\": 2147483648}}",
+])
 def test_unreadable_operator_resources_differ_and_are_written_again(text: str) -> None:
     """The tenant owns the FlinkDeployment: whatever stands under our key (nested past the
     parser's depth too) reads as absent, so the pass writes its own instead of failing."""
@@ -94,6 +103,28 @@ def test_unreadable_operator_resources_differ_and_are_written_again(text: str) -
     deployment["spec"]["flinkConfiguration"][RESOURCES_KEY] = text
     assert current_fields(deployment).operator_resources is None
     assert want.differences(current_fields(deployment)) == [RESOURCES_KEY]
+
+
+def test_whole_sizes_written_as_floats_read_as_flink_plugin_reads_them() -> None:
+    """316.0 is 316 to Jackson: a value written so reads as the same resources."""
+    want = desired()
+    deployment = apply_body("q11", "ns", want)
+    conf = deployment["spec"]["flinkConfiguration"]
+    conf[RESOURCES_KEY] = json.dumps({uid: {**e, "managedMemoryMb": float(e["managedMemoryMb"])}
+                                      for uid, e in json.loads(conf[RESOURCES_KEY]).items()})
+    assert want.differences(current_fields(deployment)) == []
+
+
+def test_tenant_written_sizes_past_any_range_read_as_unknown() -> None:
+    """Overrides, the TaskManager's memory and its memory fractions as the tenant may
+    write them: what cannot be read is unknown (or left out), never an exception."""
+    assert parse_overrides("a:2,b:²,c:" + "9" * 5000 + ",d:7") == {"a": 2, "d": 7}
+    assert parse_memory_mib("1" * 400 + "m") is None
+    assert task_manager_managed_bytes(apply_body("q11", "ns", desired())) is not None
+    for fraction in ("1e400", "-inf", "nan"):
+        deployment = apply_body("q11", "ns", desired())
+        deployment["spec"]["flinkConfiguration"][MANAGED_FRACTION_KEY] = fraction
+        assert task_manager_managed_bytes(deployment) is None, fraction
 
 
 def test_memory_levels_come_from_the_deployment() -> None:
