@@ -188,42 +188,43 @@ def parse_overrides(text: str | None) -> dict[str, int]:
 
 def parse_memory_mib(text: Any) -> int | None:
     """A FlinkDeployment memory size ('2048m', '2g', '2Gi', '1536Mi') in whole MiB;
-    None when absent or unreadable (past what a float holds, too)."""
+    None when absent or unreadable."""
     if text is None:
         return None
     try:
         return round(parse_flink_memory_bytes(str(text)) / MIB)
-    except (ValueError, OverflowError):
+    except ValueError:
         return None
 
 
 _JAVA_INT = 2**31  # flink-plugin reads the sizes as Java ints
 
 
+def _finite(n: Any) -> float | None:
+    """A JSON number as a finite float; None for anything else (true, "1", 1e400)."""
+    if isinstance(n, bool) or not isinstance(n, int | float):
+        return None
+    try:
+        f = float(n)
+    except OverflowError:  # an int past a float's range
+        return None
+    return f if math.isfinite(f) else None
+
+
 def _resources_entry(v: Any) -> OperatorResources | None:
-    """One operator's entry as flink-plugin's HybridResources.parse accepts it (finite
-    cpuCores > 0, whole sizes a Java int holds), else None."""
+    """One operator's entry as flink-plugin's HybridResources.parse accepts it: cpuCores
+    a number > 0, the sizes whole numbers a Java int holds (316.0 too, as Jackson reads
+    it), the group a string; else None."""
     if not isinstance(v, dict):
         return None
-    cpu, heap, managed = (v.get("cpuCores", 0), v.get("taskHeapMb", 0),
-                          v.get("managedMemoryMb", 0))
+    cpu = _finite(v.get("cpuCores", 0))
+    sizes = [_finite(v.get(k, 0)) for k in ("taskHeapMb", "managedMemoryMb")]
     group = v.get("slotSharingGroup")
-    if isinstance(cpu, int) and not isinstance(cpu, bool) and abs(cpu) >= _JAVA_INT:
-        return None  # math.isfinite would overflow converting it
-    if (isinstance(cpu, bool) or not isinstance(cpu, int | float) or not math.isfinite(cpu)
-            or cpu <= 0 or not all(_java_int(n) for n in (heap, managed))
-            or not (group is None or isinstance(group, str))):
+    if (cpu is None or cpu <= 0 or not (group is None or isinstance(group, str))
+            or any(n is None or not n.is_integer() or not 0 <= n < _JAVA_INT for n in sizes)):
         return None
-    return OperatorResources(float(cpu), int(heap), int(managed), group)
-
-
-def _java_int(n: Any) -> bool:
-    """A whole number a Java int holds (316.0 too, as Jackson's canConvertToExactIntegral)."""
-    if isinstance(n, bool) or not isinstance(n, int | float):
-        return False
-    if isinstance(n, float) and not (math.isfinite(n) and n.is_integer()):
-        return False
-    return 0 <= n < _JAVA_INT
+    heap, managed = (int(n) for n in sizes if n is not None)
+    return OperatorResources(cpu, heap, managed, group)
 
 
 def parse_resources(text: str | None) -> dict[str, OperatorResources] | None:
@@ -461,10 +462,10 @@ def task_manager_managed_bytes(deployment: Mapping[str, Any]) -> int | None:
                          MANAGED_FRACTION_KEY, FlinkMemoryOptions.managed_fraction)),
                      "network_fraction": float(conf.get(
                          NETWORK_FRACTION_KEY, FlinkMemoryOptions.network_fraction))}
-        if not all(math.isfinite(f) for f in fractions.values()):
+        if not all(math.isfinite(f) for f in fractions.values()):  # '1e400' reads as inf
             return None
         return task_manager_memory(memory, FlinkMemoryOptions(**fractions)).managed
-    except (TypeError, ValueError, OverflowError):  # '1e400' is a float, inf
+    except (TypeError, ValueError):
         return None
 
 

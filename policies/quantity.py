@@ -30,6 +30,8 @@ _SUFFIX = {
 # Flink's MemorySize: b/k/m/g/t with an optional "b" ("mb"), any case, spaces allowed.
 _FLINK = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?)(?:i?b)?\s*$", re.IGNORECASE)
 _FLINK_UNIT = {"": 1, "k": 1024, "m": 1024**2, "g": 1024**3, "t": 1024**4}
+# Flink's MemorySize holds its bytes in a Java long: anything larger it refuses.
+FLINK_MAX_BYTES = 2**63 - 1
 
 
 def parse_quantity_bytes(value: Any) -> float:
@@ -55,16 +57,27 @@ def parse_quantity_bytes(value: Any) -> float:
 def parse_flink_memory_bytes(value: Any) -> float:
     """A FlinkDeployment memory size in bytes: Flink's syntax, else a Kubernetes quantity.
 
-    Numbers are bytes. Raises ValueError for text neither syntax reads.
+    Numbers are bytes. Raises ValueError for text neither syntax reads, and for a size
+    Flink's MemorySize cannot hold (past a Java long of bytes, or not a finite number).
     """
-    if isinstance(value, bool):
+    size = _flink_memory_bytes(value)
+    if not (isinstance(size, float) and abs(size) <= FLINK_MAX_BYTES):  # NaN fails too
         raise ValueError(f"unreadable memory size {value!r}")
+    return size
+
+
+def _flink_memory_bytes(value: Any) -> float | None:
+    if isinstance(value, bool):
+        return None
     if isinstance(value, int | float):
-        return float(value)
+        try:
+            return float(value)
+        except OverflowError:  # an int past a float's range
+            return None
     flink = _FLINK.match(str(value))
     if flink:
         return float(flink.group(1)) * _FLINK_UNIT[flink.group(2).lower()]
     try:
         return parse_quantity_bytes(str(value))
     except ValueError:
-        raise ValueError(f"unreadable memory size {value!r}") from None
+        return None

@@ -73,7 +73,7 @@ DOT_SEGMENT_MESSAGE = "must not have . or .. path segments"
 IPV6_MESSAGE = ("must write an IPv6 host as an address in canonical form (RFC 5952: the "
                 "longest run of zero groups as ::, no leading zeros), an IPv4-mapped one as "
                 "IPv4")
-_BRACKETED_HOST = "^https?://[[][0-9a-f:]+[]](:[0-9]*)?(/|$)"
+_BRACKETED_HOST = f"^https?://{_IPV6}(:[0-9]*)?(/|$)"  # the pattern's IPv6 host
 # After the pattern (a port of one to five digits): a five-digit one up to 65535 only.
 _FIVE_DIGIT_PORT = "^https?://[^/]*:[0-9]{5}(/|$)"
 _PORT_UP_TO_65535 = ("^https?://[^/]*:(6553[0-5]|655[0-2][0-9]|65[0-4][0-9]{2}"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import pytest
@@ -58,7 +59,9 @@ def test_flink_memory_sizes(text: Any, expected: float) -> None:
     assert parse_flink_memory_bytes(text) == expected
 
 
-@pytest.mark.parametrize("text", ["lots", "2 GiB please", "", "-1g", True])
+@pytest.mark.parametrize("text", ["lots", "2 GiB please", "", "-1g", True,
+                                  # Past what Flink's MemorySize (a long of bytes) holds.
+                                  "1" * 400 + "m", "8388608t", 10**400, math.inf, math.nan])
 def test_unreadable_flink_memory_sizes(text: Any) -> None:
     with pytest.raises(ValueError, match="unreadable memory size"):
         parse_flink_memory_bytes(text)
