@@ -3,10 +3,12 @@
 In order: the mode (Disabled evaluates nothing), the FlinkDeployment and its
 identity (a new object under the target's name starts a fresh history), its job on
 the JobManager, a committed step still to apply (nothing new is decided before it
-lands, `applying`), and the waiting rule: a full metrics window must lie after the
-job's start, after the last reconfiguration plus `spec.metrics.stabilization`, and
-after the last evaluation. Most passes stop here, having read only the
-FlinkDeployment and `/jobs/overview`: no job graph, no Prometheus.
+lands, `applying`) or an applied one the deployment no longer carries (nor from a
+window of a configuration the history does not name, `drifted`), and the waiting
+rule: a full metrics window must lie after the job's start, after the last
+reconfiguration plus `spec.metrics.stabilization`, and after the last evaluation.
+Most passes stop here, having read only the FlinkDeployment and `/jobs/overview`: no
+job graph, no Prometheus.
 
 Quiet passes read less. While the last full pass found everything in order (the
 spec unchanged since, Ready=True/Evaluating, no step committed but unapplied, no
@@ -29,7 +31,7 @@ from controller.api import ConditionType, Mode, ReplacedTarget, Status, timestam
 from controller.jobhealth import check_job
 from controller.owner import claim
 from controller.ports import FlinkRestError, JobReader, JobSummary
-from controller.realize import observe_enactment, unapplied
+from controller.realize import drifted, observe_enactment, unapplied
 from controller.record import Reason, Run, Stop, now_text
 
 
@@ -69,6 +71,8 @@ def gate(run: Run) -> Seen:
     check_job(run, job)  # a restart we did not cause: no decision (controller/jobhealth.py)
     if applying(run):
         raise Stop("applying")
+    if drifted(run):
+        raise Stop("drifted")
     wait = waiting(run, job)
     if wait is not None:
         run.condition(ConditionType.READY, True, Reason.EVALUATING, watching(run, job))

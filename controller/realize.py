@@ -874,6 +874,24 @@ def unapplied(run: Run) -> bool:
     return False
 
 
+def drifted(run: Run) -> bool:
+    """Active, and the deployment no longer carries the applied target (a hand edit of an
+    owned field, or one written past reading), beyond what a resize in place leaves there
+    by design. The window then ran at the deployment's configuration, the target's or
+    both: nothing is decided from it. Realize applies the target again, and a window of
+    the configuration the history names decides."""
+    target, deployment = run.status.target, run.deployment
+    if run.spec.mode != Mode.ACTIVE or target is None or deployment is None:
+        return False
+    entry = next((e for e in run.status.enactments if e.step == target.step), None)
+    if entry is not None and entry.applied_time is None:
+        return False  # not applied yet: the gate's `applying`
+    differences = set(target_fields(target).differences(current_fields(deployment)))
+    if resize_in_effect(run.status) is not None:
+        differences -= RESIZABLE_FIELDS
+    return bool(differences)
+
+
 def _mark_applied(run: Run, step: int, seen: bool = True) -> None:
     """The step is on the deployment: stabilization counts from now, not from its commit
     (a refused patch, or a controller stopped in between, may have held it for windows).

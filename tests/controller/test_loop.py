@@ -362,6 +362,30 @@ def test_every_active_pass_reapplies_the_target_where_the_deployment_drifted() -
     assert len(world.deployments.applied) == 2
 
 
+@pytest.mark.parametrize("edit", [
+    '{"counter": {"cpuCores": 1, "taskHeapMb": 1, "managedMemoryMb": 0}}',  # other levels
+    '{"counter": {"cpuCores": true}}',  # what flink-plugin refuses: levels unknown
+])
+def test_no_decision_from_a_window_the_deployment_drifted_in(edit: str) -> None:
+    world = World()
+    world.run()
+    assert world.deployments.deployment is not None
+    conf = world.deployments.deployment["spec"]["flinkConfiguration"]
+    wanted = conf[RESOURCES_KEY]
+    world.now = T0 + 4
+    world.run()
+    world.now = T0 + 35  # a full window after stabilization: an evaluation is due
+    conf[RESOURCES_KEY] = edit
+    reads, decided = world.metrics.observed, world.store.last.last_decision
+    result = world.run()
+    # The window ran at the hand edit's levels, or at the step's, or across both: it
+    # judges nothing, and the step is applied again.
+    assert result.outcome == "reapplied" and result.applied == [RESOURCES_KEY]
+    assert conf[RESOURCES_KEY] == wanted
+    assert world.metrics.observed == reads and world.store.last.last_decision == decided
+    assert world.store.last.step == 1
+
+
 def test_recommend_writes_no_target_and_drops_an_active_one() -> None:
     world = World()
     world.run(policy("Recommend"))
