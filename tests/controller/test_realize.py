@@ -21,6 +21,7 @@ from controller.realize import (
     memory_levels,
     parse_memory_mib,
     parse_overrides,
+    parse_resources,
     refusal,
     render_overrides,
     requested_pods,
@@ -103,6 +104,17 @@ def test_unreadable_operator_resources_differ_and_are_written_again(text: str) -
     deployment["spec"]["flinkConfiguration"][RESOURCES_KEY] = text
     assert current_fields(deployment).operator_resources is None
     assert want.differences(current_fields(deployment)) == [RESOURCES_KEY]
+
+
+def test_operator_resources_parsed_once_are_a_fresh_mapping_each_read() -> None:
+    """A pass reads the value several times and the parse is kept: what one reader does
+    with its mapping must not change what the next one reads."""
+    text = apply_body("q11", "ns", desired())["spec"]["flinkConfiguration"][RESOURCES_KEY]
+    first = parse_resources(text)
+    assert first is not None and first
+    first.clear()
+    again = parse_resources(text)
+    assert again is not None and set(again) == set(json.loads(text))
 
 
 def test_whole_sizes_written_as_floats_read_as_flink_plugin_reads_them() -> None:
