@@ -71,7 +71,7 @@ def gate(run: Run) -> Seen:
     check_job(run, job)  # a restart we did not cause: no decision (controller/jobhealth.py)
     if applying(run):
         raise Stop("applying")
-    if drifted(run):
+    if drifted(run) and not edited_since_refused(run):
         raise Stop("drifted")
     wait = waiting(run, job)
     if wait is not None:
@@ -87,13 +87,15 @@ def applying(run: Run) -> bool:
     that was never changed (they would judge, and replace, a step that never ran),
     unless the policy was edited since a refusal was reported: the edit may be its fix
     (a lower bound, say)."""
-    if not unapplied(run):
-        return False
+    return unapplied(run) and not edited_since_refused(run)
+
+
+def edited_since_refused(run: Run) -> bool:
+    """Admission refused our last patch, and the policy was edited since (maybe its fix)."""
     scaling = run.saved.condition(ConditionType.SCALING)
-    edited = (scaling is not None and scaling.reason == Reason.PATCH_REFUSED
-              and scaling.observed_generation is not None and run.generation is not None
-              and scaling.observed_generation < run.generation)
-    return not edited
+    return (scaling is not None and scaling.reason == Reason.PATCH_REFUSED
+            and scaling.observed_generation is not None and run.generation is not None
+            and scaling.observed_generation < run.generation)
 
 
 def quiet(run: Run) -> None:

@@ -862,8 +862,20 @@ def _apply_target(run: Run) -> Realized | None:
             return None
         if note:
             run.event("Normal", Reason.FIELDS_TAKEN_OVER, note)
+    again = bool(differences) and _applied_before(run, target.step)
     _mark_applied(run, target.step, seen=bool(differences))
-    return Realized(differences, in_place(deployment, differences))
+    if again:
+        # The configuration changed back: a reconfiguration of ours (the restart it causes
+        # is no JobRestarted), and stabilization counts from it, so no window that spans
+        # the drift decides.
+        run.status = run.status.model_copy(
+            update={"last_reconfiguration_time": epoch_seconds(run.now)})
+    return Realized(differences, in_place(deployment, differences), reapplied=again)
+
+
+def _applied_before(run: Run, step: int) -> bool:
+    entry = next((e for e in run.status.enactments if e.step == step), None)
+    return entry is None or entry.applied_time is not None
 
 
 def unapplied(run: Run) -> bool:
@@ -892,8 +904,7 @@ def drifted(run: Run) -> bool:
     target, deployment = run.status.target, run.deployment
     if run.spec.mode != Mode.ACTIVE or target is None or deployment is None:
         return False
-    entry = next((e for e in run.status.enactments if e.step == target.step), None)
-    if entry is not None and entry.applied_time is None:
+    if not _applied_before(run, target.step):
         return False  # not applied yet: the gate's `applying`
     differences = set(target_fields(target).differences(current_fields(deployment)))
     if resize_in_effect(run.status) is not None:
@@ -922,7 +933,8 @@ def patch_refused(run: Run, step: int, code: int) -> None:
     message = (f"step {step}: the API server refused the patch of FlinkDeployment "
                f"{run.namespace}/{run.target} with HTTP {code} (an admission webhook, a "
                f"ResourceQuota, a ValidatingAdmissionPolicy, RBAC or the CRD's schema; its "
-               f"answer is in the API server's audit log); retried every pass")
+               f"answer is in the API server's audit log); retried every pass, and no new "
+               f"step is decided until it lands or the policy is edited")
     # As the pass found it: the waiting rule may have set Stabilizing since.
     scaling = run.saved.condition(ConditionType.SCALING)
     if scaling is None or scaling.reason != Reason.PATCH_REFUSED or scaling.message != message:

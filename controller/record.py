@@ -132,6 +132,7 @@ class Realized:
     applied: list[str]
     in_place: bool
     resized: bool = False  # by flink-plugin's agents, not a patch (a resize in place)
+    reapplied: bool = False  # patched over a drift from a step applied before
 
 
 @dataclass
@@ -218,8 +219,9 @@ def record(run: Run, realized: Realized | None) -> Pass:
     """End the pass: announce a step this pass applied, mark it applied, save the status."""
     target = run.status.target
     applied = realized.applied if realized is not None else []
-    applying = run.decision is not None or run.scaling() in (Reason.RECONFIGURING,
-                                                             Reason.PATCH_REFUSED)
+    reapplied = realized is not None and realized.reapplied
+    applying = not reapplied and (run.decision is not None or run.scaling() in (
+        Reason.RECONFIGURING, Reason.PATCH_REFUSED))
     if run.decision is not None and realized is not None:  # None: the patch was refused
         decision = run.decision
         bill = pods_change(run.status)
@@ -250,6 +252,11 @@ def record(run: Run, realized: Realized | None) -> Pass:
         run.condition(ConditionType.SCALING, True, Reason.STABILIZING,
                       f"step {target.step} applied ({', '.join(applied) or 'already there'}"
                       f"{how}); waiting "
+                      f"{run.spec.metrics.stabilization:g}s for it to settle")
+    elif reapplied and target is not None:
+        run.condition(ConditionType.SCALING, True, Reason.STABILIZING,
+                      f"step {target.step} applied again ({', '.join(applied)}: the "
+                      f"FlinkDeployment had drifted from it); waiting "
                       f"{run.spec.metrics.stabilization:g}s for it to settle")
     run.save()
     return Pass(run.outcome, run.status, applied, run.due)

@@ -188,7 +188,9 @@ def test_an_admission_refusal_of_our_patch_is_named_once_and_the_step_lands_afte
         # The HTTP code and our own words: nothing of the rule's answer.
         assert re.search(rf"step 1: the API server refused the patch of FlinkDeployment "
                          rf"{namespace}/q11 with HTTP (400|403|422) ", scaling["message"]), scaling
-        assert scaling["message"].endswith("retried every pass"), scaling
+        assert scaling["message"].endswith(
+            "retried every pass, and no new step is decided until it lands or the policy "
+            "is edited"), scaling
         # Several passes are refused (every 5 s) ...
         wait_until(lambda: stage_errors(controller, namespace, "q11", "realize") >= 4 or None,
                    60, "four refused passes")

@@ -384,6 +384,40 @@ def test_no_decision_from_a_window_the_deployment_drifted_in(edit: str) -> None:
     assert conf[RESOURCES_KEY] == wanted
     assert world.metrics.observed == reads and world.store.last.last_decision == decided
     assert world.store.last.step == 1
+    # Changed back: a reconfiguration of ours, and the next windows wait for it to settle.
+    assert world.store.last.last_reconfiguration_time == world.now
+    assert scaling_reason(world.store.last) == Reason.STABILIZING
+    assert world.events.reasons()[-1] == "Reapplied"
+    world.now += 1
+    assert world.run().outcome == "stabilizing"
+    assert world.store.last.last_decision == decided
+
+
+def test_a_refused_reapply_holds_decisions_until_the_policy_is_edited() -> None:
+    """Admission refuses the patch that would undo a hand edit: the job runs the edit, which
+    the history does not name, so nothing is decided (as for a step never applied) and the
+    condition says so; an edit of the policy may be the fix, and lets the next pass decide."""
+    deployments = RefusingDeployments(flink_deployment(), code=None)
+    world = World(deployments=deployments)
+    world.run()
+    world.now = T0 + 4
+    world.run()
+    assert deployments.deployment is not None
+    deployments.deployment["spec"]["flinkConfiguration"][OVERRIDES_KEY] = (
+        f"{SOURCE}:1,{COUNTER}:1")
+    deployments.code = 403
+    for _ in range(3):
+        world.now += 40
+        assert world.run().outcome == "patch-refused"
+    scaling = world.store.last.condition(ConditionType.SCALING)
+    assert scaling is not None and scaling.reason == Reason.PATCH_REFUSED
+    assert scaling.message.endswith("no new step is decided until it lands or the policy "
+                                    "is edited")
+    assert world.store.last.step == 1
+    world.now += 40
+    world.run(generation=2)
+    last = world.store.last
+    assert last.last_decision is not None and last.last_decision.time == world.now
 
 
 def test_recommend_writes_no_target_and_drops_an_active_one() -> None:

@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from controller import realize
 from controller.api import ResizeSpec, SecretKeyRef
 from controller.realize import (
     FORST_WRITE_BUFFER_RATIO_KEY,
@@ -113,8 +114,10 @@ def test_operator_resources_parsed_once_are_a_fresh_mapping_each_read() -> None:
     first = parse_resources(text)
     assert first is not None and first
     first.clear()
+    hits = realize._parsed_resources.cache_info().hits
     again = parse_resources(text)
     assert again is not None and set(again) == set(json.loads(text))
+    assert realize._parsed_resources.cache_info().hits == hits + 1  # not parsed again
 
 
 def test_whole_sizes_written_as_floats_read_as_flink_plugin_reads_them() -> None:
