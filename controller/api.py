@@ -584,8 +584,8 @@ class StepEnactment(StatusModel):
     applied_time: EpochTime | None = Field(None, description="when the step was patched")
     applied_unseen: bool = Field(
         False, description="a later pass found the step already on the FlinkDeployment (the "
-        "controller stopped after its patch, before it recorded it): when it was patched is "
-        "not known, so its downtime is not observed")
+        "controller stopped after its patch, before it recorded it), or applied it again over "
+        "a drift before its downtime was seen: its downtime is not observed")
     observed_downtime_s: float | None = Field(
         None, ge=0, description="from the patch until the job was RUNNING again, as the "
                                 "controller saw it (to within one pass); None: not yet")

@@ -80,10 +80,13 @@ def _in_place_step_done(run: Run) -> bool:
     again, or a resize in place once asked for (it never stops the job), so a later
     failover is not taken for it."""
     last = run.status.enactments[-1] if run.status.enactments else None
-    if last is None:
+    if last is None or last.applied_time is None:
         return False
+    since = run.status.last_reconfiguration_time
+    if since is not None and since > last.applied_time + 1e-3:
+        return False  # applied again over a drift since: that patch restarts the job
     if last.kind == Enactment.RESIZE.value:
-        return last.applied_time is not None
+        return True
     return last.kind == Enactment.IN_PLACE.value and last.observed_downtime_s is not None
 
 

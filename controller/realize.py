@@ -39,7 +39,7 @@ from controller.api import (
     Target,
 )
 from controller.ports import CacheTarget, JobSummary, PatchRefused, ResizeFailed
-from controller.record import Realized, Reason, Run, with_pods
+from controller.record import Realized, Reason, Run, with_condition, with_pods
 from packer.flink_memory import FlinkMemoryOptions, task_manager_memory
 from policies import buffering
 from policies.bill import PodBill, pod_bill
@@ -867,9 +867,14 @@ def _apply_target(run: Run) -> Realized | None:
     if again:
         # The configuration changed back: a reconfiguration of ours (the restart it causes
         # is no JobRestarted), and stabilization counts from it, so no window that spans
-        # the drift decides.
+        # the drift decides. A step whose downtime was not observed yet never will be:
+        # what a pass would see now holds the drift's restarts too.
         run.status = run.status.model_copy(
             update={"last_reconfiguration_time": epoch_seconds(run.now)})
+        entry = next((e for e in run.status.enactments if e.step == target.step), None)
+        if entry is not None and entry.observed_downtime_s is None:
+            run.status = _with_step(run.status, target.step,
+                                    entry.model_copy(update={"applied_unseen": True}))
     return Realized(differences, in_place(deployment, differences), reapplied=again)
 
 
@@ -937,6 +942,14 @@ def patch_refused(run: Run, step: int, code: int) -> None:
                f"step is decided until it lands or the policy is edited")
     # As the pass found it: the waiting rule may have set Stabilizing since.
     scaling = run.saved.condition(ConditionType.SCALING)
-    if scaling is None or scaling.reason != Reason.PATCH_REFUSED or scaling.message != message:
+    refused_before = scaling is not None and scaling.reason == Reason.PATCH_REFUSED
+    if not refused_before or scaling is None or scaling.message != message:
         run.event("Warning", Reason.PATCH_REFUSED, message)
     run.condition(ConditionType.SCALING, False, Reason.PATCH_REFUSED, message)
+    if (refused_before and scaling is not None
+            and run.status.last_decision == run.saved.last_decision):
+        # A pass that decided nothing (still waiting, say) keeps the generation refused:
+        # an edit since (maybe the fix, `gate.edited_since_refused`) still lets one decide.
+        run.status = with_condition(run.status, ConditionType.SCALING, False,
+                                    Reason.PATCH_REFUSED, message, run.now,
+                                    scaling.observed_generation)

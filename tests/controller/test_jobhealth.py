@@ -95,6 +95,29 @@ def test_a_failover_after_an_in_place_step_of_ours_is_not_taken_for_it() -> None
     assert run.status.job is not None and run.status.job.unexplained_restarts == 1
 
 
+def test_the_restart_of_a_reapply_over_an_in_place_step_is_ours() -> None:
+    """An in-place step seen done, then a hand edit undone by a patch of ours (which moves
+    the last reconfiguration): the restart that patch causes, seen a pass later, is ours."""
+    run, flink, job = first_sight()
+    check_job(run, job)
+    run.status = run.status.model_copy(update={
+        "last_reconfiguration_time": T0 + 10,
+        "enactments": (StepEnactment(step=1, kind=Enactment.IN_PLACE.value,
+                                     expected_downtime_s=3.5, applied_time=T0 + 10,
+                                     observed_downtime_s=3.5),)})
+    run.now = T0 + 20
+    check_job(run, job)
+    run.status = run.status.model_copy(update={"last_reconfiguration_time": T0 + 25})
+    run.now = T0 + 30
+    check_job(run, job)  # not restarted yet: the patch is not absorbed as done
+    flink.restart(T0 + 34)
+    run.now = T0 + 35
+    restarted = flink.job()
+    assert restarted is not None
+    check_job(run, restarted)  # no Stop: ours
+    assert run.status.job is not None and run.status.job.unexplained_restarts == 0
+
+
 @pytest.mark.parametrize("answered", [True, False])
 def test_a_failover_in_place_shows_only_in_num_restarts(answered: bool) -> None:
     """The same id and start, the job RUNNING at both passes: numRestarts one higher is an

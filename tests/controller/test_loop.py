@@ -406,9 +406,11 @@ def test_a_refused_reapply_holds_decisions_until_the_policy_is_edited() -> None:
     deployments.deployment["spec"]["flinkConfiguration"][OVERRIDES_KEY] = (
         f"{SOURCE}:1,{COUNTER}:1")
     deployments.code = 403
+    observed = world.metrics.observed
     for _ in range(3):
         world.now += 40
         assert world.run().outcome == "patch-refused"
+    assert world.metrics.observed == observed  # no window read while held
     scaling = world.store.last.condition(ConditionType.SCALING)
     assert scaling is not None and scaling.reason == Reason.PATCH_REFUSED
     assert scaling.message.endswith("no new step is decided until it lands or the policy "
@@ -418,6 +420,65 @@ def test_a_refused_reapply_holds_decisions_until_the_policy_is_edited() -> None:
     world.run(generation=2)
     last = world.store.last
     assert last.last_decision is not None and last.last_decision.time == world.now
+
+
+def test_a_drift_undone_after_a_refusal_is_reapplied_not_resumed() -> None:
+    deployments = RefusingDeployments(flink_deployment(), code=None)
+    world = World(deployments=deployments)
+    world.run()
+    world.now = T0 + 4
+    world.run()
+    step = world.store.last.enactments[-1]
+    assert deployments.deployment is not None
+    conf = deployments.deployment["spec"]["flinkConfiguration"]
+    wanted = conf[OVERRIDES_KEY]
+    conf[OVERRIDES_KEY] = f"{SOURCE}:1,{COUNTER}:1"
+    deployments.code = 403
+    world.now += 40
+    assert world.run().outcome == "patch-refused"
+    deployments.code = None  # the quota was raised
+    world.now += 5
+    assert world.run().outcome == "reapplied" and conf[OVERRIDES_KEY] == wanted
+    assert world.events.reasons()[-1] == "Reapplied" and "Resumed" not in world.events.reasons()
+    scaling = world.store.last.condition(ConditionType.SCALING)
+    assert scaling is not None and scaling.reason == Reason.STABILIZING
+    assert "applied again" in scaling.message
+    assert world.store.last.last_reconfiguration_time == world.now
+    # The step's own record stays: applied when it was.
+    assert world.store.last.enactments[-1].applied_time == step.applied_time
+
+
+def test_a_drift_undone_before_the_steps_downtime_was_seen_is_not_learned_as_it() -> None:
+    """A GitOps tool reverts our patch at once: the downtime a pass would observe from the
+    step's patch now holds the revert's restart and ours, so it is never observed."""
+    world = World()
+    world.run()
+    assert world.deployments.deployment is not None
+    world.deployments.deployment["spec"]["flinkConfiguration"][OVERRIDES_KEY] = (
+        f"{SOURCE}:1,{COUNTER}:1")
+    world.now += 1
+    assert world.run().outcome == "reapplied"
+    entry = world.store.last.enactments[-1]
+    assert entry.applied_unseen and entry.observed_downtime_s is None
+
+
+def test_an_edit_after_a_refusal_is_not_used_up_by_a_pass_that_decides_nothing() -> None:
+    deployments = RefusingDeployments(flink_deployment())
+    world = World(deployments=deployments)
+    world.run()  # step 1 committed, its patch refused
+    decided = world.store.last.last_decision
+    # Edited at once: the next pass is not due (a window must pass since the last
+    # evaluation), decides nothing, and its re-try is refused again ...
+    world.now += 1
+    assert world.run(generation=2).outcome == "patch-refused"
+    assert world.store.last.last_decision == decided
+    scaling = world.store.last.condition(ConditionType.SCALING)
+    assert scaling is not None and scaling.observed_generation == 1
+    # ... so the edit still counts when a pass is due: it decides afresh.
+    world.now += 40
+    world.run(generation=2)
+    last = world.store.last.last_decision
+    assert last is not None and last.time == world.now
 
 
 def test_recommend_writes_no_target_and_drops_an_active_one() -> None:
