@@ -74,10 +74,11 @@ def first_sight() -> tuple[Run, RestartingFlink, JobSummary]:
     return run, flink, job
 
 
-def test_a_failover_after_an_in_place_step_of_ours_is_not_taken_for_it() -> None:
+def in_place_step_seen_done() -> tuple[Run, RestartingFlink, JobSummary]:
+    """Our step rescaled in place at T0 + 10 (the same job id and start), seen done at
+    T0 + 20."""
     run, flink, job = first_sight()
     check_job(run, job)  # first sight
-    # Our step rescaled in place at T0 + 10 (the same job id and start), seen done.
     run.status = run.status.model_copy(update={
         "last_reconfiguration_time": T0 + 10,
         "enactments": (StepEnactment(step=1, kind=Enactment.IN_PLACE.value,
@@ -85,36 +86,34 @@ def test_a_failover_after_an_in_place_step_of_ours_is_not_taken_for_it() -> None
                                      observed_downtime_s=3.5),)})
     run.now = T0 + 20
     check_job(run, job)
-    # Then the job fails over: a new id that no step of ours explains.
-    flink.restart(T0 + 29)
-    run.now = T0 + 30
+    return run, flink, job
+
+
+def restart_at(run: Run, flink: RestartingFlink, t: float) -> JobSummary:
+    """The job comes back with a new id at `t`, seen by a pass one second later."""
+    flink.restart(t)
+    run.now = t + 1
     restarted = flink.job()
     assert restarted is not None
+    return restarted
+
+
+def test_a_failover_after_an_in_place_step_of_ours_is_not_taken_for_it() -> None:
+    run, flink, _ = in_place_step_seen_done()
+    # Then the job fails over: a new id that no step of ours explains.
     with pytest.raises(Stop):
-        check_job(run, restarted)
+        check_job(run, restart_at(run, flink, T0 + 29))
     assert run.status.job is not None and run.status.job.unexplained_restarts == 1
 
 
 def test_the_restart_of_a_reapply_over_an_in_place_step_is_ours() -> None:
-    """An in-place step seen done, then a hand edit undone by a patch of ours (which moves
-    the last reconfiguration): the restart that patch causes, seen a pass later, is ours."""
-    run, flink, job = first_sight()
-    check_job(run, job)
-    run.status = run.status.model_copy(update={
-        "last_reconfiguration_time": T0 + 10,
-        "enactments": (StepEnactment(step=1, kind=Enactment.IN_PLACE.value,
-                                     expected_downtime_s=3.5, applied_time=T0 + 10,
-                                     observed_downtime_s=3.5),)})
-    run.now = T0 + 20
-    check_job(run, job)
+    """After the step, a hand edit undone by a patch of ours (which moves the last
+    reconfiguration): the restart that patch causes, seen a pass later, is ours."""
+    run, flink, job = in_place_step_seen_done()
     run.status = run.status.model_copy(update={"last_reconfiguration_time": T0 + 25})
     run.now = T0 + 30
     check_job(run, job)  # not restarted yet: the patch is not absorbed as done
-    flink.restart(T0 + 34)
-    run.now = T0 + 35
-    restarted = flink.job()
-    assert restarted is not None
-    check_job(run, restarted)  # no Stop: ours
+    check_job(run, restart_at(run, flink, T0 + 34))  # no Stop: ours
     assert run.status.job is not None and run.status.job.unexplained_restarts == 0
 
 
