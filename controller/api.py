@@ -743,6 +743,10 @@ class Status(StatusModel):
     def condition(self, type_: ConditionType) -> Condition | None:
         return next((c for c in self.conditions if c.type == type_), None)
 
+    def enactment(self, step: int) -> StepEnactment | None:
+        """How step `step` was enacted, while the bounded history holds it."""
+        return next((e for e in self.enactments if e.step == step), None)
+
     def observed_steps(self) -> tuple[ObservedStep, ...]:
         """The applied steps whose downtime was observed, as the policy layer learns from
         them (policies/restart_cost.py); an entry of an unknown kind is left out."""

@@ -725,8 +725,7 @@ def resize_in_effect(status: Status) -> StepEnactment | None:
     to a restart: the deployment then keeps the old managed memory on purpose (the next
     restart step carries the resized levels)."""
     target = status.target
-    entry = None if target is None else next(
-        (e for e in status.enactments if e.step == target.step), None)
+    entry = None if target is None else status.enactment(target.step)
     if entry is None or entry.kind != Enactment.RESIZE or entry.fallback is not None:
         return None
     return entry
@@ -871,7 +870,7 @@ def _apply_target(run: Run) -> Realized | None:
         # what a pass would see now holds the drift's restarts too.
         run.status = run.status.model_copy(
             update={"last_reconfiguration_time": epoch_seconds(run.now)})
-        entry = next((e for e in run.status.enactments if e.step == target.step), None)
+        entry = run.status.enactment(target.step)
         if entry is not None and entry.observed_downtime_s is None:
             run.status = _with_step(run.status, target.step,
                                     entry.model_copy(update={"applied_unseen": True}))
@@ -879,7 +878,7 @@ def _apply_target(run: Run) -> Realized | None:
 
 
 def _applied_before(run: Run, step: int) -> bool:
-    entry = next((e for e in run.status.enactments if e.step == step), None)
+    entry = run.status.enactment(step)
     return entry is None or entry.applied_time is not None
 
 
@@ -890,7 +889,7 @@ def unapplied(run: Run) -> bool:
     target, deployment = run.status.target, run.deployment
     if run.spec.mode != Mode.ACTIVE or target is None or deployment is None:
         return False
-    entry = next((e for e in run.status.enactments if e.step == target.step), None)
+    entry = run.status.enactment(target.step)
     if entry is None or entry.applied_time is not None:
         return False
     if resize_in_effect(run.status) is not None or target_fields(target).differences(
@@ -942,14 +941,12 @@ def patch_refused(run: Run, step: int, code: int) -> None:
                f"step is decided until it lands or the policy is edited")
     # As the pass found it: the waiting rule may have set Stabilizing since.
     scaling = run.saved.condition(ConditionType.SCALING)
-    refused_before = scaling is not None and scaling.reason == Reason.PATCH_REFUSED
-    if not refused_before or scaling is None or scaling.message != message:
+    refused = scaling if scaling is not None and scaling.reason == Reason.PATCH_REFUSED else None
+    if refused is None or refused.message != message:
         run.event("Warning", Reason.PATCH_REFUSED, message)
-    run.condition(ConditionType.SCALING, False, Reason.PATCH_REFUSED, message)
-    if (refused_before and scaling is not None
-            and run.status.last_decision == run.saved.last_decision):
-        # A pass that decided nothing (still waiting, say) keeps the generation refused:
-        # an edit since (maybe the fix, `gate.edited_since_refused`) still lets one decide.
-        run.status = with_condition(run.status, ConditionType.SCALING, False,
-                                    Reason.PATCH_REFUSED, message, run.now,
-                                    scaling.observed_generation)
+    # A pass that decided nothing (still waiting, say) keeps the generation refused: an
+    # edit since (maybe the fix, `gate.edited_since_refused`) still lets one decide.
+    kept = refused is not None and run.status.last_decision == run.saved.last_decision
+    run.status = with_condition(run.status, ConditionType.SCALING, False,
+                                Reason.PATCH_REFUSED, message, run.now,
+                                refused.observed_generation if kept and refused else run.generation)
