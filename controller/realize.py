@@ -849,6 +849,15 @@ def _apply_target(run: Run) -> Realized | None:
             return Realized(resized, True, resized=True)
         if resize_in_effect(run.status) is not None:  # a re-ask that passes: next pass
             return Realized([], True, resized=True)
+    again = bool(differences) and _applied_before(run, target.step)
+    before = run.status
+    if again:
+        # The configuration changes back: a reconfiguration of ours, saved before the
+        # patch as a commit is, so that a pass stopped between the two cannot leave the
+        # job restarted with nothing saying so (the next pass would decide from a window
+        # that spans the drift).
+        _mark_reapplied(run, target.step)
+        run.save()
     if differences:
         # Only a target from the current status may be applied: one held by a replica
         # that lost a race would roll the job back (docs/controller.md, one writer).
@@ -857,24 +866,26 @@ def _apply_target(run: Run) -> Realized | None:
             note = run.ports.deployments.apply(run.namespace, run.target,
                                                apply_body(run.target, run.namespace, desired))
         except PatchRefused as refused:
+            run.status = before  # nothing changed back: no reconfiguration of ours
             patch_refused(run, target.step, refused.code)
             return None
         if note:
             run.event("Normal", Reason.FIELDS_TAKEN_OVER, note)
-    again = bool(differences) and _applied_before(run, target.step)
     _mark_applied(run, target.step, seen=bool(differences))
-    if again:
-        # The configuration changed back: a reconfiguration of ours (the restart it causes
-        # is no JobRestarted), and stabilization counts from it, so no window that spans
-        # the drift decides. A step whose downtime was not observed yet never will be:
-        # what a pass would see now holds the drift's restarts too.
-        run.status = run.status.model_copy(
-            update={"last_reconfiguration_time": epoch_seconds(run.now)})
-        entry = run.status.enactment(target.step)
-        if entry is not None and entry.observed_downtime_s is None:
-            run.status = _with_step(run.status, target.step,
-                                    entry.model_copy(update={"applied_unseen": True}))
     return Realized(differences, in_place(deployment, differences), reapplied=again)
+
+
+def _mark_reapplied(run: Run, step: int) -> None:
+    """A step applied again over a drift: a reconfiguration of ours (the restart it causes
+    is no JobRestarted), and stabilization counts from it, so no window that spans the
+    drift decides. A step whose downtime was not observed yet never will be: what a pass
+    would see now holds the drift's restarts too."""
+    run.status = run.status.model_copy(
+        update={"last_reconfiguration_time": epoch_seconds(run.now)})
+    entry = run.status.enactment(step)
+    if entry is not None and entry.observed_downtime_s is None:
+        run.status = _with_step(run.status, step,
+                                entry.model_copy(update={"applied_unseen": True}))
 
 
 def _applied_before(run: Run, step: int) -> bool:

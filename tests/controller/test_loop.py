@@ -393,6 +393,38 @@ def test_no_decision_from_a_window_the_deployment_drifted_in(edit: str) -> None:
     assert world.store.last.last_decision == decided
 
 
+def test_a_reapply_is_saved_before_its_patch_so_a_crash_after_it_decides_nothing() -> None:
+    """The controller dies after the patch that undoes a drift, before the pass's record
+    is saved: the deployment then carries the target again, and only the status can say
+    the job restarted for it. Saved before the patch, it does, and the next window waits."""
+    world = World()
+    world.run()
+    assert world.deployments.deployment is not None
+    conf = world.deployments.deployment["spec"]["flinkConfiguration"]
+    wanted = conf[OVERRIDES_KEY]
+    world.now = T0 + 4
+    world.run()
+    world.now = T0 + 35  # a full window after stabilization: an evaluation is due
+    conf[OVERRIDES_KEY] = f"{SOURCE}:1,{COUNTER}:1"
+    decided = world.store.last.last_decision
+    patch = world.deployments.apply
+
+    def patch_then_die_on_save(*args: Any) -> str | None:
+        world.store.kill_on_save = len(world.store.saved) + 1  # the next save, after it
+        return patch(*args)
+
+    world.deployments.apply = patch_then_die_on_save  # type: ignore[method-assign]
+    with pytest.raises(Killed):
+        world.run()
+    world.deployments.apply = patch  # type: ignore[method-assign]
+    world.store.kill_on_save = None
+    assert conf[OVERRIDES_KEY] == wanted  # patched, and the record lost
+    assert world.store.last.last_reconfiguration_time == world.now
+    world.now += 1
+    assert world.run().outcome == "stabilizing"
+    assert world.store.last.last_decision == decided
+
+
 def test_a_refused_reapply_holds_decisions_until_the_policy_is_edited() -> None:
     """Admission refuses the patch that would undo a hand edit: the job runs the edit, which
     the history does not name, so nothing is decided (as for a step never applied) and the
