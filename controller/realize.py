@@ -412,6 +412,29 @@ def resizable(deployment: Mapping[str, Any], resize_spec: ResizeSpec | None) -> 
 RESIZABLE_FIELDS = frozenset({OVERRIDES_KEY, RESOURCES_KEY})
 
 
+def beyond_resize(desired: OwnedFields, current: OwnedFields) -> list[str]:
+    """The differences a resize in place of `desired` does not leave on the deployment by
+    design: that leaves the old managed memory of each operator (all else of its entry as
+    desired), and no overrides where the deployment never had any; any other difference
+    is an edit, which the job runs at its next restart."""
+    left = []
+    for name in desired.differences(current):
+        if name == OVERRIDES_KEY and not current.overrides:
+            continue
+        if name == RESOURCES_KEY and _managed_memory_only(desired.operator_resources or {},
+                                                          current.operator_resources):
+            continue
+        left.append(name)
+    return left
+
+
+def _managed_memory_only(want: Mapping[str, OperatorResources],
+                         have: Mapping[str, OperatorResources] | None) -> bool:
+    return have is not None and want.keys() == have.keys() and all(
+        replace(want[uid], managed_memory_mb=have[uid].managed_memory_mb) == have[uid]
+        for uid in want)
+
+
 def resized_caches(deployment: Mapping[str, Any], desired: OwnedFields, graph: JobGraph,
                    running: Mapping[str, OperatorResources] | None = None
                    ) -> dict[str, int] | None:
@@ -745,16 +768,24 @@ def fall_back(run: Run, entry: StepEnactment, why: str) -> None:
     (the next realize patches the deployment), with a Warning naming why. Saved before
     that patch, as a commit is: a crash in between must not leave a restart recorded as a
     resize."""
-    deployment = run.deployment or {}
-    restart = enactment_of(deployment, [RESOURCES_KEY], entry.state_bytes)
-    priced = _priced(run.status, entry.step, restart, deployment, entry.state_bytes,
-                     run.spec.cost.restart_downtime)
-    run.status = _with_step(run.status, entry.step,
-                            priced.model_copy(update={"fallback": why[:1024]}))
+    _by_restart(run, entry, why)
     run.count_error("resize")
     run.event("Warning", Reason.RESIZE_FAILED,
               f"step {entry.step}: not resized in place ({why}); enacting it by restart")
     run.save()
+
+
+def _by_restart(run: Run, entry: StepEnactment, why: str, applied: bool = False) -> None:
+    """`entry`, a resize in place, enacted by restart instead, priced as such; `applied`:
+    when it was applied as before (a restart that re-applies it), else not yet."""
+    deployment = run.deployment or {}
+    restart = enactment_of(deployment, [RESOURCES_KEY], entry.state_bytes)
+    priced = _priced(run.status, entry.step, restart, deployment, entry.state_bytes,
+                     run.spec.cost.restart_downtime)
+    update: dict[str, Any] = {"fallback": why[:1024]}
+    if applied:
+        update.update(applied_time=entry.applied_time, applied_unseen=entry.applied_unseen)
+    run.status = _with_step(run.status, entry.step, priced.model_copy(update=update))
 
 
 # Failures of a re-ask (the resize was applied before) that say nothing about resizing:
@@ -837,7 +868,13 @@ def _apply_target(run: Run) -> Realized | None:
     desired = target_fields(target)
     differences = desired.differences(current_fields(deployment))
     resize = resize_in_effect(run.status)
-    if resize is not None and set(differences) <= RESIZABLE_FIELDS:
+    if resize is not None and beyond_resize(desired, current_fields(deployment)):
+        # An edit of the deployment restarts the job at the deployment's managed memory:
+        # the patch that undoes it carries the step's, and enacts the step by restart.
+        _by_restart(run, resize, "the FlinkDeployment was edited while the step was "
+                    "resized in place", applied=True)
+        resize = None
+    if resize is not None:
         # Asked when the pass read the job, and a re-ask only while it runs (between
         # attempts no agent holds its slots).
         if run.job is None or (resize.applied_time is not None
@@ -921,10 +958,10 @@ def drifted(run: Run) -> bool:
         return False
     if not _applied_before(run, target.step):
         return False  # not applied yet: the gate's `applying`
-    differences = set(target_fields(target).differences(current_fields(deployment)))
+    desired, current = target_fields(target), current_fields(deployment)
     if resize_in_effect(run.status) is not None:
-        differences -= RESIZABLE_FIELDS
-    return bool(differences)
+        return bool(beyond_resize(desired, current))
+    return bool(desired.differences(current))
 
 
 def _mark_applied(run: Run, step: int, seen: bool = True) -> None:

@@ -184,6 +184,38 @@ def test_a_failover_that_undoes_the_resize_is_resized_again() -> None:
     assert "resized block cache of Read State (in place) again" in again, again
 
 
+@pytest.mark.parametrize("edit", ["parallelism", "cpu"])
+def test_an_edit_of_the_deployment_during_a_resize_is_undone_by_a_restart_with_the_step(
+        edit: str) -> None:
+    """While a step is resized in place the deployment keeps the old managed memory by
+    design; any other difference is a hand edit the job runs at its next restart. It is
+    undone like any drift, and the patch carries the step's memory: the step is then
+    enacted by that restart, not learned from, and no window across it decides."""
+    run = loop()
+    run.run_until(130)
+    assert run.enactment(1).kind == "resize" and run.twin.restarts == 0
+    conf = run.deployments.deployment["spec"]["flinkConfiguration"]
+    vid = read_vertex(run)
+    if edit == "parallelism":
+        conf[OVERRIDES_KEY] = ",".join(f"{v}:{3 if v == vid else 1}"
+                                       for v in (x.id for x in run.twin.job_graph().vertices))
+    else:
+        resources = json.loads(conf[RESOURCES_KEY])
+        resources[READ]["cpuCores"] = 2.0
+        conf[RESOURCES_KEY] = json.dumps(resources)
+    decided = run.status.last_decision
+    run.run_until(run.twin.time + GRANULARITY_S)
+    resources = json.loads(conf[RESOURCES_KEY])
+    assert resources[READ]["managedMemoryMb"] == 316  # the step's level, by restart
+    assert resources[READ]["cpuCores"] != 2.0 and f"{vid}:3" not in conf[OVERRIDES_KEY]
+    entry = run.enactment(1)
+    assert entry.kind != "resize" and entry.fallback is not None
+    assert entry.applied_time is not None and entry.applied_unseen
+    assert run.status.last_reconfiguration_time == pytest.approx(run.twin.time, abs=1)
+    assert run.status.last_decision == decided
+    assert run.events(Reason.REAPPLIED)
+
+
 class Refusing:
     """Agents that answer 409 to every resize (over budget, resizing disabled...)."""
 
