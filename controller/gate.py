@@ -31,7 +31,7 @@ from controller.api import ConditionType, Mode, ReplacedTarget, Status, timestam
 from controller.jobhealth import check_job
 from controller.owner import claim
 from controller.ports import FlinkRestError, JobReader, JobSummary
-from controller.realize import drifted, observe_enactment, unapplied
+from controller.realize import drifted, levels_unknown, observe_enactment, unapplied
 from controller.record import Reason, Run, Stop, now_text
 
 
@@ -71,7 +71,7 @@ def gate(run: Run) -> Seen:
     check_job(run, job)  # a restart we did not cause: no decision (controller/jobhealth.py)
     if applying(run):
         raise Stop("applying")
-    if drifted(run) and not edited_since_refused(run):
+    if drifted(run) and (not edited_since_refused(run) or levels_unknown(run)):
         raise Stop("drifted")
     wait = waiting(run, job)
     if wait is not None:
@@ -86,8 +86,8 @@ def applying(run: Run) -> bool:
     applies it on every pass, and nothing new is decided from windows of a configuration
     that was never changed (they would judge, and replace, a step that never ran),
     unless the policy was edited since a refusal was reported: the edit may be its fix
-    (a lower bound, say)."""
-    return unapplied(run) and not edited_since_refused(run)
+    (a lower bound, say), and the memory levels the job runs can be read."""
+    return unapplied(run) and (not edited_since_refused(run) or levels_unknown(run))
 
 
 def edited_since_refused(run: Run) -> bool:

@@ -964,6 +964,17 @@ def drifted(run: Run) -> bool:
     return bool(desired.differences(current))
 
 
+def levels_unknown(run: Run) -> bool:
+    """The deployment carries per-operator resources that cannot be read (a value
+    flink-plugin refuses): what memory levels the job runs is not known, and they would
+    read as 0 (without the key, Flink's default slot is level 0 indeed)."""
+    deployment = run.deployment
+    if deployment is None or resize_in_effect(run.status) is not None:
+        return False
+    conf = (deployment.get("spec", {}) or {}).get("flinkConfiguration", {}) or {}
+    return bool(conf.get(RESOURCES_KEY)) and current_fields(deployment).operator_resources is None
+
+
 def _mark_applied(run: Run, step: int, seen: bool = True) -> None:
     """The step is on the deployment: stabilization counts from now, not from its commit
     (a refused patch, or a controller stopped in between, may have held it for windows).

@@ -425,18 +425,23 @@ def test_a_reapply_is_saved_before_its_patch_so_a_crash_after_it_decides_nothing
     assert world.store.last.last_decision == decided
 
 
-def test_a_refused_reapply_holds_decisions_until_the_policy_is_edited() -> None:
+@pytest.mark.parametrize("key,edit", [
+    (OVERRIDES_KEY, f"{SOURCE}:1,{COUNTER}:1"),
+    (RESOURCES_KEY, '{"counter": {"cpuCores": true}}'),  # levels unknown
+])
+def test_a_refused_reapply_holds_decisions_until_the_policy_is_edited(key: str,
+                                                                      edit: str) -> None:
     """Admission refuses the patch that would undo a hand edit: the job runs the edit, which
     the history does not name, so nothing is decided (as for a step never applied) and the
-    condition says so; an edit of the policy may be the fix, and lets the next pass decide."""
+    condition says so; an edit of the policy may be the fix, and lets the next pass decide,
+    unless the deployment's memory levels cannot be read: no window says what ran."""
     deployments = RefusingDeployments(flink_deployment(), code=None)
     world = World(deployments=deployments)
     world.run()
     world.now = T0 + 4
     world.run()
     assert deployments.deployment is not None
-    deployments.deployment["spec"]["flinkConfiguration"][OVERRIDES_KEY] = (
-        f"{SOURCE}:1,{COUNTER}:1")
+    deployments.deployment["spec"]["flinkConfiguration"][key] = edit
     deployments.code = 403
     observed = world.metrics.observed
     for _ in range(3):
@@ -451,6 +456,9 @@ def test_a_refused_reapply_holds_decisions_until_the_policy_is_edited() -> None:
     world.now += 40
     world.run(generation=2)
     last = world.store.last
+    if key == RESOURCES_KEY:
+        assert world.metrics.observed == observed and last.step == 1
+        return
     assert last.last_decision is not None and last.last_decision.time == world.now
 
 
@@ -796,12 +804,16 @@ def test_an_admission_refusal_has_its_own_reason_with_the_code_and_is_retried() 
     assert world.store.last.enactments[-1].applied_time == world.now
 
 
+@pytest.mark.parametrize("unreadable", [False, True])
 def test_a_refused_step_is_not_replaced_by_steps_decided_from_a_job_it_never_changed(
-) -> None:
+        unreadable: bool) -> None:
     deployments = RefusingDeployments(flink_deployment())
     world = World(deployments=deployments)
     world.run()
     committed = world.store.last
+    if unreadable:  # the tenant's own value, which flink-plugin refuses: levels unknown
+        assert deployments.deployment is not None
+        deployments.deployment["spec"]["flinkConfiguration"][RESOURCES_KEY] = "[1]"
     # Windows go by, each one due by the waiting rule: the job still runs what it ran.
     for _ in range(4):
         world.now += 40
@@ -810,9 +822,13 @@ def test_a_refused_step_is_not_replaced_by_steps_decided_from_a_job_it_never_cha
     assert last.step == committed.step == 1 and last.history == committed.history
     assert last.target == committed.target
     assert world.events.reasons().count("PatchRefused") == 1
-    # An edit of the policy may be the refusal's fix: the next pass decides afresh.
+    # An edit of the policy may be the refusal's fix: the next pass decides afresh, from
+    # levels it can read.
     world.now += 40
     world.run(generation=2)
+    if unreadable:
+        assert world.store.last.last_decision == last.last_decision
+        return
     assert world.store.last.last_decision is not None
     assert world.store.last.last_decision.time == world.now
 
