@@ -5,8 +5,9 @@ window a mix of outage and catch-up: busyness, rates and backlog say nothing abo
 the configuration, and a decision from them would be noise that costs a restart. So
 each full pass compares the job it sees (id, start, state, and Flink's numRestarts,
 which alone shows a failover in place between two passes) with the one the last full
-pass saw (`status.job`). A change that no step of ours explains
-(no reconfiguration since that job was first seen so) counts as an unexplained restart: a Warning
+pass saw (`status.job`). A change that no step of ours explains (no reconfiguration
+since that job was first seen so, nor one whose restart was under way then: the job that
+ran before it seen going down) counts as an unexplained restart: a Warning
 Event when the streak starts, `Scaling=False/JobRestarted` saying how many, and no
 decision until a full window (after the stabilization) lies after the last restart.
 """
@@ -36,8 +37,14 @@ def check_job(run: Run, job: JobSummary) -> None:
                        and seen.restarts is not None and job.restarts > seen.restarts)
         changed = (seen.id != job.jid or restarted > seen.restarted_time + 1e-3
                    or (seen.state == RUNNING and job.state != RUNNING) or failed_over)
-        ours = (run.status.last_reconfiguration_time is not None
-                and run.status.last_reconfiguration_time >= seen.seen_time - 1e-3)
+        since = run.status.last_reconfiguration_time
+        # Ours: a step since the last sighting, or one whose restart was under way then
+        # (the job that ran before it seen going down: a stop-with-savepoint's FINISHED
+        # before the new job, two passes apart). A new job that fails in turn is not.
+        ours = since is not None and (
+            since >= seen.seen_time - 1e-3
+            or (seen.state != RUNNING and seen.seen_time >= since - 1e-3
+                and seen.restarted_time <= since + 1e-3))
         if changed and not ours:
             # A failover in place keeps the job's start: it happened by now at the latest.
             count, last = count + 1, run.now if failed_over else max(restarted, seen.seen_time)

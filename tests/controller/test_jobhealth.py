@@ -117,6 +117,25 @@ def test_the_restart_of_a_reapply_over_an_in_place_step_is_ours() -> None:
     assert run.status.job is not None and run.status.job.unexplained_restarts == 0
 
 
+def test_a_restart_of_ours_seen_in_two_stages_is_ours_and_a_failure_after_it_is_not(
+) -> None:
+    """A stop-with-savepoint step: one pass sees the old job FINISHED, a later one the new
+    job. Both are the step's restart; the new job failing in turn is not."""
+    run, flink, job = first_sight()
+    check_job(run, job)  # first sight, before the step
+    run.status = run.status.model_copy(update={
+        "last_reconfiguration_time": T0 + 10,
+        "enactments": (StepEnactment(step=1, kind=Enactment.SAVEPOINT.value,
+                                     expected_downtime_s=40, applied_time=T0 + 10),)})
+    run.now = T0 + 12
+    check_job(run, replace(job, state="FINISHED"))  # going down: ours
+    check_job(run, restart_at(run, flink, T0 + 40))  # the new job: ours too, no Stop
+    assert run.status.job is not None and run.status.job.unexplained_restarts == 0
+    with pytest.raises(Stop):  # then it fails over: not ours
+        check_job(run, restart_at(run, flink, T0 + 60))
+    assert run.status.job is not None and run.status.job.unexplained_restarts == 1
+
+
 @pytest.mark.parametrize("answered", [True, False])
 def test_a_failover_in_place_shows_only_in_num_restarts(answered: bool) -> None:
     """The same id and start, the job RUNNING at both passes: numRestarts one higher is an
