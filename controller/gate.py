@@ -31,7 +31,13 @@ from controller.api import ConditionType, Mode, ReplacedTarget, Status, timestam
 from controller.jobhealth import check_job
 from controller.owner import claim
 from controller.ports import FlinkRestError, JobReader, JobSummary
-from controller.realize import drifted, levels_unknown, observe_enactment, unapplied
+from controller.realize import (
+    RESOURCES_KEY,
+    drifted,
+    levels_unknown,
+    observe_enactment,
+    unapplied,
+)
 from controller.record import Reason, Run, Stop, now_text
 
 
@@ -72,12 +78,20 @@ def gate(run: Run) -> Seen:
     if applying(run):
         raise Stop("applying")
     if drifted(run) and (not edited_since_refused(run) or levels_unknown(run)):
-        raise Stop("drifted")
+        raise Stop("drifted")  # realize applies the step again
+    if levels_unknown(run):
+        raise run.refuse(Reason.REFUSED, LEVELS_UNKNOWN)
     wait = waiting(run, job)
     if wait is not None:
         run.condition(ConditionType.READY, True, Reason.EVALUATING, watching(run, job))
         raise Stop(wait)
     return Seen(job, reader)
+
+
+LEVELS_UNKNOWN = (
+    f"spec.flinkConfiguration[{RESOURCES_KEY}] is not what flink-plugin reads (a JSON object "
+    "of operator uids to cpuCores > 0 and whole taskHeapMb and managedMemoryMb): the memory "
+    "levels the job runs are unknown, so nothing is decided until it is fixed or removed")
 
 
 def applying(run: Run) -> bool:

@@ -575,6 +575,25 @@ def test_refuses_a_stateless_upgrade_mode() -> None:
     assert world.events.reasons().count("Refused") == 1  # not repeated every pass
 
 
+@pytest.mark.parametrize("mode", ["Recommend", "Active"])
+def test_no_decision_from_per_operator_resources_flink_plugin_cannot_read(mode: str) -> None:
+    """The tenant's value would read as level 0 everywhere: the levels the job runs are not
+    known, so nothing is decided (and no window read) until it is fixed; it is not echoed."""
+    deployment = flink_deployment()
+    deployment["spec"]["flinkConfiguration"][RESOURCES_KEY] = '{"counter": "<b>x</b>"}'
+    world = World(deployments=FakeDeployments(deployment))
+    observed = world.metrics.observed
+    assert world.run(policy(mode)).outcome == "refused"
+    assert world.metrics.observed == observed and world.store.last.history == ()
+    scaling = world.store.last.condition(ConditionType.SCALING)
+    assert scaling is not None and scaling.reason == Reason.REFUSED
+    assert RESOURCES_KEY in scaling.message and "<b>" not in scaling.message
+    del deployment["spec"]["flinkConfiguration"][RESOURCES_KEY]  # removed: Flink's defaults
+    world.now += 40
+    assert world.run(policy(mode)).outcome != "refused"
+    assert world.store.last.last_decision is not None
+
+
 def test_refuses_while_the_job_is_not_running() -> None:
     world = World(deployments=FakeDeployments(flink_deployment(state="RESTARTING",
                                                                lifecycle="UPGRADING")))
