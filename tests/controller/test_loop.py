@@ -362,19 +362,26 @@ def test_every_active_pass_reapplies_the_target_where_the_deployment_drifted() -
     assert len(world.deployments.applied) == 2
 
 
+def step_applied_then_due() -> tuple[World, dict[str, Any]]:
+    """A step applied at T0 and seen at T0 + 4; at T0 + 35 a full window lies after its
+    stabilization, so an evaluation is due. Also the deployment's flinkConfiguration."""
+    world = World()
+    world.run()
+    assert world.deployments.deployment is not None
+    conf = world.deployments.deployment["spec"]["flinkConfiguration"]
+    world.now = T0 + 4
+    world.run()
+    world.now = T0 + 35
+    return world, conf
+
+
 @pytest.mark.parametrize("edit", [
     '{"counter": {"cpuCores": 1, "taskHeapMb": 1, "managedMemoryMb": 0}}',  # other levels
     '{"counter": {"cpuCores": true}}',  # what flink-plugin refuses: levels unknown
 ])
 def test_no_decision_from_a_window_the_deployment_drifted_in(edit: str) -> None:
-    world = World()
-    world.run()
-    assert world.deployments.deployment is not None
-    conf = world.deployments.deployment["spec"]["flinkConfiguration"]
+    world, conf = step_applied_then_due()
     wanted = conf[RESOURCES_KEY]
-    world.now = T0 + 4
-    world.run()
-    world.now = T0 + 35  # a full window after stabilization: an evaluation is due
     conf[RESOURCES_KEY] = edit
     reads, decided = world.metrics.observed, world.store.last.last_decision
     result = world.run()
@@ -397,14 +404,8 @@ def test_a_reapply_is_saved_before_its_patch_so_a_crash_after_it_decides_nothing
     """The controller dies after the patch that undoes a drift, before the pass's record
     is saved: the deployment then carries the target again, and only the status can say
     the job restarted for it. Saved before the patch, it does, and the next window waits."""
-    world = World()
-    world.run()
-    assert world.deployments.deployment is not None
-    conf = world.deployments.deployment["spec"]["flinkConfiguration"]
+    world, conf = step_applied_then_due()
     wanted = conf[OVERRIDES_KEY]
-    world.now = T0 + 4
-    world.run()
-    world.now = T0 + 35  # a full window after stabilization: an evaluation is due
     conf[OVERRIDES_KEY] = f"{SOURCE}:1,{COUNTER}:1"
     decided = world.store.last.last_decision
     patch = world.deployments.apply
