@@ -605,6 +605,11 @@ class StepEnactment(StatusModel):
         None, max_length=1024,
         description="a resize that could not be done or verified: why; the step was then "
                     "enacted by restart")
+    resized_over: str | None = Field(
+        None, max_length=64, pattern="^[0-9a-f]*$",
+        description="a resize: a digest of the FlinkDeployment's owned fields it was chosen "
+                    "for, which it leaves as they are; any change while it is in effect is "
+                    "an edit, undone by restart")
 
     def describe(self) -> str:
         """'by savepoint, expected 45.3 s (last-state would take ~43.7 s)', for messages."""

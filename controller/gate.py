@@ -106,7 +106,7 @@ def applying(run: Run) -> bool:
 
 def edited_since_refused(run: Run) -> bool:
     """Admission refused our last patch, and the policy was edited since (maybe its fix)."""
-    scaling = run.saved.condition(ConditionType.SCALING)
+    scaling = run.found.condition(ConditionType.SCALING)
     return (scaling is not None and scaling.reason == Reason.PATCH_REFUSED
             and scaling.observed_generation is not None and run.generation is not None
             and scaling.observed_generation < run.generation)

@@ -6,8 +6,8 @@ the configuration, and a decision from them would be noise that costs a restart.
 each full pass compares the job it sees (id, start, state, and Flink's numRestarts,
 which alone shows a failover in place between two passes) with the one the last full
 pass saw (`status.job`). A change that no step of ours explains (no reconfiguration
-since that job was first seen so, nor one whose restart was under way then: the job that
-ran before it seen going down) counts as an unexplained restart: a Warning
+since that job was first seen so, nor a restarting step under way then: the job that ran
+before it seen going down, and a job started since) counts as an unexplained restart: a Warning
 Event when the streak starts, `Scaling=False/JobRestarted` saying how many, and no
 decision until a full window (after the stabilization) lies after the last restart.
 """
@@ -38,13 +38,8 @@ def check_job(run: Run, job: JobSummary) -> None:
         changed = (seen.id != job.jid or restarted > seen.restarted_time + 1e-3
                    or (seen.state == RUNNING and job.state != RUNNING) or failed_over)
         since = run.status.last_reconfiguration_time
-        # Ours: a step since the last sighting, or one whose restart was under way then
-        # (the job that ran before it seen going down: a stop-with-savepoint's FINISHED
-        # before the new job, two passes apart). A new job that fails in turn is not.
-        ours = since is not None and (
-            since >= seen.seen_time - 1e-3
-            or (seen.state != RUNNING and seen.seen_time >= since - 1e-3
-                and seen.restarted_time <= since + 1e-3))
+        ours = since is not None and (since >= seen.seen_time - 1e-3
+                                      or _second_stage(run, seen, restarted, since))
         if changed and not ours:
             # A failover in place keeps the job's start: it happened by now at the latest.
             count, last = count + 1, run.now if failed_over else max(restarted, seen.seen_time)
@@ -80,6 +75,18 @@ def check_job(run: Run, job: JobSummary) -> None:
     if count:  # a full window passed since: the streak is over
         run.status = run.status.model_copy(update={"job": observed.model_copy(
             update={"unexplained_restarts": 0, "last_unexplained_restart_time": None})})
+
+
+def _second_stage(run: Run, seen: ObservedJob, restarted: float, since: float) -> bool:
+    """A restart of ours seen in two stages: the job that ran before our last step seen
+    going down after it (a stop-with-savepoint's FINISHED), then a job started since. Only
+    for a step that restarts the job (an in-place rescale or a resize keeps its start, so
+    a later failure of that job would pass for it); a new job that fails in turn is not."""
+    last = run.status.enactments[-1] if run.status.enactments else None
+    return (last is not None and last.applied_time is not None
+            and last.kind not in (Enactment.IN_PLACE.value, Enactment.RESIZE.value)
+            and seen.state != RUNNING and seen.seen_time >= since - 1e-3
+            and seen.restarted_time <= since + 1e-3 and restarted >= since - 1e-3)
 
 
 def _in_place_step_done(run: Run) -> bool:

@@ -18,7 +18,9 @@ a hand edit of an owned field is undone, and applying twice changes nothing.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
+import hashlib
 import json
 import logging
 import math
@@ -412,27 +414,19 @@ def resizable(deployment: Mapping[str, Any], resize_spec: ResizeSpec | None) -> 
 RESIZABLE_FIELDS = frozenset({OVERRIDES_KEY, RESOURCES_KEY})
 
 
-def beyond_resize(desired: OwnedFields, current: OwnedFields) -> list[str]:
-    """The differences a resize in place of `desired` does not leave on the deployment by
-    design: that leaves the old managed memory of each operator (all else of its entry as
-    desired), and no overrides where the deployment never had any; any other difference
-    is an edit, which the job runs at its next restart."""
-    left = []
-    for name in desired.differences(current):
-        if name == OVERRIDES_KEY and not current.overrides:
-            continue
-        if name == RESOURCES_KEY and _managed_memory_only(desired.operator_resources or {},
-                                                          current.operator_resources):
-            continue
-        left.append(name)
-    return left
+def digest(fields: OwnedFields) -> str:
+    """A short digest of owned fields as read from a deployment (`current_fields`)."""
+    text = json.dumps(dataclasses.asdict(fields), sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:32]
 
 
-def _managed_memory_only(want: Mapping[str, OperatorResources],
-                         have: Mapping[str, OperatorResources] | None) -> bool:
-    return have is not None and want.keys() == have.keys() and all(
-        replace(want[uid], managed_memory_mb=have[uid].managed_memory_mb) == have[uid]
-        for uid in want)
+def edited_during_resize(entry: StepEnactment, deployment: Mapping[str, Any]) -> bool:
+    """A resize in place leaves the deployment's owned fields as they were when it was
+    chosen (`resized_over`): any change since is an edit, which the job runs at its next
+    restart at the deployment's managed memory. An entry written before the digest was
+    kept has none: nothing is taken for an edit."""
+    return (entry.resized_over is not None
+            and digest(current_fields(deployment)) != entry.resized_over)
 
 
 def resized_caches(deployment: Mapping[str, Any], desired: OwnedFields, graph: JobGraph,
@@ -574,7 +568,8 @@ def with_enactment(status: Status, step: int, deployment: Mapping[str, Any],
         deployment, desired.differences(current_fields(deployment)), state_bytes)
     entry = _priced(status, step, kind, deployment, state_bytes, restart_downtime_s)
     if caches:
-        entry = entry.model_copy(update={"expected_cache_bytes": dict(caches)})
+        entry = entry.model_copy(update={"expected_cache_bytes": dict(caches),
+                                         "resized_over": digest(current_fields(deployment))})
     kept = tuple(e for e in status.enactments if e.step != step)
     return status.model_copy(update={"enactments": (*kept, entry)[-ENACTMENTS_LIMIT:]})
 
@@ -868,7 +863,7 @@ def _apply_target(run: Run) -> Realized | None:
     desired = target_fields(target)
     differences = desired.differences(current_fields(deployment))
     resize = resize_in_effect(run.status)
-    if resize is not None and beyond_resize(desired, current_fields(deployment)):
+    if resize is not None and edited_during_resize(resize, deployment):
         # An edit of the deployment restarts the job at the deployment's managed memory:
         # the patch that undoes it carries the step's, and enacts the step by restart.
         _by_restart(run, resize, "the FlinkDeployment was edited while the step was "
@@ -892,9 +887,11 @@ def _apply_target(run: Run) -> Realized | None:
         # The configuration changes back: a reconfiguration of ours, saved before the
         # patch as a commit is, so that a pass stopped between the two cannot leave the
         # job restarted with nothing saying so (the next pass would decide from a window
-        # that spans the drift).
+        # that spans the drift). Not while admission keeps refusing it: each such pass
+        # would write the status twice, the mark and then its undoing.
         _mark_reapplied(run, target.step)
-        run.save()
+        if run.scaling() != Reason.PATCH_REFUSED:
+            run.save()
     if differences:
         # Only a target from the current status may be applied: one held by a replica
         # that lost a race would roll the job back (docs/controller.md, one writer).
@@ -958,10 +955,10 @@ def drifted(run: Run) -> bool:
         return False
     if not _applied_before(run, target.step):
         return False  # not applied yet: the gate's `applying`
-    desired, current = target_fields(target), current_fields(deployment)
-    if resize_in_effect(run.status) is not None:
-        return bool(beyond_resize(desired, current))
-    return bool(desired.differences(current))
+    resize = resize_in_effect(run.status)
+    if resize is not None:
+        return edited_during_resize(resize, deployment)
+    return bool(target_fields(target).differences(current_fields(deployment)))
 
 
 def levels_unknown(run: Run) -> bool:
@@ -999,13 +996,13 @@ def patch_refused(run: Run, step: int, code: int) -> None:
                f"answer is in the API server's audit log); retried every pass, and no new "
                f"step is decided until it lands or the policy is edited")
     # As the pass found it: the waiting rule may have set Stabilizing since.
-    scaling = run.saved.condition(ConditionType.SCALING)
+    scaling = run.found.condition(ConditionType.SCALING)
     refused = scaling if scaling is not None and scaling.reason == Reason.PATCH_REFUSED else None
     if refused is None or refused.message != message:
         run.event("Warning", Reason.PATCH_REFUSED, message)
     # A pass that decided nothing (still waiting, say) keeps the generation refused: an
     # edit since (maybe the fix, `gate.edited_since_refused`) still lets one decide.
-    kept = refused is not None and run.status.last_decision == run.saved.last_decision
+    kept = refused is not None and run.status.last_decision == run.found.last_decision
     run.status = with_condition(run.status, ConditionType.SCALING, False,
                                 Reason.PATCH_REFUSED, message, run.now,
                                 refused.observed_generation if kept and refused else run.generation)

@@ -158,6 +158,7 @@ class Run:
         self.target = policy.spec.target_ref.name
         self.generation = generation
         self.now = ports.clock()
+        self.found = status  # as the pass found it (a save mid-pass moves `saved`)
         self.saved = status
         self.status = status.model_copy(update={"observed_generation": generation})
         self.deployment: Mapping[str, Any] | None = None  # read by gate
@@ -186,7 +187,7 @@ class Run:
 
     def scaling(self) -> str | None:
         """The Scaling condition's reason as this pass found it."""
-        c = self.saved.condition(ConditionType.SCALING)
+        c = self.found.condition(ConditionType.SCALING)
         return None if c is None else c.reason
 
     def event(self, type_: str, reason: Reason, message: str) -> None:

@@ -136,6 +136,31 @@ def test_a_restart_of_ours_seen_in_two_stages_is_ours_and_a_failure_after_it_is_
     assert run.status.job is not None and run.status.job.unexplained_restarts == 1
 
 
+def test_a_failure_long_after_an_in_place_step_seen_in_two_stages_is_not_ours() -> None:
+    """An in-place rescale keeps the job's start: a later failure caught going down, then
+    back under a new id, is no restart of that step's."""
+    run, flink, job = in_place_step_seen_done()
+    run.now = T0 + 500
+    with pytest.raises(Stop):
+        check_job(run, replace(job, state="RESTARTING"))
+    with pytest.raises(Stop):
+        check_job(run, restart_at(run, flink, T0 + 520))
+    assert run.status.job is not None and run.status.job.unexplained_restarts == 2
+
+
+def test_a_failover_in_place_long_after_an_in_place_step_keeps_its_quiet_window() -> None:
+    run, _, job = in_place_step_seen_done()
+    job = replace(job, restarts=0)
+    run.now = T0 + 400
+    check_job(run, job)
+    run.now = T0 + 500
+    with pytest.raises(Stop):
+        check_job(run, replace(job, state="RESTARTING", restarts=1))
+    run.now = T0 + 505  # running again after a second failover: same id and start
+    with pytest.raises(Stop):
+        check_job(run, replace(job, restarts=2))
+
+
 @pytest.mark.parametrize("answered", [True, False])
 def test_a_failover_in_place_shows_only_in_num_restarts(answered: bool) -> None:
     """The same id and start, the job RUNNING at both passes: numRestarts one higher is an

@@ -463,6 +463,53 @@ def test_a_refused_reapply_holds_decisions_until_the_policy_is_edited(key: str,
     assert last.last_decision is not None and last.last_decision.time == world.now
 
 
+def drifted_and_refused() -> World:
+    """A step applied, then a hand edit of its overrides that admission keeps."""
+    deployments = RefusingDeployments(flink_deployment(), code=None)
+    world = World(deployments=deployments)
+    world.run()
+    world.now = T0 + 4
+    world.run()
+    assert deployments.deployment is not None
+    deployments.deployment["spec"]["flinkConfiguration"][OVERRIDES_KEY] = (
+        f"{SOURCE}:1,{COUNTER}:1")
+    deployments.code = 403
+    return world
+
+
+def test_a_refused_reapply_writes_nothing_on_passes_that_change_nothing() -> None:
+    world = drifted_and_refused()
+    world.now += 40
+    assert world.run().outcome == "patch-refused"
+    saves = len(world.store.saved)
+    for _ in range(5):
+        world.now += 5
+        assert world.run().outcome == "patch-refused"
+    assert len(world.store.saved) == saves
+
+
+def test_a_policy_edit_during_a_job_restart_still_lets_a_pass_decide_once_it_is_over(
+) -> None:
+    """The hand edit restarted the job, and the policy is edited (maybe the refusal's fix)
+    while that restart's window runs: one Warning, the refused generation kept, and the
+    first pass after the window decides."""
+    world = drifted_and_refused()
+    world.now += 40
+    world.flink.start_ms = int((world.now - 2) * 1000)  # the edit restarted the job
+    world.run()
+    for _ in range(4):  # inside the JobRestarted window (10 s + 20 s)
+        world.now += 5
+        world.run(generation=2)
+    assert world.events.reasons().count("PatchRefused") == 1, world.events.reasons()
+    scaling = world.store.last.condition(ConditionType.SCALING)
+    assert scaling is not None and scaling.reason == Reason.PATCH_REFUSED
+    assert scaling.observed_generation == 1
+    world.now += 60
+    world.run(generation=2)
+    last = world.store.last.last_decision
+    assert last is not None and last.time == world.now
+
+
 def test_a_drift_undone_after_a_refusal_is_reapplied_not_resumed() -> None:
     deployments = RefusingDeployments(flink_deployment(), code=None)
     world = World(deployments=deployments)

@@ -216,6 +216,42 @@ def test_an_edit_of_the_deployment_during_a_resize_is_undone_by_a_restart_with_t
     assert run.events(Reason.REAPPLIED)
 
 
+@pytest.mark.parametrize("shape", ["stale-uid", "partial-overrides"])
+def test_a_resize_chosen_for_a_deployment_we_did_not_write_whole_is_kept(shape: str) -> None:
+    """An entry of an operator removed from the job, or overrides the tenant set for one
+    vertex: the resize was chosen for that deployment, which it leaves as it is."""
+    twin = Twin(load_model("read"), seed=0)
+    deployment = deployment_with_headroom(twin)
+    conf = deployment["spec"]["flinkConfiguration"]
+    if shape == "stale-uid":
+        resources = json.loads(conf[RESOURCES_KEY])
+        resources["removed-operator"] = dict(next(iter(resources.values())))
+        conf[RESOURCES_KEY] = json.dumps(resources)
+    else:
+        first = twin.job_graph().vertices[0]
+        conf[OVERRIDES_KEY] = f"{first.id}:{first.parallelism}"
+    ports, deployments, resizer = twin_ports(twin, deployment, job_started_s=-60)
+    run = Loop(twin, closed_loop(twin), ports, deployments, resizer)
+    run.run_until(300)
+    entry = run.enactment(1)
+    assert entry.kind == "resize" and entry.fallback is None, entry
+    assert run.twin.restarts == 0
+
+
+def test_overrides_deleted_by_hand_during_a_resize_are_written_again() -> None:
+    """A `kubectl replace` of the manifest drops the overrides our earlier step wrote while
+    a step is resized in place: the job would restart at its default parallelism."""
+    run = loop()
+    run.run_until(130)
+    assert run.enactment(1).kind == "resize"
+    conf = run.deployments.deployment["spec"]["flinkConfiguration"]
+    assert conf.get(OVERRIDES_KEY)
+    del conf[OVERRIDES_KEY]
+    run.run_until(run.twin.time + GRANULARITY_S)
+    assert conf.get(OVERRIDES_KEY)
+    assert run.enactment(1).fallback is not None
+
+
 class Refusing:
     """Agents that answer 409 to every resize (over budget, resizing disabled...)."""
 
