@@ -80,12 +80,15 @@ def check_job(run: Run, job: JobSummary) -> None:
 def _second_stage(run: Run, seen: ObservedJob, restarted: float, since: float) -> bool:
     """A restart of ours seen in two stages: the job that ran before our last step seen
     going down after it (a stop-with-savepoint's FINISHED), then a job started since. Only
-    for a step that restarts the job (an in-place rescale or a resize keeps its start, so
-    a later failure of that job would pass for it); a new job that fails in turn is not."""
+    for a step that restarts the job, or a re-apply of one since (an in-place rescale or a
+    resize keeps its start, so a later failure of that job would pass for it); a new job
+    that fails in turn is not."""
     last = run.status.enactments[-1] if run.status.enactments else None
-    return (last is not None and last.applied_time is not None
-            and last.kind not in (Enactment.IN_PLACE.value, Enactment.RESIZE.value)
-            and seen.state != RUNNING and seen.seen_time >= since - 1e-3
+    if last is None or last.applied_time is None:
+        return False
+    restarts = (last.kind not in (Enactment.IN_PLACE.value, Enactment.RESIZE.value)
+                or since > last.applied_time + 1e-3)  # a re-apply over a drift restarts it
+    return (restarts and seen.state != RUNNING and seen.seen_time >= since - 1e-3
             and seen.restarted_time <= since + 1e-3 and restarted >= since - 1e-3)
 
 

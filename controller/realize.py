@@ -414,19 +414,35 @@ def resizable(deployment: Mapping[str, Any], resize_spec: ResizeSpec | None) -> 
 RESIZABLE_FIELDS = frozenset({OVERRIDES_KEY, RESOURCES_KEY})
 
 
-def digest(fields: OwnedFields) -> str:
-    """A short digest of owned fields as read from a deployment (`current_fields`)."""
-    text = json.dumps(dataclasses.asdict(fields), sort_keys=True, default=str)
+def digest(deployment: Mapping[str, Any], owned: OwnedFields) -> str:
+    """A short digest of the deployment's values of the fields `owned` sets (a target's:
+    fields it leaves alone are the tenant's, and a change of them restarts the job as any
+    spec change does, which the agents' re-ask then resizes again)."""
+    current = current_fields(deployment)
+    mine = replace(
+        current,
+        operator_resources=current.operator_resources if owned.operator_resources is not None
+        else None,
+        tm_cpu=current.tm_cpu if owned.tm_cpu is not None else None,
+        tm_memory_mib=current.tm_memory_mib if owned.tm_memory_mib is not None else None,
+        replicas=current.replicas if owned.replicas is not None else None,
+        flink_options={k: v for k, v in (current.flink_options or {}).items()
+                       if k in (owned.flink_options or {})},
+        sql_settings=current.sql_settings if owned.sql_settings else None)
+    text = json.dumps(dataclasses.asdict(mine), sort_keys=True, default=str)
     return hashlib.sha256(text.encode()).hexdigest()[:32]
 
 
-def edited_during_resize(entry: StepEnactment, deployment: Mapping[str, Any]) -> bool:
+def edited_during_resize(entry: StepEnactment, deployment: Mapping[str, Any],
+                         target: OwnedFields) -> bool:
     """A resize in place leaves the deployment's owned fields as they were when it was
     chosen (`resized_over`): any change since is an edit, which the job runs at its next
     restart at the deployment's managed memory. An entry written before the digest was
-    kept has none: nothing is taken for an edit."""
-    return (entry.resized_over is not None
-            and digest(current_fields(deployment)) != entry.resized_over)
+    kept (or whose digest a CRD not upgraded pruned): any difference from the target but
+    the resizable fields' is one."""
+    if entry.resized_over is None:
+        return bool(set(target.differences(current_fields(deployment))) - RESIZABLE_FIELDS)
+    return digest(deployment, target) != entry.resized_over
 
 
 def resized_caches(deployment: Mapping[str, Any], desired: OwnedFields, graph: JobGraph,
@@ -569,7 +585,7 @@ def with_enactment(status: Status, step: int, deployment: Mapping[str, Any],
     entry = _priced(status, step, kind, deployment, state_bytes, restart_downtime_s)
     if caches:
         entry = entry.model_copy(update={"expected_cache_bytes": dict(caches),
-                                         "resized_over": digest(current_fields(deployment))})
+                                         "resized_over": digest(deployment, desired)})
     kept = tuple(e for e in status.enactments if e.step != step)
     return status.model_copy(update={"enactments": (*kept, entry)[-ENACTMENTS_LIMIT:]})
 
@@ -778,8 +794,8 @@ def _by_restart(run: Run, entry: StepEnactment, why: str, applied: bool = False)
     priced = _priced(run.status, entry.step, restart, deployment, entry.state_bytes,
                      run.spec.cost.restart_downtime)
     update: dict[str, Any] = {"fallback": why[:1024]}
-    if applied:
-        update.update(applied_time=entry.applied_time, applied_unseen=entry.applied_unseen)
+    if applied:  # when the restart that runs the edit happens, nobody knows
+        update.update(applied_time=entry.applied_time, applied_unseen=True)
     run.status = _with_step(run.status, entry.step, priced.model_copy(update=update))
 
 
@@ -863,7 +879,7 @@ def _apply_target(run: Run) -> Realized | None:
     desired = target_fields(target)
     differences = desired.differences(current_fields(deployment))
     resize = resize_in_effect(run.status)
-    if resize is not None and edited_during_resize(resize, deployment):
+    if resize is not None and edited_during_resize(resize, deployment, desired):
         # An edit of the deployment restarts the job at the deployment's managed memory:
         # the patch that undoes it carries the step's, and enacts the step by restart.
         _by_restart(run, resize, "the FlinkDeployment was edited while the step was "
@@ -881,16 +897,20 @@ def _apply_target(run: Run) -> Realized | None:
             return Realized(resized, True, resized=True)
         if resize_in_effect(run.status) is not None:  # a re-ask that passes: next pass
             return Realized([], True, resized=True)
-    again = bool(differences) and _applied_before(run, target.step)
+    refused = run.scaling() == Reason.PATCH_REFUSED
+    # A re-apply refused before, found on the deployment: it landed in a pass stopped
+    # before its save (or the edit was undone by hand), and the job restarted for it.
+    again = _applied_before(run, target.step) and (bool(differences) or refused)
     before = run.status
     if again:
         # The configuration changes back: a reconfiguration of ours, saved before the
         # patch as a commit is, so that a pass stopped between the two cannot leave the
         # job restarted with nothing saying so (the next pass would decide from a window
         # that spans the drift). Not while admission keeps refusing it: each such pass
-        # would write the status twice, the mark and then its undoing.
+        # would write the status twice, the mark and then its undoing (a patch that
+        # lands at last is found as above).
         _mark_reapplied(run, target.step)
-        if run.scaling() != Reason.PATCH_REFUSED:
+        if not refused:
             run.save()
     if differences:
         # Only a target from the current status may be applied: one held by a replica
@@ -949,15 +969,19 @@ def drifted(run: Run) -> bool:
     owned field, or one written past reading), beyond what a resize in place leaves there
     by design. The window then ran at the deployment's configuration, the target's or
     both: nothing is decided from it. Realize applies the target again, and a window of
-    the configuration the history names decides."""
+    the configuration the history names decides. So too when the pass found the re-apply
+    refused and the deployment carries the target again: it landed in a pass that died
+    before its save (or the edit was undone by hand), and the job restarted for it."""
     target, deployment = run.status.target, run.deployment
     if run.spec.mode != Mode.ACTIVE or target is None or deployment is None:
         return False
     if not _applied_before(run, target.step):
         return False  # not applied yet: the gate's `applying`
+    if run.scaling() == Reason.PATCH_REFUSED:
+        return True
     resize = resize_in_effect(run.status)
     if resize is not None:
-        return edited_during_resize(resize, deployment)
+        return edited_during_resize(resize, deployment, target_fields(target))
     return bool(target_fields(target).differences(current_fields(deployment)))
 
 

@@ -256,8 +256,9 @@ def record(run: Run, realized: Realized | None) -> Pass:
                       f"{run.spec.metrics.stabilization:g}s for it to settle")
     elif reapplied and target is not None:
         run.condition(ConditionType.SCALING, True, Reason.STABILIZING,
-                      f"step {target.step} applied again ({', '.join(applied)}: the "
-                      f"FlinkDeployment had drifted from it); waiting "
+                      f"step {target.step} applied again ("
+                      f"{', '.join(applied) or 'found on the FlinkDeployment'}: it had "
+                      f"drifted from it); waiting "
                       f"{run.spec.metrics.stabilization:g}s for it to settle")
     run.save()
     return Pass(run.outcome, run.status, applied, run.due)

@@ -161,6 +161,33 @@ def test_a_failover_in_place_long_after_an_in_place_step_keeps_its_quiet_window(
         check_job(run, replace(job, restarts=2))
 
 
+def test_a_failover_of_the_job_our_pending_step_will_replace_is_not_ours() -> None:
+    """A savepoint step applied, but the job that ran before it fails over in place (same
+    start, numRestarts up) before the Flink operator stops it: no job started since."""
+    run, _, job = first_sight()
+    job = replace(job, restarts=0)
+    check_job(run, job)
+    run.status = run.status.model_copy(update={
+        "last_reconfiguration_time": T0 + 10,
+        "enactments": (StepEnactment(step=1, kind=Enactment.SAVEPOINT.value,
+                                     expected_downtime_s=40, applied_time=T0 + 10),)})
+    run.now = T0 + 12
+    check_job(run, replace(job, state="RESTARTING"))  # ours, as far as a pass can tell
+    run.now = T0 + 17
+    with pytest.raises(Stop):
+        check_job(run, replace(job, restarts=1))
+    assert run.status.job is not None and run.status.job.unexplained_restarts == 1
+
+
+def test_a_reapply_over_an_in_place_step_seen_in_two_stages_is_ours() -> None:
+    run, flink, job = in_place_step_seen_done()
+    run.status = run.status.model_copy(update={"last_reconfiguration_time": T0 + 25})
+    run.now = T0 + 27
+    check_job(run, replace(job, state="FINISHED"))  # the re-apply's stop-with-savepoint
+    check_job(run, restart_at(run, flink, T0 + 40))  # no Stop: ours
+    assert run.status.job is not None and run.status.job.unexplained_restarts == 0
+
+
 @pytest.mark.parametrize("answered", [True, False])
 def test_a_failover_in_place_shows_only_in_num_restarts(answered: bool) -> None:
     """The same id and start, the job RUNNING at both passes: numRestarts one higher is an

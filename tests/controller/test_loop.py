@@ -510,6 +510,35 @@ def test_a_policy_edit_during_a_job_restart_still_lets_a_pass_decide_once_it_is_
     assert last is not None and last.time == world.now
 
 
+def test_a_reapply_that_lands_after_a_refusal_in_a_pass_that_died_is_found() -> None:
+    """Admission stops refusing, the patch lands, and the controller dies before saving:
+    the next pass finds the step on the deployment and PatchRefused in the status, so the
+    job restarted for it at a time nobody knows; no window across it decides."""
+    world = drifted_and_refused()
+    world.now += 40
+    assert world.run().outcome == "patch-refused"
+    decided = world.store.last.last_decision
+    world.now += 5
+    world.deployments.code = None  # the webhook is fixed
+    patch = world.deployments.apply
+
+    def patch_then_die_on_save(*args: Any) -> str | None:
+        world.store.kill_on_save = len(world.store.saved) + 1
+        return patch(*args)
+
+    world.deployments.apply = patch_then_die_on_save  # type: ignore[method-assign]
+    with pytest.raises(Killed):
+        world.run()
+    world.deployments.apply = patch  # type: ignore[method-assign]
+    world.store.kill_on_save = None
+    world.now += 30  # a window after the last save's stabilization: one would be due
+    world.run()
+    last = world.store.last
+    assert last.last_reconfiguration_time == world.now and last.last_decision == decided
+    assert scaling_reason(last) == Reason.STABILIZING
+    assert last.enactments[-1].applied_unseen
+
+
 def test_a_drift_undone_after_a_refusal_is_reapplied_not_resumed() -> None:
     deployments = RefusingDeployments(flink_deployment(), code=None)
     world = World(deployments=deployments)

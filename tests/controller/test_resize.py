@@ -26,7 +26,7 @@ from controller.api import (
 )
 from controller.decide import restart_pays
 from controller.loop import reconcile
-from controller.ports import CacheTarget, Resized, ResizeFailed
+from controller.ports import CacheTarget, PatchRefused, Resized, ResizeFailed
 from controller.realize import (
     OVERRIDES_KEY,
     RESOURCES_KEY,
@@ -250,6 +250,42 @@ def test_overrides_deleted_by_hand_during_a_resize_are_written_again() -> None:
     run.run_until(run.twin.time + GRANULARITY_S)
     assert conf.get(OVERRIDES_KEY)
     assert run.enactment(1).fallback is not None
+
+
+def test_an_edit_during_a_resize_whose_undoing_is_refused_learns_no_downtime() -> None:
+    """The Flink operator restarts the job for the edit, when nobody knows: the step, now
+    enacted by restart, has no downtime to learn, though admission keeps its patch out."""
+    run = loop()
+    run.run_until(130)
+    assert run.enactment(1).kind == "resize"
+    conf = run.deployments.deployment["spec"]["flinkConfiguration"]
+    vid = read_vertex(run)
+    conf[OVERRIDES_KEY] = ",".join(f"{v}:{3 if v == vid else 1}"
+                                   for v in (x.id for x in run.twin.job_graph().vertices))
+
+    def refuse(namespace: str, name: str, body: dict[str, Any]) -> str | None:
+        raise PatchRefused(403)
+
+    run.deployments.apply = refuse  # type: ignore[method-assign]
+    run.run_until(run.twin.time + 5 * GRANULARITY_S)
+    entry = run.enactment(1)
+    assert entry.kind != "resize" and entry.applied_unseen
+    assert entry.observed_downtime_s is None
+
+
+def test_a_resize_recorded_without_its_digest_still_undoes_an_edit_of_the_task_managers(
+) -> None:
+    """A status written before `resizedOver` existed (or pruned by a CRD not upgraded):
+    every difference from the target but the resizable fields' is an edit."""
+    run = loop()
+    run.run_until(130)
+    assert run.enactment(1).kind == "resize"
+    run.status = run.status.model_copy(update={"enactments": tuple(
+        e.model_copy(update={"resized_over": None}) for e in run.status.enactments)})
+    tm = run.deployments.deployment["spec"]["taskManager"]["resource"]
+    tm["cpu"] = 2.0
+    run.run_until(run.twin.time + 2 * GRANULARITY_S)
+    assert tm["cpu"] == 4.0
 
 
 class Refusing:
