@@ -362,6 +362,21 @@ def test_every_active_pass_reapplies_the_target_where_the_deployment_drifted() -
     assert len(world.deployments.applied) == 2
 
 
+def patch_then_die_on_save(world: World) -> None:
+    """A pass whose patch lands and which dies on the next save (`kill -9` after it)."""
+    patch = world.deployments.apply
+
+    def apply_then_arm(*args: Any) -> str | None:
+        world.store.kill_on_save = len(world.store.saved) + 1
+        return patch(*args)
+
+    world.deployments.apply = apply_then_arm  # type: ignore[method-assign]
+    with pytest.raises(Killed):
+        world.run()
+    world.deployments.apply = patch  # type: ignore[method-assign]
+    world.store.kill_on_save = None
+
+
 def step_applied_then_due() -> tuple[World, dict[str, Any]]:
     """A step applied at T0 and seen at T0 + 4; at T0 + 35 a full window lies after its
     stabilization, so an evaluation is due. Also the deployment's flinkConfiguration."""
@@ -408,22 +423,26 @@ def test_a_reapply_is_saved_before_its_patch_so_a_crash_after_it_decides_nothing
     wanted = conf[OVERRIDES_KEY]
     conf[OVERRIDES_KEY] = f"{SOURCE}:1,{COUNTER}:1"
     decided = world.store.last.last_decision
-    patch = world.deployments.apply
-
-    def patch_then_die_on_save(*args: Any) -> str | None:
-        world.store.kill_on_save = len(world.store.saved) + 1  # the next save, after it
-        return patch(*args)
-
-    world.deployments.apply = patch_then_die_on_save  # type: ignore[method-assign]
-    with pytest.raises(Killed):
-        world.run()
-    world.deployments.apply = patch  # type: ignore[method-assign]
-    world.store.kill_on_save = None
+    patch_then_die_on_save(world)
     assert conf[OVERRIDES_KEY] == wanted  # patched, and the record lost
     assert world.store.last.last_reconfiguration_time == world.now
     world.now += 1
     assert world.run().outcome == "stabilizing"
     assert world.store.last.last_decision == decided
+
+
+def drifted_and_refused(key: str = OVERRIDES_KEY,
+                        edit: str = f"{SOURCE}:1,{COUNTER}:1") -> World:
+    """A step applied, then a hand edit of an owned field that admission keeps (403)."""
+    deployments = RefusingDeployments(flink_deployment(), code=None)
+    world = World(deployments=deployments)
+    world.run()
+    world.now = T0 + 4
+    world.run()
+    assert deployments.deployment is not None
+    deployments.deployment["spec"]["flinkConfiguration"][key] = edit
+    deployments.code = 403
+    return world
 
 
 @pytest.mark.parametrize("key,edit", [
@@ -436,14 +455,7 @@ def test_a_refused_reapply_holds_decisions_until_the_policy_is_edited(key: str,
     the history does not name, so nothing is decided (as for a step never applied) and the
     condition says so; an edit of the policy may be the fix, and lets the next pass decide,
     unless the deployment's memory levels cannot be read: no window says what ran."""
-    deployments = RefusingDeployments(flink_deployment(), code=None)
-    world = World(deployments=deployments)
-    world.run()
-    world.now = T0 + 4
-    world.run()
-    assert deployments.deployment is not None
-    deployments.deployment["spec"]["flinkConfiguration"][key] = edit
-    deployments.code = 403
+    world = drifted_and_refused(key, edit)
     observed = world.metrics.observed
     for _ in range(3):
         world.now += 40
@@ -461,20 +473,6 @@ def test_a_refused_reapply_holds_decisions_until_the_policy_is_edited(key: str,
         assert world.metrics.observed == observed and last.step == 1
         return
     assert last.last_decision is not None and last.last_decision.time == world.now
-
-
-def drifted_and_refused() -> World:
-    """A step applied, then a hand edit of its overrides that admission keeps."""
-    deployments = RefusingDeployments(flink_deployment(), code=None)
-    world = World(deployments=deployments)
-    world.run()
-    world.now = T0 + 4
-    world.run()
-    assert deployments.deployment is not None
-    deployments.deployment["spec"]["flinkConfiguration"][OVERRIDES_KEY] = (
-        f"{SOURCE}:1,{COUNTER}:1")
-    deployments.code = 403
-    return world
 
 
 def test_a_refused_reapply_writes_nothing_on_passes_that_change_nothing() -> None:
@@ -520,17 +518,7 @@ def test_a_reapply_that_lands_after_a_refusal_in_a_pass_that_died_is_found() -> 
     decided = world.store.last.last_decision
     world.now += 5
     world.deployments.code = None  # the webhook is fixed
-    patch = world.deployments.apply
-
-    def patch_then_die_on_save(*args: Any) -> str | None:
-        world.store.kill_on_save = len(world.store.saved) + 1
-        return patch(*args)
-
-    world.deployments.apply = patch_then_die_on_save  # type: ignore[method-assign]
-    with pytest.raises(Killed):
-        world.run()
-    world.deployments.apply = patch  # type: ignore[method-assign]
-    world.store.kill_on_save = None
+    patch_then_die_on_save(world)
     world.now += 30  # a window after the last save's stabilization: one would be due
     world.run()
     last = world.store.last
@@ -540,17 +528,12 @@ def test_a_reapply_that_lands_after_a_refusal_in_a_pass_that_died_is_found() -> 
 
 
 def test_a_drift_undone_after_a_refusal_is_reapplied_not_resumed() -> None:
-    deployments = RefusingDeployments(flink_deployment(), code=None)
-    world = World(deployments=deployments)
-    world.run()
-    world.now = T0 + 4
-    world.run()
+    world = drifted_and_refused()
+    deployments = world.deployments
+    assert isinstance(deployments, RefusingDeployments) and deployments.deployment
     step = world.store.last.enactments[-1]
-    assert deployments.deployment is not None
     conf = deployments.deployment["spec"]["flinkConfiguration"]
-    wanted = conf[OVERRIDES_KEY]
-    conf[OVERRIDES_KEY] = f"{SOURCE}:1,{COUNTER}:1"
-    deployments.code = 403
+    wanted = world.store.last.target.flink_configuration[OVERRIDES_KEY]
     world.now += 40
     assert world.run().outcome == "patch-refused"
     deployments.code = None  # the quota was raised
