@@ -3,8 +3,8 @@
 In order: the mode (Disabled evaluates nothing), the FlinkDeployment and its
 identity (a new object under the target's name starts a fresh history), its job on
 the JobManager, a committed step still to apply (nothing new is decided before it
-lands, `applying`) or an applied one the deployment no longer carries (nor from a
-window of a configuration the history does not name, `drifted`), and the waiting
+lands: outcome `applying`) or an applied one the deployment no longer carries (nor from a
+window of a configuration the history does not name: `drifted`), and the waiting
 rule: a full metrics window must lie after the job's start, after the last
 reconfiguration plus `spec.metrics.stabilization`, and after the last evaluation.
 Most passes stop here, having read only the FlinkDeployment and `/jobs/overview`: no
@@ -75,11 +75,13 @@ def gate(run: Run) -> Seen:
     run.job = job
     observe_enactment(run, job)
     check_job(run, job)  # a restart we did not cause: no decision (controller/jobhealth.py)
-    if applying(run):
+    unknown = levels_unknown(run)
+    exempt = edited_since_refused(run) and not unknown
+    if unapplied(run) and not exempt:
         raise Stop("applying")
-    if drifted(run) and (not edited_since_refused(run) or levels_unknown(run)):
+    if drifted(run) and not exempt:
         raise Stop("drifted")  # realize applies the step again
-    if levels_unknown(run):
+    if unknown:
         raise run.refuse(Reason.REFUSED, LEVELS_UNKNOWN)
     wait = waiting(run, job)
     if wait is not None:
@@ -94,18 +96,14 @@ LEVELS_UNKNOWN = (
     "levels the job runs are unknown, so nothing is decided until it is fixed or removed")
 
 
-def applying(run: Run) -> bool:
-    """A committed step not yet on the deployment (`realize.unapplied`): its patch was
-    refused by admission, or the controller stopped between commit and patch. Realize
-    applies it on every pass, and nothing new is decided from windows of a configuration
-    that was never changed (they would judge, and replace, a step that never ran),
-    unless the policy was edited since a refusal was reported: the edit may be its fix
-    (a lower bound, say), and the memory levels the job runs can be read."""
-    return unapplied(run) and (not edited_since_refused(run) or levels_unknown(run))
-
-
 def edited_since_refused(run: Run) -> bool:
-    """Admission refused our last patch, and the policy was edited since (maybe its fix)."""
+    """Admission refused our last patch, and the policy was edited since (maybe its fix).
+    A committed step not yet on the deployment (`realize.unapplied`: its patch refused, or
+    the controller stopped between commit and patch), or an applied one the deployment
+    no longer carries (`realize.drifted`), holds every pass: realize applies it, and
+    nothing new is decided from windows of a configuration the history does not name.
+    Such an edit lifts that hold, as long as the memory levels the job runs can be read
+    (a lower bound, say, may be the refusal's fix)."""
     scaling = run.found.condition(ConditionType.SCALING)
     return (scaling is not None and scaling.reason == Reason.PATCH_REFUSED
             and scaling.observed_generation is not None and run.generation is not None

@@ -897,10 +897,7 @@ def _apply_target(run: Run) -> Realized | None:
             return Realized(resized, True, resized=True)
         if resize_in_effect(run.status) is not None:  # a re-ask that passes: next pass
             return Realized([], True, resized=True)
-    refused = run.scaling() == Reason.PATCH_REFUSED
-    # A re-apply refused before, found on the deployment: it landed in a pass stopped
-    # before its save (or the edit was undone by hand), and the job restarted for it.
-    again = _applied_before(run, target.step) and (bool(differences) or refused)
+    again = drifted(run)
     before = run.status
     if again:
         # The configuration changes back: a reconfiguration of ours, saved before the
@@ -908,9 +905,9 @@ def _apply_target(run: Run) -> Realized | None:
         # job restarted with nothing saying so (the next pass would decide from a window
         # that spans the drift). Not while admission keeps refusing it: each such pass
         # would write the status twice, the mark and then its undoing (a patch that
-        # lands at last is found as above).
+        # lands at last, in a pass that dies before its save, `drifted` finds next pass).
         _mark_reapplied(run, target.step)
-        if not refused:
+        if run.scaling() != Reason.PATCH_REFUSED:
             run.save()
     if differences:
         # Only a target from the current status may be applied: one held by a replica
@@ -992,8 +989,9 @@ def levels_unknown(run: Run) -> bool:
     deployment = run.deployment
     if deployment is None or resize_in_effect(run.status) is not None:
         return False
-    conf = (deployment.get("spec", {}) or {}).get("flinkConfiguration", {}) or {}
-    return bool(conf.get(RESOURCES_KEY)) and current_fields(deployment).operator_resources is None
+    text = ((deployment.get("spec", {}) or {}).get("flinkConfiguration", {}) or {}).get(
+        RESOURCES_KEY)
+    return bool(text) and parse_resources(text) is None
 
 
 def _mark_applied(run: Run, step: int, seen: bool = True) -> None:
@@ -1026,7 +1024,8 @@ def patch_refused(run: Run, step: int, code: int) -> None:
         run.event("Warning", Reason.PATCH_REFUSED, message)
     # A pass that decided nothing (still waiting, say) keeps the generation refused: an
     # edit since (maybe the fix, `gate.edited_since_refused`) still lets one decide.
-    kept = refused is not None and run.status.last_decision == run.found.last_decision
+    kept = refused if refused is not None and (
+        run.status.last_decision == run.found.last_decision) else None
     run.status = with_condition(run.status, ConditionType.SCALING, False,
                                 Reason.PATCH_REFUSED, message, run.now,
-                                refused.observed_generation if kept and refused else run.generation)
+                                kept.observed_generation if kept else run.generation)
