@@ -47,10 +47,13 @@ from policies.levels import managed_mib
 from policies.model import Configuration, JobGraph, VertexConfig
 
 EXACT_SHAPES = 3
-# The most TaskManager counts a balanced packing is fitted for (`_candidate_shapes`): two
-# per slot sharing group of a job of a dozen groups.
-BALANCED_COUNTS = 24
 """Shapes the exact packer prices after the bound has screened all candidates."""
+BALANCED_COUNTS = 24
+"""The most TaskManager counts a balanced packing is fitted for (`_candidate_shapes`): two
+per slot sharing group of a job of a dozen groups."""
+BALANCED_WORK = 240
+"""Balanced counts × slot sharing groups at most: 24 counts up to 10 groups, fewer past it
+(one at 200), so a job of many groups is screened in bounded time."""
 FRACTION_STEP = 0.001
 """Managed and network fractions are written with three decimals."""
 PAPER_SHAPE = TaskManagerShape("4cpu-2048mi-4slots", 4.0, 2048.0, max_slots=4)
@@ -399,24 +402,33 @@ def _candidate_shapes(groups: tuple[SlotGroup, ...], bounds: ShapeBounds,
     by_weight = sorted(groups, key=lambda g: (-prices.of(g.cpu_cores, g.heap_mib + g.managed_mib
                                                          + g.network_mib), g.name))
     # Balanced from the fewest TaskManagers the largest shape allows to two more per
-    # group, at most BALANCED_COUNTS of them: past that, the shapes of k largest slots
-    # and the ceil-per-TaskManager ones remain, and the work stays bounded (a balanced
-    # packing costs groups × TaskManagers alike, so with many groups the counts would
-    # make it cubic: 200 vertices took 16 s).
-    fewest = max(-(-slots_total // bounds.max_slots),
-                 math.ceil(sum(g.slots * g.cpu_cores for g in groups) / bounds.max_cpu - 1e-9))
-    balance_up_to = fewest + min(2 * len(groups), BALANCED_COUNTS)
+    # group, at most BALANCED_COUNTS of them and BALANCED_WORK over the groups: a
+    # balanced packing costs groups × TaskManagers alike, so with many groups the counts
+    # would make it cubic (200 vertices took 16 s, then 50 s of a 55 s decision). Past
+    # them, the shapes of k largest slots and the ceil-per-TaskManager ones remain.
+    by_slots = -(-slots_total // bounds.max_slots)
+    fewest = max(by_slots, math.ceil(sum(g.slots * g.cpu_cores for g in groups)
+                                     / bounds.max_cpu - 1e-9))
+    balance_up_to = fewest + min(2 * len(groups), BALANCED_COUNTS,
+                                 max(1, BALANCED_WORK // max(1, len(groups))))
+    # The ceil mix puts a slot of every group on each TaskManager, so it holds at most
+    # max_slots groups, and fewer than `by_slots` TaskManagers hold more slots than that.
+    ceil_mix = sum(g.slots > 0 for g in groups) <= bounds.max_slots
     last: list[int] | None = None
     # Past the largest group's slot count the ceil mix stops changing, but with many
     # small groups the fewest TaskManagers can lie beyond it: balancing still runs there.
-    for n in range(1, max(max((g.slots for g in groups), default=0), balance_up_to) + 1):
+    for n in range(max(1, by_slots if ceil_mix else fewest),
+                   max(max((g.slots for g in groups), default=0), balance_up_to) + 1):
+        balancing = fewest <= n <= balance_up_to and sum(g.slots % n > 0 for g in groups) > 1
+        if not (ceil_mix or balancing):
+            continue
         counts, need = _per_task_manager(groups, n)
         if counts != last and sum(counts) <= bounds.max_slots:
             offer(need, n)
         last = counts
         # Balancing moves nothing unless two groups or more leave slots over; it depends
         # on n even where the ceil-per-TaskManager counts do not.
-        if fewest <= n <= balance_up_to and sum(g.slots % n > 0 for g in groups) > 1:
+        if balancing:
             most, balanced = _balanced(by_weight, n, prices)
             if most <= bounds.max_slots and balanced != need:
                 offer(balanced, n)
@@ -495,6 +507,11 @@ def cheapest(vertices: Sequence[VertexSlot], bounds: ShapeBounds, prices: Prices
 MAX_COMBINATIONS = 512
 """Configurations ranked by the bound when every combination is tried; past it, the
 search moves one vertex at a time from the start."""
+MAX_SCREEN_WORK = 1024
+"""Configurations screened × their vertices, at most, in one choice: 128 configurations
+of 8 vertices, 51 of 20, 5 of 200 (`choose`). The jobs of the suite screen at most 27
+configurations of 8 vertices; a 20-vertex job whose 5 moving vertices had 3 options each
+screened all 243 in 2.4 s of a 2-core machine's CPU, a 200-vertex one 33 in 4.5 s."""
 
 
 @dataclass(frozen=True)
@@ -503,8 +520,9 @@ class PodPricing:
     heap and network, managed memory per memory level, the shapes allowed, the prices.
 
     `cheapest` is the planner's choice among per-vertex options: every combination (or,
-    past `MAX_COMBINATIONS`, one vertex at a time until nothing improves) ranked by the
-    screen's bound, the best `EXACT_SHAPES` priced by the exact packer."""
+    past `MAX_COMBINATIONS` or `MAX_SCREEN_WORK`, one vertex at a time from the start
+    until nothing improves or the work is spent) ranked by the screen's bound, the best
+    `EXACT_SHAPES` priced by the exact packer."""
 
     cpu_cores: float
     heap_mib: float
@@ -513,6 +531,9 @@ class PodPricing:
     bounds: ShapeBounds = ShapeBounds()
     prices: Prices = field(default_factory=Prices)
     time_limit_s: float = 0.5  # the exact packer's, per configuration
+    # Configurations screened × their vertices in one choice; None: no bound (the
+    # oracle's search, which no pass waits for).
+    screen_work: int | None = MAX_SCREEN_WORK
 
     def vertices(self, graph: JobGraph, configuration: Configuration,
                  task_cpu: TaskCpu | None = None) -> list[VertexSlot]:
@@ -568,18 +589,26 @@ class PodPricing:
                 bounds[key] = self.bound(graph, MappingProxyType(dict(config)), task_cpu)
             return bounds[key]
 
-        if math.prod(len(c) for c in choices.values()) <= MAX_COMBINATIONS:
+        # A bound's work grows with the vertices it packs: MAX_SCREEN_WORK counts both,
+        # so a pass's CPU stays bounded (deterministically) on any graph.
+        affordable = (math.inf if self.screen_work is None
+                      else self.screen_work // max(1, len(start)))
+        combinations = math.prod(len(c) for c in choices.values())
+        if combinations <= min(MAX_COMBINATIONS, affordable):
             for combo in itertools.product(*choices.values()):
                 bound_of(dict(zip(choices, combo, strict=True)))
         else:
             config = dict(start)
+            here = bound_of(config)
             improved = True
-            while improved:
+            while improved and len(bounds) < affordable:
                 improved = False
                 for vid, alternatives in choices.items():
-                    here = bound_of(config)
                     for alternative in alternatives:
                         trial = {**config, vid: alternative}
+                        if len(bounds) >= affordable and tuple(sorted(trial.items())) \
+                                not in bounds:
+                            break  # screened all it may: the best found so far stands
                         if bound_of(trial) < here - 1e-9:
                             config, here, improved = trial, bound_of(trial), True
         start_key = tuple(sorted(start.items()))

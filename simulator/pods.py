@@ -16,7 +16,7 @@ from __future__ import annotations
 import functools
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from types import MappingProxyType
 from typing import Any
 
@@ -129,7 +129,8 @@ def pod_oracle(model: JobModel, target_rate: float | None = None, *,
     # each task asking for the CPU it uses at the target at utilizationMax, as the
     # capacity planner's do (policies/capacity.py, `_TaskCpu`).
     start = MappingProxyType({vid: o[0] for vid, o in options.items()})
-    config, priced = pricing(bounds=bounds, prices=prices).choose(
+    search = replace(pricing(bounds=bounds, prices=prices), screen_work=None)  # unbounded
+    config, priced = search.choose(
         model.job_graph(), options, start,
         planned_cpu(model, target, CpuScaling().utilization_max, parallelism, seed))
     screened = math.prod(len(o) for o in options.values())

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import replace
+from types import MappingProxyType
 
 import pytest
 
@@ -119,7 +120,45 @@ def test_balanced_packings_are_fitted_for_a_bounded_number_of_taskmanager_counts
     monkeypatch.setattr(packer.pricing, "_balanced", counting)
     vertices = [vertex(f"v{i:03d}", 2 + i % 19, 158 * (1 + i % 3)) for i in range(200)]
     assert candidate_shapes(own_groups(vertices), ShapeBounds(), PRICES)
-    assert 0 < len(fitted) <= packer.pricing.BALANCED_COUNTS + 1
+    # BALANCED_WORK over 200 groups: one count past the fewest (the fewest itself too).
+    assert 0 < len(fitted) <= max(1, packer.pricing.BALANCED_WORK // 200) + 1
+    # Each TaskManager of the ceil mix holds a slot of every group: 200 groups fit no
+    # 16-slot TaskManager, so no count is tried for it.
+    tried: list[int] = []
+    per_task_manager = packer.pricing._per_task_manager
+
+    def counted(groups: object, n: int) -> object:
+        tried.append(n)
+        return per_task_manager(groups, n)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(packer.pricing, "_per_task_manager", counted)
+    packer.pricing.forget_shapes()
+    assert candidate_shapes(own_groups(vertices), ShapeBounds(), PRICES)
+    assert set(tried) <= set(fitted)  # only where a balanced packing is compared with it
+
+
+@pytest.mark.parametrize("max_slots", [2, 4, 16])
+@pytest.mark.parametrize("parallelisms", [(1, 7, 3), (40, 5), (12, 12, 1, 1), (64,)])
+def test_every_feasible_ceil_mix_is_offered_at_its_count(
+        max_slots: int, parallelisms: tuple[int, ...]) -> None:
+    """For every TaskManager count n whose ceil(slots / n) of each group fits max_slots,
+    a shape holding that mix is offered at no more than n of it: the counts skipped
+    (too few TaskManagers to hold every slot) are never among them."""
+    groups = own_groups([vertex(f"v{i}", p, 158 * i) for i, p in enumerate(parallelisms)])
+    bounds = ShapeBounds(max_slots=max_slots)
+    offered = candidate_shapes(groups, bounds, PRICES)
+    checked = 0
+    for n in range(1, max(parallelisms) + 1):
+        counts = [-(-g.slots // n) for g in groups]
+        mix = [sum(c * getattr(g, d) for c, g in zip(counts, groups, strict=True))
+               for d in ("cpu_cores", "heap_mib", "managed_mib", "network_mib")]
+        shape = fit_shape(*mix, bounds, PRICES)
+        if sum(counts) > max_slots or shape is None:  # too many slots, or cores
+            continue
+        checked += 1
+        assert any(s.name == shape.name and bill <= n * shape.price + 1e-9
+                   for bill, s in offered), (n, shape.name)
+    assert checked or len(groups) > max_slots  # a slot of every group on each: none fits
 
 
 # --- slot sharing -----------------------------------------------------------------------
@@ -327,12 +366,43 @@ def test_equal_bills_keep_the_planners_own_choice() -> None:
     assert config == _start(VertexConfig(4, 2))
 
 
+@pytest.mark.parametrize("bounded", ["combinations", "work"])
 def test_past_the_combination_cap_one_vertex_at_a_time_still_finds_the_cheaper_mix(
-        monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(packer.pricing, "MAX_COMBINATIONS", 1)
-    config, price_ = PODS.cheapest(JOB, {"agg": AGG_OPTIONS}, _start(AGG_OPTIONS[0]))
+        monkeypatch: pytest.MonkeyPatch, bounded: str) -> None:
+    pods = PODS
+    if bounded == "combinations":
+        monkeypatch.setattr(packer.pricing, "MAX_COMBINATIONS", 1)
+    else:  # 2 configurations of 3 vertices, one short of the 3 combinations
+        pods = replace(PODS, screen_work=6)
+    config, price_ = pods.cheapest(JOB, {"agg": AGG_OPTIONS}, _start(AGG_OPTIONS[0]))
     assert config["agg"] == VertexConfig(6, 1)
-    assert price_ < PODS.price(JOB, _start(AGG_OPTIONS[0]))
+    assert price_ < pods.price(JOB, _start(AGG_OPTIONS[0]))
+
+
+def test_the_screen_of_a_large_job_stops_at_its_work_bound_and_never_costs_more() -> None:
+    """40 vertices, each with 3 options: 3^40 mixes, and one vertex at a time could
+    screen dozens of rounds. It screens at most MAX_SCREEN_WORK / 40 configurations
+    (a pass's CPU bounded on any graph), and what it picks is no dearer than the start."""
+    job = chain(*[job_vertex(f"v{i:02d}", 2, 0) for i in range(40)])
+    start = MappingProxyType({v.id: VertexConfig(2, 0) for v in job.vertices})
+    options = {v.id: (VertexConfig(2, 0), VertexConfig(3, 1), VertexConfig(4, None))
+               for v in job.vertices}
+    screened: list[object] = []
+
+    class Counting(PodPricing):
+        def bound(self, *args: object, **kwargs: object) -> float:
+            screened.append(args[1])
+            return super().bound(*args, **kwargs)  # type: ignore[arg-type]
+
+    pods = Counting(PODS.cpu_cores, PODS.heap_mib, PODS.network_mib, PODS.base_managed_mib)
+    config, price_ = pods.cheapest(job, options, start)
+    assert 1 < len(screened) <= packer.pricing.MAX_SCREEN_WORK // 40
+    assert price_ <= pods.price(job, start) + 1e-9
+    assert pods.cheapest(job, options, start) == (config, price_)  # deterministic
+    # The oracle's search (screen_work None) is not bounded: it screens on.
+    screened.clear()
+    replace(pods, screen_work=None).cheapest(job, options, start)
+    assert len(screened) > packer.pricing.MAX_SCREEN_WORK // 40
 
 
 # --- planned CPU per task ---------------------------------------------------------------
