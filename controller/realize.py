@@ -768,10 +768,18 @@ def resize_in_effect(status: Status) -> StepEnactment | None:
 def effective_resources(status: Status, deployment: Mapping[str, Any]
                         ) -> Mapping[str, OperatorResources] | None:
     """The per-operator resources the job runs with: the deployment's, or the target's
-    while a resize in place is in effect."""
-    if resize_in_effect(status) is not None and status.target is not None:
+    while a resize in place is in effect and the deployment was not edited since (an
+    edit restarts the job at the deployment's managed memory)."""
+    if resized_as_chosen(status, deployment) and status.target is not None:
         return dict(target_fields(status.target).operator_resources or {})
     return current_fields(deployment).operator_resources
+
+
+def resized_as_chosen(status: Status, deployment: Mapping[str, Any]) -> bool:
+    """A resize in place is in effect and the deployment is as it was chosen for."""
+    entry = resize_in_effect(status)
+    return entry is not None and status.target is not None and not edited_during_resize(
+        entry, deployment, target_fields(status.target))
 
 
 def fall_back(run: Run, entry: StepEnactment, why: str) -> None:
@@ -869,8 +877,11 @@ def verify_resize(run: Run, graph: JobGraph, cache_capacity_bytes: Mapping[str, 
 def _apply_target(run: Run) -> Realized | None:
     if run.spec.mode != Mode.ACTIVE:
         # A target resized in place stays: it says what the caches hold (the deployment
-        # does not), and switching back to Active re-asks the agents.
-        if run.status.target is not None and resize_in_effect(run.status) is None:
+        # does not), and switching back to Active re-asks the agents. Not once the
+        # deployment is edited: that restarts the job at the deployment's memory, and in
+        # this mode nothing undoes the edit.
+        if run.status.target is not None and not (
+                run.deployment is not None and resized_as_chosen(run.status, run.deployment)):
             run.status = run.status.model_copy(update={"target": None})
         return None
     target, deployment = run.status.target, run.deployment
@@ -987,7 +998,7 @@ def levels_unknown(run: Run) -> bool:
     flink-plugin refuses): what memory levels the job runs is not known, and they would
     read as 0 (without the key, Flink's default slot is level 0 indeed)."""
     deployment = run.deployment
-    if deployment is None or resize_in_effect(run.status) is not None:
+    if deployment is None or resized_as_chosen(run.status, deployment):
         return False
     text = ((deployment.get("spec", {}) or {}).get("flinkConfiguration", {}) or {}).get(
         RESOURCES_KEY)

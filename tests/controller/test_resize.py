@@ -18,6 +18,7 @@ from controller.adapters.twin import TwinDeployments, TwinResizer, twin_ports
 from controller.adapters.twin import flink_deployment as twin_deployment
 from controller.api import (
     HybridScalingPolicy,
+    Mode,
     Realization,
     Status,
     StepEnactment,
@@ -271,6 +272,33 @@ def test_an_edit_during_a_resize_whose_undoing_is_refused_learns_no_downtime() -
     entry = run.enactment(1)
     assert entry.kind != "resize" and entry.applied_unseen
     assert entry.observed_downtime_s is None
+
+
+def test_in_recommend_mode_an_edit_during_a_resize_is_what_the_job_runs_next() -> None:
+    """Recommend keeps a target resized in place: the caches hold its memory, which the
+    deployment does not say. An edit restarts the job at the deployment's managed memory,
+    and nothing undoes it in this mode: from then on the job's levels are the
+    deployment's, and the target, which no longer runs, is dropped."""
+    run = loop()
+    run.run_until(130)
+    assert run.enactment(1).kind == "resize"
+    spec = run.policy.spec.model_copy(update={"mode": Mode.RECOMMEND})
+    run.policy = run.policy.model_copy(update={"spec": spec})
+    run.run_until(run.twin.time + GRANULARITY_S)
+    assert run.status.target is not None  # the caches still hold the step's memory
+    conf = run.deployments.deployment["spec"]["flinkConfiguration"]
+    vid = read_vertex(run)
+    conf[OVERRIDES_KEY] = ",".join(f"{v}:{2 if v == vid else 1}"
+                                   for v in (x.id for x in run.twin.job_graph().vertices))
+    run.twin.apply({vid: VertexConfig(2, 0)})  # the Flink operator's restart for the edit
+    decided = run.status.last_decision
+    run.run_until(run.twin.time + 400)
+    assert run.status.target is None
+    decision = run.status.last_decision
+    assert decision is not None and decision != decided
+    read = next(v for v in decision.vertices if v.vertex_name == "Read State")
+    assert (read.parallelism_before, read.memory_level_before) == (2, 0)
+    assert '"managedMemoryMb":158' in conf[RESOURCES_KEY]  # Recommend patched nothing
 
 
 def test_a_resize_recorded_without_its_digest_still_undoes_an_edit_of_the_task_managers(
