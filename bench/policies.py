@@ -5,8 +5,13 @@
 Graphs are layered DAGs (each vertex reads from one or two vertices of the layer
 before, hash-partitioned) with random busyness, rates and cache hit rates, so DS2
 triggers and Justin's branches all occur. "clipped" rows set a CPU limit at 60 %
-of what the proposal asks, so limits.clip trims task by task. Target: well under
-the controller's metrics resolution (5 s) for any realistic job (<= 100 vertices).
+of what the proposal asks, so limits.clip trims task by task. Each policy side by
+side: ds2, justin, and capacity priced per task and, as a policy with the spec's
+defaults runs it, in pods (its TaskManager shapes forgotten before each run, so every
+run is a cold decision). 200 vertices is the most the controller reads
+(controller.adapters.flink_rest.MAX_VERTICES). Target: well under the controller's
+metrics resolution (5 s) for any realistic job (<= 100 vertices); CPU bounded by the
+work the search may do (packer.pricing.MAX_SCREEN_WORK, BALANCED_WORK) on any graph.
 """
 
 from __future__ import annotations
@@ -15,13 +20,16 @@ import random
 import statistics
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+import packer.pricing
+from controller.api import HybridScalingPolicySpec
 from policies import PolicyState, ScalingParams, evaluate, totals
 from policies.model import Edge, JobGraph, Observation, ShipStrategy, Vertex, VertexMetrics
-from policies.spec import CpuScaling, Limits
+from policies.spec import CpuScaling, Limits, Policy
 
 
 def job(n: int, rng: random.Random) -> tuple[JobGraph, Observation]:
@@ -52,23 +60,30 @@ def job(n: int, rng: random.Random) -> tuple[JobGraph, Observation]:
 def main() -> None:
     rng = random.Random(7)
     cpu = CpuScaling(scale_down_delay=0)
-    header = ("vertices", "tasks", "limits", "ms/evaluate (median of 5)", "changed")
-    print("{:>8} {:>6} {:>8} {:>26} {:>8}".format(*header))
-    for n in (5, 20, 100, 300):
+    spec = HybridScalingPolicySpec.model_validate({"targetRef": {"name": "bench"}})
+    in_pods = replace(spec.scaling_params(), cpu=cpu)
+    policies = [("ds2", ScalingParams(policy=Policy.DS2, cpu=cpu), 5),
+                ("justin", ScalingParams(policy=Policy.JUSTIN, cpu=cpu), 5),
+                ("capacity, per task", ScalingParams(cpu=cpu), 3),
+                ("capacity, in pods", in_pods, 3)]
+    header = ("vertices", "tasks", "policy", "limits", "ms/evaluate (median)", "max ms", "changed")
+    print("{:>8} {:>6} {:>20} {:>8} {:>21} {:>8} {:>8}".format(*header))
+    for n in (5, 20, 100, 200):
         graph, obs = job(n, rng)
-        free = ScalingParams(cpu=cpu)
-        asked = totals(evaluate(graph, obs, PolicyState(), free, 1e4).configuration, free)
-        clipped = ScalingParams(cpu=cpu, limits=Limits(max_cpu_cores=asked.cpu_cores * 0.6))
-        for name, params in (("none", free), ("clipped", clipped)):
-            times = []
-            for _ in range(5):
-                start = time.perf_counter()
-                e = evaluate(graph, obs, PolicyState(), params, 1e4)
-                times.append((time.perf_counter() - start) * 1000)
-            changed = sum(d.action != "none" for d in e.decision.vertices)
-            tasks = sum(v.parallelism for v in graph.vertices)
-            print(f"{n:>8} {tasks:>6} {name:>8} {statistics.median(times):>26.1f} {changed:>8}")
-
+        tasks = sum(v.parallelism for v in graph.vertices)
+        for name, free, runs in policies:
+            asked = totals(evaluate(graph, obs, PolicyState(), free, 1e4).configuration, free)
+            clipped = replace(free, limits=Limits(max_cpu_cores=asked.cpu_cores * 0.6))
+            for limit, params in (("none", free), ("clipped", clipped)):
+                times = []
+                for _ in range(runs):
+                    packer.pricing.forget_shapes()
+                    start = time.perf_counter()
+                    e = evaluate(graph, obs, PolicyState(), params, 1e4)
+                    times.append((time.perf_counter() - start) * 1000)
+                changed = sum(d.action != "none" for d in e.decision.vertices)
+                print(f"{n:>8} {tasks:>6} {name:>20} {limit:>8} "
+                      f"{statistics.median(times):>21.1f} {max(times):>8.1f} {changed:>8}")
 
 if __name__ == "__main__":
     main()
