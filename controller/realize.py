@@ -880,8 +880,11 @@ def _apply_target(run: Run) -> Realized | None:
         # does not), and switching back to Active re-asks the agents. Not once the
         # deployment is edited: that restarts the job at the deployment's memory, and in
         # this mode nothing undoes the edit.
-        if run.status.target is not None and not (
-                run.deployment is not None and resized_as_chosen(run.status, run.deployment)):
+        # A pass that did not read the deployment (Disabled, a quiet pass) keeps it.
+        resize = resize_in_effect(run.status)
+        edited = resize is not None and run.deployment is not None and not resized_as_chosen(
+            run.status, run.deployment)
+        if run.status.target is not None and (resize is None or edited):
             run.status = run.status.model_copy(update={"target": None})
         return None
     target, deployment = run.status.target, run.deployment

@@ -505,13 +505,14 @@ def cheapest(vertices: Sequence[VertexSlot], bounds: ShapeBounds, prices: Prices
 
 
 MAX_COMBINATIONS = 512
-"""Configurations ranked by the bound when every combination is tried; past it, the
-search moves one vertex at a time from the start."""
+"""Every combination is screened up to this many (and up to what `MAX_SCREEN_WORK`
+affords); past it, the search moves one vertex at a time from the start."""
 MAX_SCREEN_WORK = 1024
 """Configurations screened × their vertices, at most, in one choice: 128 configurations
-of 8 vertices, 51 of 20, 5 of 200 (`choose`). The jobs of the suite screen at most 27
-configurations of 8 vertices; a 20-vertex job whose 5 moving vertices had 3 options each
-screened all 243 in 2.4 s of a 2-core machine's CPU, a 200-vertex one 33 in 4.5 s."""
+of 8 vertices, 51 of 20, 5 of 200 (`choose`). The suite's jobs screen at most 27 of 8
+vertices. Before the bound, a 20-vertex job with 5 moving vertices of 3 options each
+screened all 243 mixes, and a 100-vertex decision took 12 s of a 2-core machine's CPU
+(docs/controller.md, "Isolation between tenants")."""
 
 
 @dataclass(frozen=True)

@@ -301,6 +301,28 @@ def test_in_recommend_mode_an_edit_during_a_resize_is_what_the_job_runs_next() -
     assert '"managedMemoryMb":158' in conf[RESOURCES_KEY]  # Recommend patched nothing
 
 
+@pytest.mark.parametrize("mode", [Mode.RECOMMEND, Mode.DISABLED])
+def test_outside_active_an_unedited_resize_stays_the_target_over_passes_that_read_nothing(
+        mode: Mode) -> None:
+    """Disabled passes and quiet Recommend passes do not read the deployment: they cannot
+    tell an edit, and the caches still hold the step's memory (dropped, the next decision
+    would start from the deployment's level and a switch back to Active would not re-ask
+    the agents)."""
+    run = loop()
+    run.deployments.deployment.setdefault("metadata", {})["uid"] = "u1"  # quiet passes
+    run.run_until(130)
+    assert run.enactment(1).kind == "resize"
+    spec = run.policy.spec.model_copy(update={"mode": mode})
+    run.policy = run.policy.model_copy(update={"spec": spec})
+    run.run_until(run.twin.time + 600)
+    assert run.status.target is not None
+    if mode == Mode.RECOMMEND:
+        decision = run.status.last_decision
+        assert decision is not None
+        read = next(v for v in decision.vertices if v.vertex_name == "Read State")
+        assert read.memory_level_before == 1  # what the caches hold
+
+
 def test_a_resize_recorded_without_its_digest_still_undoes_an_edit_of_the_task_managers(
 ) -> None:
     """A status written before `resizedOver` existed (or pruned by a CRD not upgraded):
