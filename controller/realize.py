@@ -775,6 +775,14 @@ def effective_resources(status: Status, deployment: Mapping[str, Any]
     return current_fields(deployment).operator_resources
 
 
+def restarted_since(status: Status, entry: StepEnactment) -> bool:
+    """The job restarted without a step of ours since `entry` was applied (controller.
+    jobhealth): a restored slot has the deployment's managed memory, not the resize's."""
+    job, applied = status.job, entry.applied_time
+    restarted = None if job is None else job.last_unexplained_restart_time
+    return applied is not None and restarted is not None and restarted >= applied - 1e-3
+
+
 def resized_as_chosen(status: Status, deployment: Mapping[str, Any]) -> bool:
     """A resize in place is in effect and the deployment is as it was chosen for."""
     entry = resize_in_effect(status)
@@ -877,14 +885,16 @@ def verify_resize(run: Run, graph: JobGraph, cache_capacity_bytes: Mapping[str, 
 def _apply_target(run: Run) -> Realized | None:
     if run.spec.mode != Mode.ACTIVE:
         # A target resized in place stays: it says what the caches hold (the deployment
-        # does not), and switching back to Active re-asks the agents. Not once the
-        # deployment is edited: that restarts the job at the deployment's memory, and in
-        # this mode nothing undoes the edit.
-        # A pass that did not read the deployment (Disabled, a quiet pass) keeps it.
+        # does not), and switching back to Active re-asks the agents. Not once the job
+        # restarts at the deployment's memory, which in this mode nothing undoes: after
+        # an edit of the deployment, or any restart not of ours (a failover, an edit of a
+        # field the tenant owns). A pass that read no deployment (Disabled, a quiet pass)
+        # cannot tell an edit.
         resize = resize_in_effect(run.status)
-        edited = resize is not None and run.deployment is not None and not resized_as_chosen(
-            run.status, run.deployment)
-        if run.status.target is not None and (resize is None or edited):
+        undone = resize is not None and (
+            (run.deployment is not None and not resized_as_chosen(run.status, run.deployment))
+            or restarted_since(run.status, resize))
+        if run.status.target is not None and (resize is None or undone):
             run.status = run.status.model_copy(update={"target": None})
         return None
     target, deployment = run.status.target, run.deployment
