@@ -128,7 +128,8 @@ def quiet(run: Run) -> None:
                 and scaling.reason in (Reason.RECONFIGURING, Reason.STABILIZING,
                                        Reason.JOB_RESTARTED))
             or (enactment is not None and enactment.observed_downtime_s is None
-                and not enactment.applied_unseen)):
+                and not enactment.applied_unseen
+                and status.target is not None)):  # dropped (not Active): nothing in flight
         return
     # The job is not read here: the due time without its start, which only moves it later.
     earliest = due_time(status, run.spec.metrics.window, run.spec.metrics.stabilization)

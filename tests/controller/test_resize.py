@@ -317,11 +317,35 @@ def test_in_recommend_mode_a_failover_during_a_resize_is_what_the_job_runs_next(
     decided = run.status.last_decision
     run.run_until(run.twin.time + 600)
     assert run.status.target is None
-    assert run.events(Reason.JOB_RESTARTED)
+    assert run.events(Reason.JOB_RESTARTED) and run.events(Reason.RESIZE_UNDONE)
+    assert run.enactment(1).fallback is not None
     decision = run.status.last_decision
     assert decision is not None and decision != decided
     read = next(v for v in decision.vertices if v.vertex_name == "Read State")
     assert read.memory_level_before == 0
+
+
+def test_a_resize_dropped_for_an_edit_lets_recommend_passes_go_quiet_again() -> None:
+    """Dropped before its cache check, the step never gets an observed downtime; nothing is
+    in flight then, and passes with no evaluation due skip the job's reads as before."""
+    run = loop()
+    run.deployments.deployment.setdefault("metadata", {})["uid"] = "u1"  # quiet passes
+    run.run_until(130)
+    spec = run.policy.spec.model_copy(update={"mode": Mode.RECOMMEND})
+    run.policy = run.policy.model_copy(update={"spec": spec})
+    conf = run.deployments.deployment["spec"]["flinkConfiguration"]
+    vid = read_vertex(run)
+    conf[OVERRIDES_KEY] = ",".join(f"{v}:{2 if v == vid else 1}"
+                                   for v in (x.id for x in run.twin.job_graph().vertices))
+    run.run_until(run.twin.time + 3 * GRANULARITY_S)
+    assert run.status.target is None and run.enactment(1).observed_downtime_s is None
+    outcomes = []
+    for _ in range(120):
+        run.twin.advance(GRANULARITY_S)
+        done = reconcile(run.policy, 1, run.status, run.ports)
+        run.status = done.status
+        outcomes.append(done.outcome)
+    assert outcomes.count("quiet") > 60, outcomes  # before: 106 full passes, 0 quiet
 
 
 @pytest.mark.parametrize("mode", [Mode.RECOMMEND, Mode.DISABLED])
