@@ -17,7 +17,6 @@ from controller.realize import (
     current_fields,
     effective_resources,
     memory_levels,
-    resize_undone,
     verify_resize,
 )
 from controller.record import METRICS_REASONS, Reason, Run, Stop
@@ -45,10 +44,6 @@ def collect(run: Run, seen: Seen) -> tuple[JobGraph, Collected]:
         # The resize fell back: this window ran at other levels than the graph says, and
         # realize restarts the job with the step.
         raise Stop("resize-unverified")
-    if resize_undone(run, graph, collected.cache_capacity_bytes):
-        # This window ran at the deployment's levels, not the graph's: the next pass reads
-        # them (realize drops the target).
-        raise Stop("resize-undone")
     # Since when the tasks run, their block caches refilled from empty (policies.warmup):
     # the job's start, or the last step's commit (an in-place rescale keeps the start).
     restarted = seen.job.start_time_ms / 1000.0

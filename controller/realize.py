@@ -874,41 +874,13 @@ def verify_resize(run: Run, graph: JobGraph, cache_capacity_bytes: Mapping[str, 
     return True
 
 
-def resize_undone(run: Run, graph: JobGraph, cache_capacity_bytes: Mapping[str, float],
-                  tolerance: float = 0.01) -> bool:
-    """Outside Active, a resize in place verified before whose block caches no longer
-    show it (True): the job restarted at the deployment's managed memory (a failover, an
-    edit of a field the tenant owns) and nothing resizes them again in this mode, so it
-    no longer holds (`fallback` says why, and realize drops the target). Active asks the
-    agents again instead."""
-    entry = resize_in_effect(run.status)
-    if (run.spec.mode == Mode.ACTIVE or entry is None
-            or entry.observed_cache_bytes is None):  # not verified yet: `verify_resize`
-        return False
-    by_name = {v.name: v.id for v in graph.vertices}
-    observed = {name: cache_capacity_bytes.get(by_name.get(name, ""))
-                for name in entry.expected_cache_bytes or {}}
-    back = sorted(name for name, size in (entry.expected_cache_bytes or {}).items()
-                  if (seen := observed[name]) is not None and abs(seen - size) > tolerance * size)
-    if not back:
-        return False
-    why = ("the block caches of " + ", ".join(back[:5]) + " no longer hold the resize: the "
-           "job restarted at the deployment's managed memory")
-    run.status = _with_step(run.status, entry.step, entry.model_copy(
-        update={"fallback": why[:1024]}))
-    run.event("Normal", Reason.RESIZE_UNDONE,
-              f"step {entry.step}: {why}; in {run.spec.mode} mode nothing resizes them again, "
-              f"so the memory levels read are the deployment's")
-    return True
-
-
 def _apply_target(run: Run) -> Realized | None:
     if run.spec.mode != Mode.ACTIVE:
         # A target resized in place stays: it says what the caches hold (the deployment
-        # does not), and switching back to Active re-asks the agents. Not once the job
-        # restarts at the deployment's memory, which in this mode nothing undoes: for an
-        # edit of the deployment, or one its caches show (`resize_undone`). A pass that
-        # read no deployment (Disabled, a quiet pass) cannot tell an edit.
+        # does not), and switching back to Active re-asks the agents. Not once the
+        # deployment is edited: that restarts the job at the deployment's memory, and in
+        # this mode nothing undoes the edit. A pass that read no deployment (Disabled, a
+        # quiet pass) cannot tell an edit.
         resize = resize_in_effect(run.status)
         edited = resize is not None and run.deployment is not None and not resized_as_chosen(
             run.status, run.deployment)

@@ -96,7 +96,6 @@ class Reason(StrEnum):
     SQL_BUFFERING = "SqlBufferingApplied"  # spec.skew.applySqlSettings: settings in a step
     TARGET_REPLACED = "TargetReplaced"  # a new FlinkDeployment uid: fresh history (also Scaling)
     RESIZE_FAILED = "ResizeFailed"  # Warning: a resize in place fell back to a restart
-    RESIZE_UNDONE = "ResizeUndone"  # outside Active: a restart undid a resize in place
 
 
 # MetricsError.kind (controller.adapters.dial) -> the MetricsAvailable=False reason.

@@ -301,30 +301,6 @@ def test_in_recommend_mode_an_edit_during_a_resize_is_what_the_job_runs_next() -
     assert '"managedMemoryMb":158' in conf[RESOURCES_KEY]  # Recommend patched nothing
 
 
-def test_in_recommend_mode_a_failover_during_a_resize_is_what_the_job_runs_next() -> None:
-    """A failover restores the slots at Flink's reservation, the deployment's memory; in
-    Active the agents are asked again, in Recommend nothing asks them: the target, which no
-    longer runs, is dropped, and the next decision starts from the deployment's level."""
-    run = loop()
-    run.run_until(130)
-    assert run.enactment(1).kind == "resize"
-    spec = run.policy.spec.model_copy(update={"mode": Mode.RECOMMEND})
-    run.policy = run.policy.model_copy(update={"spec": spec})
-    run.run_until(320)  # the resize verified through the block-cache metric
-    assert run.status.target is not None and run.enactment(1).observed_cache_bytes
-    vid = read_vertex(run)
-    run.twin.apply({vid: VertexConfig(1, 0)}, restart=True)  # a failover, not a step
-    decided = run.status.last_decision
-    run.run_until(run.twin.time + 600)
-    assert run.status.target is None
-    assert run.events(Reason.JOB_RESTARTED) and run.events(Reason.RESIZE_UNDONE)
-    assert run.enactment(1).fallback is not None
-    decision = run.status.last_decision
-    assert decision is not None and decision != decided
-    read = next(v for v in decision.vertices if v.vertex_name == "Read State")
-    assert read.memory_level_before == 0
-
-
 def test_a_resize_dropped_for_an_edit_lets_recommend_passes_go_quiet_again() -> None:
     """Dropped before its cache check, the step never gets an observed downtime; nothing is
     in flight then, and passes with no evaluation due skip the job's reads as before."""
