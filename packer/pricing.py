@@ -50,7 +50,7 @@ EXACT_SHAPES = 3
 """Shapes the exact packer prices after the bound has screened all candidates."""
 BALANCED_COUNTS = 24
 """The most TaskManager counts a balanced packing is fitted for (`_candidate_shapes`): two
-per slot sharing group of a job of a dozen groups."""
+per slot sharing group, up to this many (BALANCED_WORK lowers it past 10 groups)."""
 BALANCED_WORK = 240
 """Balanced counts × slot sharing groups at most: 24 counts up to 10 groups, fewer past it
 (one at 200), so a job of many groups is screened in bounded time."""
@@ -585,7 +585,7 @@ class PodPricing:
         bounds: dict[tuple[tuple[str, VertexConfig], ...], float] = {}
 
         def bound_of(config: Mapping[str, VertexConfig]) -> float:
-            key = tuple(sorted(config.items()))
+            key = _key(config)
             if key not in bounds:
                 bounds[key] = self.bound(graph, MappingProxyType(dict(config)), task_cpu)
             return bounds[key]
@@ -607,12 +607,11 @@ class PodPricing:
                 for vid, alternatives in choices.items():
                     for alternative in alternatives:
                         trial = {**config, vid: alternative}
-                        if len(bounds) >= affordable and tuple(sorted(trial.items())) \
-                                not in bounds:
+                        if len(bounds) >= affordable and _key(trial) not in bounds:
                             break  # screened all it may: the best found so far stands
                         if bound_of(trial) < here - 1e-9:
                             config, here, improved = trial, bound_of(trial), True
-        start_key = tuple(sorted(start.items()))
+        start_key = _key(start)
         ranked = sorted(bounds.items(), key=lambda kv: (
             kv[1], _moves(kv[0], start_key)))[:EXACT_SHAPES]
         best: tuple[float, int, Configuration, Priced] | None = None
@@ -625,6 +624,11 @@ class PodPricing:
         if best is None:
             return start, self.exact(graph, start, task_cpu)
         return best[2], best[3]
+
+
+def _key(config: Mapping[str, VertexConfig]) -> tuple[tuple[str, VertexConfig], ...]:
+    """A configuration as a hashable key, the same for the same mix in any order."""
+    return tuple(sorted(config.items()))
 
 
 def _moves(key: Sequence[tuple[str, VertexConfig]],
