@@ -1320,6 +1320,36 @@ def test_pods_short_of_cpu_get_new_slots_with_more_cpu_and_the_same_configuratio
     assert not evaluate(g, obs, state, roomy, 360.0).decision.reconfigures
 
 
+def test_a_shortfall_the_wait_for_cpu_explains_scales_nothing_out() -> None:
+    """A throttled window's busy time counts the tasks' wait for CPU: the counter at 90 %
+    busy on pods with four fifths of the CPU its tasks were busy would have run at 72 %
+    with the CPU it wanted, inside utilizationMax, so no task is added (the pods are what
+    is short: new slots once the job falls behind, two windows running). The same window
+    on pods with CPU to spare is a deficit, and so is one the wait cannot explain."""
+    world, g, state, params = _planned_step()
+    c = g.vertex("counter")
+
+    def window(busyness: float, speed: float) -> tuple[Observation, ScalingParams]:
+        tpr = c.parallelism * 1e6 / world.service_us(c.parallelism, c.memory_level)
+        obs = world.observe(g, busyness * tpr, 360.0)
+        busy = sum(v.parallelism * obs.vertices[v.id].busyness for v in g.vertices)
+        return obs, replace(params, pods_cpu=busy * speed)
+
+    obs, throttled = window(0.9, 0.8)
+    assert obs.vertices["counter"].busyness > params.cpu.utilization_max
+    e = evaluate(g, obs, state, throttled, 360.0)
+    assert not e.decision.reconfigures, e.decision.reason
+    assert e.configuration["counter"] == VertexConfig(c.parallelism, c.memory_level)
+    roomy = evaluate(g, obs, state, replace(params, pods_cpu=100.0), 360.0)
+    assert roomy.decision.reconfigures
+    assert roomy.configuration["counter"].parallelism > c.parallelism
+    short, throttled = window(1.3, 0.9)  # 117 % at the CPU it wanted: still short
+    e = evaluate(g, short, state, throttled, 360.0)
+    assert e.decision.reconfigures and "busiest subtask" in e.decision.reason
+    assert "at the CPU the tasks wanted (their pods gave 90% of it)" in e.decision.reason
+    assert e.configuration["counter"].parallelism > c.parallelism
+
+
 def test_pods_that_cost_more_than_the_plan_give_their_cpu_back_when_it_pays() -> None:
     """After a drop, the cheapest plan may be the same configuration on smaller slots:
     against what the running pods cost (`pods_price`), that saving is a step of its own
