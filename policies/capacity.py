@@ -175,7 +175,7 @@ def evaluate(graph: JobGraph, observation: Observation, state: PolicyState,
                                    params, now, shrink_only=idle and not starved,
                                    no_scale_in=_quiet_async(m),
                                    cpu_per_record=per_record.get(v.id),
-                                   cpu_ceiling=ceiling.get(v.id), speed=speed)
+                                   cpu_ceiling=ceiling.get(v.id))
     deficits = [p for p in plans.values() if p.deficit]
     ready: list[_Plan] = []
     # Falling behind with no task busy enough to say why: what is short is not what busy
@@ -232,8 +232,6 @@ def evaluate(graph: JobGraph, observation: Observation, state: PolicyState,
             f"(mean {p.hottest_now / p.skew.ratio(p.vertex.parallelism):.2f}, "
             f"utilizationMax {high_u:.2f})"
             for p in deficits)
-        if speed is not None:
-            reason += f" at the CPU the tasks wanted (their pods gave {speed:.0%} of it)"
     else:
         ready = [p for p in plans.values() if p.surplus and _waited(p, params, now)]
         current = {vid: p.current for vid, p in plans.items()}
@@ -380,11 +378,9 @@ def _cpu_use(graph: JobGraph, observation: Observation, state: PolicyState,
     one task cannot exceed. Busy time at `CPU_BOUND` of that CPU or more: the tasks may
     have waited for CPU (Kubernetes throttles pods at their CPU request, and a throttled
     task is busy while it waits). Such a window measures the pods' CPU, not the
-    configuration's capacity: it adds at most a provisional point and judges no step; its
-    deficits are judged at its rates over the share of the CPU the tasks got
-    (`_plan_vertex`), and one that remains is sized as usual and plans more CPU; without
-    one, pods short of CPU while the job falls behind, two windows running, get new
-    slots (`cpu_step`)."""
+    configuration's capacity: it adds at most a provisional point and judges no step; a
+    deficit it shows is sized as usual and plans more CPU, and without one, pods short of
+    CPU while the job falls behind, two windows running, get new slots (`cpu_step`)."""
     slots = busy = 0.0
     for v in graph.vertices:
         learning = state.learned.get(v.id)
@@ -392,9 +388,12 @@ def _cpu_use(graph: JobGraph, observation: Observation, state: PolicyState,
             return None
         slots += v.parallelism * learning.task_cpu
         busy += v.parallelism * observation.vertices[v.id].busyness
-    # Asynchronous state's I/O threads are not busy time: the JVMs' CPU where measured.
-    if any(m.asynchronous_state for m in observation.vertices.values()):
-        busy = max(busy, observation.cpu_cores_used or 0.0)
+    # Asynchronous state's I/O threads are not busy time: the JVMs' CPU where measured (a
+    # reading of inf or NaN is none: it would give the tasks no share of their CPU).
+    used = observation.cpu_cores_used
+    if any(m.asynchronous_state for m in observation.vertices.values()) and (
+            used is not None and math.isfinite(used)):
+        busy = max(busy, used)
     have = pods_cpu if pods_cpu else slots
     return (busy, have) if have > 0 else None
 
@@ -629,7 +628,7 @@ def _plan_vertex(graph: JobGraph, v: Vertex, m: VertexMetrics, learning: VertexL
                  target: float, catch_up: float, high_u: float, params: ScalingParams,
                  now: float, shrink_only: bool = False, no_scale_in: bool = False,
                  cpu_per_record: float | None = None,
-                 cpu_ceiling: float | None = None, speed: float | None = None) -> _Plan:
+                 cpu_ceiling: float | None = None) -> _Plan:
     cpu = params.cpu
     current = VertexConfig(v.parallelism, v.memory_level)
     anchor = learning.point(v.parallelism, v.memory_level)
@@ -678,13 +677,7 @@ def _plan_vertex(graph: JobGraph, v: Vertex, m: VertexMetrics, learning: VertexL
     # up on (if another vertex restarts the job anyway, its catch-up margin is what is short).
     # Only a scale-up is resized: a give-back asks for new slots (`evaluate`), a restart.
     in_place_relief = rate - after_downtime(params.step_downtime_s(memory_only=True))
-    # A window whose tasks waited for CPU (`speed`: the share of the CPU they wanted that
-    # they got) counts the wait as busy time: their rate is judged at what they would have
-    # done with that CPU, as its point is (`_learn`). A shortfall the wait explains is the
-    # pods' (new slots, `cpu_step`), not the configuration's: after a restart the backlog
-    # drains at the pods' CPU, and judged as measured, that window scaled out and grew
-    # the CPU together, and the CPU came back in a restart of its own.
-    tpr = m.true_processing_rate / speed if speed else m.true_processing_rate
+    tpr = m.true_processing_rate
     mean_now = (target + catch_up) / tpr if tpr > 0 else math.inf
     hottest_now = mean_now * spread.ratio(v.parallelism)
     # The mean above utilizationMax, or the busiest subtask close to saturation: a hot

@@ -1320,36 +1320,6 @@ def test_pods_short_of_cpu_get_new_slots_with_more_cpu_and_the_same_configuratio
     assert not evaluate(g, obs, state, roomy, 360.0).decision.reconfigures
 
 
-def test_a_shortfall_the_wait_for_cpu_explains_scales_nothing_out() -> None:
-    """A throttled window's busy time counts the tasks' wait for CPU: the counter at 90 %
-    busy on pods with four fifths of the CPU its tasks were busy would have run at 72 %
-    with the CPU it wanted, inside utilizationMax, so no task is added (the pods are what
-    is short: new slots once the job falls behind, two windows running). The same window
-    on pods with CPU to spare is a deficit, and so is one the wait cannot explain."""
-    world, g, state, params = _planned_step()
-    c = g.vertex("counter")
-
-    def window(busyness: float, speed: float) -> tuple[Observation, ScalingParams]:
-        tpr = c.parallelism * 1e6 / world.service_us(c.parallelism, c.memory_level)
-        obs = world.observe(g, busyness * tpr, 360.0)
-        busy = sum(v.parallelism * obs.vertices[v.id].busyness for v in g.vertices)
-        return obs, replace(params, pods_cpu=busy * speed)
-
-    obs, throttled = window(0.9, 0.8)
-    assert obs.vertices["counter"].busyness > params.cpu.utilization_max
-    e = evaluate(g, obs, state, throttled, 360.0)
-    assert not e.decision.reconfigures, e.decision.reason
-    assert e.configuration["counter"] == VertexConfig(c.parallelism, c.memory_level)
-    roomy = evaluate(g, obs, state, replace(params, pods_cpu=100.0), 360.0)
-    assert roomy.decision.reconfigures
-    assert roomy.configuration["counter"].parallelism > c.parallelism
-    short, throttled = window(1.3, 0.9)  # 117 % at the CPU it wanted: still short
-    e = evaluate(g, short, state, throttled, 360.0)
-    assert e.decision.reconfigures and "busiest subtask" in e.decision.reason
-    assert "at the CPU the tasks wanted (their pods gave 90% of it)" in e.decision.reason
-    assert e.configuration["counter"].parallelism > c.parallelism
-
-
 def test_pods_that_cost_more_than_the_plan_give_their_cpu_back_when_it_pays() -> None:
     """After a drop, the cheapest plan may be the same configuration on smaller slots:
     against what the running pods cost (`pods_price`), that saving is a step of its own
@@ -1636,6 +1606,23 @@ def test_asynchronous_state_takes_its_cpu_per_record_from_the_jvms() -> None:
     assert capacity._async_cpu(g, obs) == {}
     sync = World().observe(g, 0.5 * 4e6 / world.service_us(4, 0), 120.0)
     assert capacity._async_cpu(g, _with_jvm_cpu(World(), g, sync)) == {}
+
+
+def test_a_jvm_cpu_reading_that_is_not_finite_measures_nothing() -> None:
+    """The JVMs' CPU stands in for asynchronous state's busy time only where it is a
+    number: read as inf it made the tasks' share of their CPU 0, and the window's point
+    an infinite capacity (its service time scaled by that share)."""
+    world, g = AsyncWorld(), graph(4, 0)
+    obs = world.observe(g, 0.5 * 4e6 / world.service_us(4, 0), 120.0)
+    state = PolicyState(learned={vid: VertexLearning(vertex_id=vid, task_cpu=0.5)
+                                 for vid in ("src", "counter")})
+    busy = sum(v.parallelism * obs.vertices[v.id].busyness for v in g.vertices)
+    for reading in (math.inf, math.nan):
+        use = capacity._cpu_use(g, replace(obs, cpu_cores_used=reading), state, None)
+        assert use is not None and use[0] == pytest.approx(busy)
+    measured = _with_jvm_cpu(world, g, obs)
+    use = capacity._cpu_use(g, measured, state, None)
+    assert use is not None and use[0] == pytest.approx(measured.cpu_cores_used)
 
 
 def test_the_cpu_bound_of_an_asynchronous_vertex_never_takes_a_neighbours_share() -> None:
