@@ -881,12 +881,11 @@ def _apply_target(run: Run) -> Realized | None:
         # deployment is edited: that restarts the job at the deployment's memory, and in
         # this mode nothing undoes the edit. A pass that read no deployment (Disabled, a
         # quiet pass) cannot tell an edit.
-        target, resize = run.status.target, resize_in_effect(run.status)
-        if target is None:
+        if run.status.target is None:
             return None
-        edited = run.deployment is not None and resize is not None and edited_during_resize(
-            resize, run.deployment, target_fields(target))
-        if resize is None or edited:
+        held = (resize_in_effect(run.status) is not None if run.deployment is None
+                else resized_as_chosen(run.status, run.deployment))
+        if not held:
             run.status = run.status.model_copy(update={"target": None})
         return None
     target, deployment = run.status.target, run.deployment

@@ -388,11 +388,9 @@ def _cpu_use(graph: JobGraph, observation: Observation, state: PolicyState,
             return None
         slots += v.parallelism * learning.task_cpu
         busy += v.parallelism * observation.vertices[v.id].busyness
-    # Asynchronous state's I/O threads are not busy time: the JVMs' CPU where measured (a
-    # reading of inf or NaN is none: it would give the tasks no share of their CPU).
-    used = observation.cpu_cores_used
-    if any(m.asynchronous_state for m in observation.vertices.values()) and (
-            used is not None and math.isfinite(used)):
+    # Asynchronous state's I/O threads are not busy time: the JVMs' CPU where measured.
+    used = observation.jvm_cpu_cores
+    if used is not None and any(m.asynchronous_state for m in observation.vertices.values()):
         busy = max(busy, used)
     have = pods_cpu if pods_cpu else slots
     return (busy, have) if have > 0 else None
@@ -407,8 +405,8 @@ def _async_cpu(graph: JobGraph, observation: Observation) -> dict[str, float]:
     synchronous vertex's busy time counts waiting, high by the JVM's own threads (GC,
     network, compaction, checkpoint uploads), which it charges to these vertices. Empty
     when the CPU was not measured."""
-    used = observation.cpu_cores_used
-    if used is None or not math.isfinite(used):
+    used = observation.jvm_cpu_cores
+    if used is None:
         return {}
     busy = {v.id: v.parallelism * observation.vertices[v.id].busyness for v in graph.vertices}
     async_ids = [v.id for v in graph.vertices
@@ -435,8 +433,8 @@ def _async_cpu_ceiling(graph: JobGraph, observation: Observation) -> dict[str, f
     most of its work gets too little of it. Empty when the CPU was not measured, or reads
     below what the vertices' own busy time shows (a scrape that missed a TaskManager):
     then it bounds nothing."""
-    used = observation.cpu_cores_used
-    if used is None or not math.isfinite(used):
+    used = observation.jvm_cpu_cores
+    if used is None:
         return {}
     busy = {v.id: v.parallelism * observation.vertices[v.id].busyness for v in graph.vertices}
     certain = {vid: b for vid, b in busy.items()

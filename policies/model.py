@@ -255,6 +255,13 @@ class Observation:
     # out. None when not measured.
     cpu_cores_used: float | None = None
 
+    @property
+    def jvm_cpu_cores(self) -> float | None:
+        """`cpu_cores_used` where it is a number: a reading of inf or NaN measures nothing
+        (taken for the JVMs' CPU, it would leave the tasks no share of theirs)."""
+        used = self.cpu_cores_used
+        return used if used is not None and math.isfinite(used) else None
+
     def missing(self, graph: JobGraph) -> tuple[str, ...]:
         """Vertex ids of `graph` this observation has no metrics for."""
         return tuple(v.id for v in graph.vertices if v.id not in self.vertices)
