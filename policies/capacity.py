@@ -158,13 +158,13 @@ def evaluate(graph: JobGraph, observation: Observation, state: PolicyState,
 
     plans: dict[str, _Plan] = {}
     per_record = _async_cpu(graph, observation)
-    use = _cpu_use(graph, observation, state, params.pods_cpu)
-    throttled = use is not None and use[0] >= CPU_BOUND * use[1]
+    use = _cpu_use(graph, observation, state, params.pods_cpu, params.cpu_limit_factor)
+    throttled = use is not None and use.throttled
     # A throttled window's busy time counts waiting for CPU: what it leaves bounds nothing.
     ceiling = {} if throttled else _async_cpu_ceiling(graph, observation)
     # The share of the CPU they wanted that the tasks got, in a window that may have
     # waited for it.
-    speed = min(1.0, use[1] / use[0]) if throttled and use else None
+    speed = None if use is None else use.speed
     for v in graph.vertices:
         m = observation.vertices[v.id]
         idle = bool(graph.inputs(v.id)) and _too_idle(m)
@@ -190,7 +190,7 @@ def evaluate(graph: JobGraph, observation: Observation, state: PolicyState,
                       if p.learning.busy_cpu_short and not plans[vid].learning.busy_cpu_short]
         plans = marked
     task_cpu = _TaskCpu(plans, params.footprint.cpu_cores, throttled,
-                        1.0 if use is None else use[0] / use[1] * 1.1)
+                        1.0 if use is None else use.growth)
     if params.pods is not None and not deficits:
         plans = {vid: _slots_surplus(p, task_cpu(vid, p.current)) for vid, p in plans.items()}
     # Tasks that waited for CPU while the job falls behind, and no vertex short by its
@@ -218,7 +218,7 @@ def evaluate(graph: JobGraph, observation: Observation, state: PolicyState,
         chosen = {vid: p.current for vid, p in plans.items()}
         triggered = True
         reason = (f"capacity: the pods are short of CPU: their tasks used or were busy "
-                  f"{use[0]:.1f} cores of the {use[1]:.1f} they have, and the job fell "
+                  f"{use.busy:.1f} cores of the {use.limit:.1f} they may use, and the job fell "
                   f"behind, two windows running; new slots ask for more CPU, the "
                   f"configuration stays")
     elif deficits:
@@ -369,18 +369,44 @@ def evaluate(graph: JobGraph, observation: Observation, state: PolicyState,
                                       if params.pods is not None and task_cpu.grown(vid, c)))
 
 
+@dataclass(frozen=True)
+class _CpuUse:
+    """What the tasks used of their CPU in a window (`_cpu_use`)."""
+
+    busy: float  # their busy time summed (cores)
+    have: float  # the CPU their pods request (or their slots ask for)
+    limit: float  # where the pods are throttled: `have` times the CPU limit factor
+
+    @property
+    def throttled(self) -> bool:
+        """Busy at `CPU_BOUND` of the limit or more: the tasks may have waited for CPU."""
+        return self.busy >= CPU_BOUND * self.limit
+
+    @property
+    def speed(self) -> float | None:
+        """In a throttled window, the share of the CPU they wanted that they got."""
+        return min(1.0, self.limit / self.busy) if self.throttled else None
+
+    @property
+    def growth(self) -> float:
+        """What a step for pods short of CPU asks for over the request (`_TaskCpu`):
+        what the tasks used, with a tenth more."""
+        return self.busy / self.have * 1.1
+
+
 def _cpu_use(graph: JobGraph, observation: Observation, state: PolicyState,
-             pods_cpu: float | None) -> tuple[float, float] | None:
+             pods_cpu: float | None, limit_factor: float = 1.0) -> _CpuUse | None:
     """The tasks' busy time summed (cores; it bounds their CPU from above, except on
     asynchronous state: there the JVMs' measured CPU where it is higher) and the CPU
     they have: the running pods' (`pods_cpu`), else what their slots ask for (planned at
     the last step, `_TaskCpu`). None while a vertex asks for the footprint's core, which
-    one task cannot exceed. Busy time at `CPU_BOUND` of that CPU or more: the tasks may
-    have waited for CPU (Kubernetes throttles pods at their CPU request, and a throttled
-    task is busy while it waits). Such a window measures the pods' CPU, not the
-    configuration's capacity: it adds at most a provisional point and judges no step; a
-    deficit it shows is sized as usual and plans more CPU, and without one, pods short of
-    CPU while the job falls behind, two windows running, get new slots (`cpu_step`)."""
+    one task cannot exceed. Busy time at `CPU_BOUND` of the pods' CPU limit or more (the
+    request times `limit_factor`, where Kubernetes throttles them): the tasks may have
+    waited for CPU, and a throttled task is busy while it waits. Such a window measures
+    the pods' CPU, not the configuration's capacity: it adds at most a provisional point
+    and judges no step; a deficit it shows is sized as usual and plans more CPU, and
+    without one, pods short of CPU while the job falls behind, two windows running, get
+    new slots (`cpu_step`)."""
     slots = busy = 0.0
     for v in graph.vertices:
         learning = state.learned.get(v.id)
@@ -393,7 +419,7 @@ def _cpu_use(graph: JobGraph, observation: Observation, state: PolicyState,
     if used is not None and any(m.asynchronous_state for m in observation.vertices.values()):
         busy = max(busy, used)
     have = pods_cpu if pods_cpu else slots
-    return (busy, have) if have > 0 else None
+    return _CpuUse(busy, have, have * limit_factor) if have > 0 else None
 
 
 def _async_cpu(graph: JobGraph, observation: Observation) -> dict[str, float]:

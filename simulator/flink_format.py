@@ -61,6 +61,8 @@ class DeployedJob:
     tm_cpu: float
     tm_memory_mib: float
     restarts: int
+    # The TaskManagers' CPU limit over their request (kubernetes.taskmanager.cpu.limit-factor).
+    tm_cpu_limit_factor: float = 1.0
     # When the job's current execution graph was created and when it (re-)entered RUNNING
     # (ms; may lie ahead while it restarts): its `timestamps`. 0: at start_ms. An in-place
     # rescale by the adaptive scheduler creates a new graph (recorded: CREATED and RUNNING
@@ -552,7 +554,8 @@ def jvm_metrics(job: DeployedJob, twin: Twin, slots: list[tuple[str, int]]) -> d
     cpu_s = sum(twin.io[vid].cpu_s[i] for vid, i in slots)
     return {
         "Status.JVM.CPU.Time": float(round(cpu_s * 1e9)),
-        "Status.JVM.CPU.Load": min(1.0, cores / job.tm_cpu) if job.tm_cpu > 0 else 0.0,
+        "Status.JVM.CPU.Load": min(1.0, cores / (job.tm_cpu * job.tm_cpu_limit_factor))
+        if job.tm_cpu > 0 else 0.0,
         "Status.JVM.Memory.Heap.Used": float(round(heap_max * (0.15 + 0.3 * busy))),
         "Status.JVM.Memory.Heap.Committed": heap_max,
         "Status.JVM.Memory.Heap.Max": heap_max,

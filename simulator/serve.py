@@ -35,6 +35,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, TypeGuard
 from urllib.parse import parse_qs, urlsplit
 
+from policies.bill import cpu_limit_factor
 from policies.levels import level_of, own_managed_mib
 from policies.model import VertexConfig
 from policies.quantity import MIB, parse_flink_memory_bytes
@@ -197,14 +198,16 @@ def _deployed(namespace: str, name: str, generation: int, start_ms: int,
         namespace=namespace, name=name, job_id=digest.hexdigest(), job_name=name,
         start_ms=start_ms, slots_per_tm=slots,
         tm_count=replicas, tm_cpu=cpu, tm_memory_mib=memory, restarts=generation,
+        tm_cpu_limit_factor=cpu_limit_factor(flink_configuration),
         running_ms=running_ms or start_ms,
     )
 
 
 def pods_cpu(job: ff.DeployedJob, twin: Twin) -> float:
-    """The cores the job's TaskManager pods request, which bound what its tasks get: as
-    many pods as the REST view shows (`flink_format.slot_plan`), each of resource.cpu."""
-    return len(ff.slot_plan(job, twin)) * job.tm_cpu
+    """The cores the job's TaskManager pods may use, which bound what its tasks get: as
+    many pods as the REST view shows (`flink_format.slot_plan`), each of resource.cpu
+    times the CPU limit factor."""
+    return len(ff.slot_plan(job, twin)) * job.tm_cpu * job.tm_cpu_limit_factor
 
 
 class TwinServer:

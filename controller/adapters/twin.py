@@ -33,6 +33,7 @@ from controller.realize import (
     write_buffer_ratio,
     write_buffer_ratio_key,
 )
+from policies.bill import cpu_limit_factor
 from policies.levels import level_of, managed_mib
 from policies.model import JobGraph, VertexConfig
 from policies.quantity import MIB
@@ -106,11 +107,13 @@ class TwinDeployments:
         # always has), new TaskManagers, restore (the twin's downtime).
         configuration = configuration_from_flink(self.twin.model, conf, self.base_managed_mib)
         self.twin.groups = slot_sharing_groups(self.twin.model, conf)
-        # The pods the placement asks for bound the tasks' CPU (Twin.cpu_budget).
+        # The pods the placement asks for bound the tasks' CPU (Twin.cpu_budget) at their
+        # CPU limit.
         resource = spec["taskManager"].get("resource", {})
         replicas = spec["taskManager"].get("replicas")
         if isinstance(replicas, int) and "cpu" in resource:
-            self.twin.cpu_budget = replicas * float(resource["cpu"])
+            self.twin.cpu_budget = (replicas * float(resource["cpu"])
+                                    * cpu_limit_factor(conf))
         kind = (Enactment.LAST_STATE if spec["job"].get("upgradeMode") == "last-state"
                 else Enactment.SAVEPOINT)
         self.downtimes.append(self.twin.apply(configuration, restart=True, kind=kind))

@@ -351,3 +351,34 @@ def test_pods_short_of_cpu_throttle_every_task_and_it_shows_as_busy_time():
     # At half the load, the throttled tasks are busier than the free ones at all of it.
     assert sum(m.busy_ms_per_s for m in throttled.values()) > sum(
         m.busy_ms_per_s for m in seen["free"].vertices.values())
+
+
+def test_the_twins_pods_throttle_at_their_cpu_limit_the_request_times_flinks_factor():
+    """Flink limits a TaskManager's CPU at its request times kubernetes.taskmanager.cpu.
+    limit-factor: the twin's pods give their tasks that much, whether the loop's in-memory
+    port or the served twin deploys them."""
+    from controller.adapters.twin import TwinDeployments
+    from controller.simulate import flink_deployment
+    from simulator.serve import JOB_MODEL_KEY, TwinServer
+
+    model = load_model("q11")
+    deployment = flink_deployment(model, "q11", "ns")
+    twin = Twin(model)
+    port = TwinDeployments(twin, deployment)
+    body = {"spec": {"flinkConfiguration": {"kubernetes.taskmanager.cpu.limit-factor": "1.5"},
+                     "taskManager": {"replicas": 3, "resource": {"cpu": 2.0}}}}
+    port.apply("ns", "q11", body)
+    assert twin.cpu_budget == pytest.approx(3 * 2.0 * 1.5)
+    body["spec"]["flinkConfiguration"] = {"kubernetes.taskmanager.cpu.limit-factor": "1"}
+    port.apply("ns", "q11", body)
+    assert twin.cpu_budget == pytest.approx(3 * 2.0)
+
+    conf = {JOB_MODEL_KEY: "q11", "taskmanager.numberOfTaskSlots": "4"}
+    tm = {"resource": {"cpu": 2.0, "memory": "4096m"}, "replicas": 2}
+    with TwinServer(manual_clock=True) as server:
+        server.add_job("ns", "plain", conf, tm)
+        server.add_job("ns", "burst", {**conf, "kubernetes.taskmanager.cpu.limit-factor": "2"},
+                       tm)
+        plain, burst = server.twin("ns", "plain"), server.twin("ns", "burst")
+        assert plain.cpu_budget is not None and plain.cpu_budget > 0
+        assert burst.cpu_budget == pytest.approx(2 * plain.cpu_budget)
