@@ -677,6 +677,17 @@ def refusal(deployment: Mapping[str, Any]) -> str | None:
             "spec.job.upgradeMode is stateless: a reconfiguration would restart the job "
             "without its state; use savepoint or last-state"
         )
+    # The operator's `resources` (Kubernetes ResourceRequirements, on its main branch since
+    # FLINK-33548, in no release yet) is read before `resource`, which the steps write.
+    resources = ((deployment.get("spec", {}) or {}).get("taskManager", {}) or {}).get(
+        "resources")
+    if resources:
+        return (
+            "spec.taskManager.resources is set: the Flink operator reads it before "
+            "spec.taskManager.resource, where the controller writes the TaskManagers' CPU "
+            "and memory; give them in spec.taskManager.resource (a CPU limit above the "
+            "request as kubernetes.taskmanager.cpu.limit-factor)"
+        )
     state, lifecycle = job_state(deployment)
     if state != "RUNNING" or lifecycle != "STABLE":
         return f"the job is {state} (lifecycle {lifecycle}), not RUNNING/STABLE"

@@ -635,6 +635,18 @@ def test_refuses_a_stateless_upgrade_mode() -> None:
     assert world.events.reasons().count("Refused") == 1  # not repeated every pass
 
 
+def test_refuses_a_deployment_whose_resources_the_operator_reads_before_ours() -> None:
+    """The operator's newer spec.taskManager.resources wins over spec.taskManager.resource,
+    which the steps write: a step would be priced and recorded but never run."""
+    deployment = flink_deployment()
+    deployment["spec"]["taskManager"] = {
+        "resources": {"requests": {"cpu": "2", "memory": "4Gi"}, "limits": {"cpu": "4"}}}
+    world = World(deployments=FakeDeployments(deployment))
+    assert world.run().outcome == "refused"
+    assert world.deployments.applied == []
+    assert "spec.taskManager.resources" in world.events.events[-1][2]
+
+
 @pytest.mark.parametrize("mode", ["Recommend", "Active"])
 def test_no_decision_from_per_operator_resources_flink_plugin_cannot_read(mode: str) -> None:
     """The tenant's value would read as level 0 everywhere: the levels the job runs are not
