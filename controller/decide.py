@@ -52,7 +52,6 @@ from controller.record import (
     with_policy_state,
 )
 from policies import Evaluation, buffering, evaluate, skew
-from policies.bill import cpu_limit_factor
 from policies.decision import Decision
 from policies.model import JobGraph, memory_only
 from policies.params import pays_back
@@ -83,8 +82,6 @@ def decide(run: Run, graph: JobGraph, collected: Collected) -> Evaluation:
         engine(deployment), can_resize(run, deployment)),
         sql_buffering_due=sql_buffering_due(run, deployment),
         pods_cpu=None if pods is None else pods.cpu_cores,
-        cpu_limit_factor=cpu_limit_factor(
-            (deployment.get("spec", {}) or {}).get("flinkConfiguration", {}) or {}),
         pods_price=None if pods is None else pods.price)
     evaluation = evaluate(graph, collected.observation, policy_state(run.status), params,
                           run.now)

@@ -8,9 +8,8 @@ messages, its status and any pricing of configurations compute it the same way.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 from policies.model import VertexConfig
 
@@ -59,23 +58,6 @@ def pod_bill(cpu_cores: float, memory_mib: float, replicas: int, *,
     cpu, memory = cpu_cores * replicas, memory_mib * replicas
     price = Prices(cpu_core_price, memory_gib_price).of(cpu, memory)
     return PodBill(replicas, cpu, memory, price)
-
-
-# Flink's native Kubernetes integration gives a TaskManager container a CPU limit of its
-# request times this factor (Flink's default 1.0; Flink refuses one below 1). The CFS
-# quota throttles the tasks at that limit, not at the request the bill counts.
-CPU_LIMIT_FACTOR_KEY = "kubernetes.taskmanager.cpu.limit-factor"
-
-
-def cpu_limit_factor(flink_configuration: Mapping[str, Any]) -> float:
-    """The deployment's TaskManager CPU limit over its request (`CPU_LIMIT_FACTOR_KEY`):
-    Flink's default 1.0 when unset, and when it is no finite number of at least 1 (Flink
-    then starts no TaskManager, so no window of ours measures one)."""
-    try:
-        factor = float(flink_configuration.get(CPU_LIMIT_FACTOR_KEY, 1.0))
-    except (TypeError, ValueError):
-        return 1.0
-    return factor if math.isfinite(factor) and factor >= 1.0 else 1.0
 
 
 def describe_change(before: PodBill | None, after: PodBill) -> str:

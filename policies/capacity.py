@@ -158,7 +158,7 @@ def evaluate(graph: JobGraph, observation: Observation, state: PolicyState,
 
     plans: dict[str, _Plan] = {}
     per_record = _async_cpu(graph, observation)
-    use = _cpu_use(graph, observation, state, params.pods_cpu, params.cpu_limit_factor)
+    use = _cpu_use(graph, observation, state, params.pods_cpu)
     throttled = use is not None and use.throttled
     # A throttled window's busy time counts waiting for CPU: what it leaves bounds nothing.
     ceiling = {} if throttled else _async_cpu_ceiling(graph, observation)
@@ -218,7 +218,7 @@ def evaluate(graph: JobGraph, observation: Observation, state: PolicyState,
         chosen = {vid: p.current for vid, p in plans.items()}
         triggered = True
         reason = (f"capacity: the pods are short of CPU: their tasks used or were busy "
-                  f"{use.busy:.1f} cores of the {use.limit:.1f} they may use, and the job fell "
+                  f"{use.busy:.1f} cores of the {use.have:.1f} they have, and the job fell "
                   f"behind, two windows running; new slots ask for more CPU, the "
                   f"configuration stays")
     elif deficits:
@@ -371,21 +371,21 @@ def evaluate(graph: JobGraph, observation: Observation, state: PolicyState,
 
 @dataclass(frozen=True)
 class _CpuUse:
-    """What the tasks used of their CPU in a window (`_cpu_use`)."""
+    """What the tasks used of the CPU their pods request in a window (`_cpu_use`)."""
 
     busy: float  # their busy time summed (cores)
     have: float  # the CPU their pods request (or their slots ask for)
-    limit: float  # where the pods are throttled: `have` times the CPU limit factor
 
     @property
     def throttled(self) -> bool:
-        """Busy at `CPU_BOUND` of the limit or more: the tasks may have waited for CPU."""
-        return self.busy >= CPU_BOUND * self.limit
+        """Busy at `CPU_BOUND` of the request or more: the tasks may have waited for CPU."""
+        return self.busy >= CPU_BOUND * self.have
 
     @property
     def speed(self) -> float | None:
-        """In a throttled window, the share of the CPU they wanted that they got."""
-        return min(1.0, self.limit / self.busy) if self.throttled else None
+        """In a throttled window, the share of the CPU they wanted that they were sure to
+        get (more, if a CPU limit above the request lent them some)."""
+        return min(1.0, self.have / self.busy) if self.throttled else None
 
     @property
     def growth(self) -> float:
@@ -395,18 +395,20 @@ class _CpuUse:
 
 
 def _cpu_use(graph: JobGraph, observation: Observation, state: PolicyState,
-             pods_cpu: float | None, limit_factor: float = 1.0) -> _CpuUse | None:
+             pods_cpu: float | None) -> _CpuUse | None:
     """The tasks' busy time summed (cores; it bounds their CPU from above, except on
     asynchronous state: there the JVMs' measured CPU where it is higher) and the CPU
     they have: the running pods' (`pods_cpu`), else what their slots ask for (planned at
     the last step, `_TaskCpu`). None while a vertex asks for the footprint's core, which
-    one task cannot exceed. Busy time at `CPU_BOUND` of the pods' CPU limit or more (the
-    request times `limit_factor`, where Kubernetes throttles them): the tasks may have
-    waited for CPU, and a throttled task is busy while it waits. Such a window measures
-    the pods' CPU, not the configuration's capacity: it adds at most a provisional point
-    and judges no step; a deficit it shows is sized as usual and plans more CPU, and
-    without one, pods short of CPU while the job falls behind, two windows running, get
-    new slots (`cpu_step`)."""
+    one task cannot exceed. Busy time at `CPU_BOUND` of that CPU or more: the tasks may
+    have waited for CPU, and a throttled task is busy while it waits. Kubernetes
+    throttles a pod at its CPU limit, which Flink sets to the request times
+    `kubernetes.taskmanager.cpu.limit-factor` (1 by default); past the request even a
+    higher limit guarantees nothing (the node's spare CPU, shared with its other pods),
+    so the request is the bound. Such a window measures the pods' CPU, not the
+    configuration's capacity: it adds at most a provisional point and judges no step; a
+    deficit it shows is sized as usual and plans more CPU, and without one, pods short of
+    CPU while the job falls behind, two windows running, get new slots (`cpu_step`)."""
     slots = busy = 0.0
     for v in graph.vertices:
         learning = state.learned.get(v.id)
@@ -419,7 +421,7 @@ def _cpu_use(graph: JobGraph, observation: Observation, state: PolicyState,
     if used is not None and any(m.asynchronous_state for m in observation.vertices.values()):
         busy = max(busy, used)
     have = pods_cpu if pods_cpu else slots
-    return _CpuUse(busy, have, have * limit_factor) if have > 0 else None
+    return _CpuUse(busy, have) if have > 0 else None
 
 
 def _async_cpu(graph: JobGraph, observation: Observation) -> dict[str, float]:

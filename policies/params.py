@@ -57,9 +57,6 @@ class ScalingParams:
     # The cores the running TaskManager pods request (replicas × resource.cpu; the
     # controller fills it in): what their tasks' CPU is bounded by. None: not known.
     pods_cpu: float | None = None
-    # Their CPU limit over that request (`bill.cpu_limit_factor`, from the deployment):
-    # the tasks wait for CPU only past the limit.
-    cpu_limit_factor: float = 1.0
     # ... and what they cost per hour at spec.cost's prices: a give-back saves from that,
     # the CPU its tasks were planned at included. None: not known.
     pods_price: float | None = None

@@ -127,8 +127,8 @@ class Step:
     rate_before: float
     capacity: float  # the highest source rate this configuration sustains
     reason: str
-    # The cores the TaskManager pods requested when it was decided (Twin.cpu_budget); None:
-    # as many as the tasks wanted.
+    # The cores the TaskManager pods let their tasks use when it was decided (their CPU
+    # limit, Twin.cpu_budget); None: as many as the tasks wanted.
     pods_cpu_before: float | None = None
 
 

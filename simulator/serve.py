@@ -35,14 +35,19 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, TypeGuard
 from urllib.parse import parse_qs, urlsplit
 
-from policies.bill import cpu_limit_factor
 from policies.levels import level_of, own_managed_mib
 from policies.model import VertexConfig
 from policies.quantity import MIB, parse_flink_memory_bytes
 from policies.restart_cost import Enactment
 from simulator import flink_format as ff
 from simulator.model import JobModel, load_model
-from simulator.twin import BASE_MANAGED_MIB, HEAP_MIB_PER_TASK, NETWORK_MIB_PER_TASK, Twin
+from simulator.twin import (
+    BASE_MANAGED_MIB,
+    HEAP_MIB_PER_TASK,
+    NETWORK_MIB_PER_TASK,
+    Twin,
+    cpu_limit_factor,
+)
 
 JOB_MODEL_KEY = "hybridscaler.twin.job-model"
 OVERRIDES_KEY = "pipeline.jobvertex-parallelism-overrides"
@@ -369,8 +374,11 @@ class TwinServer:
                 hosted.twin.model, flink_configuration, self.base_managed_mib
             )
             hosted.twin.groups = slot_sharing_groups(hosted.twin.model, flink_configuration)
-            # New TaskManager resources are a stateful upgrade too: savepoint, new pods.
-            new_pods = not in_place and task_manager != hosted.task_manager
+            # The operator upgrades the job on any change of its spec, new TaskManager
+            # resources or settings the job graph does not show (a CPU limit factor): a
+            # stateful upgrade too, savepoint, new pods.
+            new_pods = not in_place and (task_manager != hosted.task_manager
+                                         or flink_configuration != hosted.flink_configuration)
             downtime = hosted.twin.apply(
                 config, restart=new_pods,
                 kind=Enactment.IN_PLACE if in_place else Enactment.SAVEPOINT)

@@ -18,6 +18,7 @@ from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from types import MappingProxyType
+from typing import Any
 
 from policies import levels
 from policies.model import (
@@ -44,6 +45,9 @@ HEAP_MIB_PER_TASK = 134.0
 NETWORK_MIB_PER_TASK = 40.0
 BASE_MANAGED_MIB = 158.0
 MIB_BYTES = 1024 * 1024
+# Flink's native Kubernetes integration gives a TaskManager container a CPU limit of its
+# request times this factor (Flink's default 1.0; Flink refuses one below 1).
+CPU_LIMIT_FACTOR_KEY = "kubernetes.taskmanager.cpu.limit-factor"
 # One bottleneck analysis per virtual second; metrics are means over ticks.
 TICK_S = 1.0
 # Prometheus scrapes the reporter every 5 s; observe() averages those samples.
@@ -194,6 +198,17 @@ class Schedule:
         return any(a <= t < b for a, b in self._spans)
 
 
+
+def cpu_limit_factor(flink_configuration: Mapping[str, Any]) -> float:
+    """A deployment's TaskManager CPU limit over its request (`CPU_LIMIT_FACTOR_KEY`):
+    Flink's default 1.0 when unset, and when it is no finite number of at least 1 (Flink
+    then starts no TaskManager)."""
+    try:
+        factor = float(flink_configuration.get(CPU_LIMIT_FACTOR_KEY, 1.0))
+    except (TypeError, ValueError):
+        return 1.0
+    return factor if math.isfinite(factor) and factor >= 1.0 else 1.0
+
 class Twin:
     """A job model running under a configuration, in virtual time (seconds)."""
 
@@ -218,9 +233,9 @@ class Twin:
         self._ops = model.by_vertex()
         # vertex id -> slot sharing group written in hybridscaler.operator-resources
         self.groups: dict[str, str] = {}
-        # The cores the TaskManager pods request (replicas × resource.cpu), which Kubernetes
-        # enforces as their CPU limit (the Flink operator's limit factor is 1 by default):
-        # tasks that want more are throttled (`_flows`). None: as many as the tasks want.
+        # The cores the TaskManager pods may use: their CPU limit, replicas × resource.cpu
+        # × `cpu_limit_factor` (an uncontended node lends CPU up to the limit): tasks that
+        # want more are throttled (`_flows`). None: as many as the tasks want.
         self.cpu_budget: float | None = None
         self._graph = model.job_graph()
         self._order = self._graph.topological_order()

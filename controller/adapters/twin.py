@@ -33,7 +33,6 @@ from controller.realize import (
     write_buffer_ratio,
     write_buffer_ratio_key,
 )
-from policies.bill import cpu_limit_factor
 from policies.levels import level_of, managed_mib
 from policies.model import JobGraph, VertexConfig
 from policies.quantity import MIB
@@ -45,7 +44,7 @@ from simulator.serve import (
     configuration_from_flink,
     slot_sharing_groups,
 )
-from simulator.twin import BASE_MANAGED_MIB, Twin
+from simulator.twin import BASE_MANAGED_MIB, Twin, cpu_limit_factor
 
 JOB_ID = "0" * 32
 

@@ -29,7 +29,7 @@ from controller.place import slots
 from controller.ports import Collected, JobSummary, MetricsUnavailable, PatchRefused, Ports
 from controller.realize import OVERRIDES_KEY, RESOURCES_KEY, SHAPE_KEYS, memory_levels
 from controller.record import Pass, Reason, bill_of
-from policies.bill import CPU_LIMIT_FACTOR_KEY, describe_change
+from policies.bill import describe_change
 from policies.model import (
     Edge,
     JobGraph,
@@ -1106,28 +1106,3 @@ def test_a_pass_builds_the_scaling_params_once(monkeypatch: pytest.MonkeyPatch) 
     world = World()
     assert world.run().outcome == "reconfigured"
     assert len(built) == 1
-
-
-@pytest.mark.parametrize(("factor", "read"), [(None, 1.0), ("2.5", 2.5), ("0.5", 1.0),
-                                              ("many", 1.0)])
-def test_the_pods_cpu_limit_factor_comes_from_the_deployment(
-        monkeypatch: pytest.MonkeyPatch, factor: str | None, read: float) -> None:
-    """Flink's native Kubernetes integration limits a TaskManager's CPU at its request times
-    kubernetes.taskmanager.cpu.limit-factor: the policy judges throttling there. A value
-    Flink refuses (below 1, not a number) reads as Flink's default."""
-    from controller import decide as decide_module
-    seen: list[ScalingParams] = []
-    original = decide_module.evaluate
-
-    def spying(*args: Any) -> Any:
-        seen.append(args[3])
-        return original(*args)
-
-    monkeypatch.setattr(decide_module, "evaluate", spying)
-    world = World()
-    if factor is not None:
-        assert world.deployments.deployment is not None
-        conf = world.deployments.deployment["spec"]["flinkConfiguration"]
-        conf[CPU_LIMIT_FACTOR_KEY] = factor
-    world.run()
-    assert [p.cpu_limit_factor for p in seen] == [read]

@@ -6,14 +6,7 @@ import math
 
 import pytest
 
-from policies.bill import (
-    CPU_LIMIT_FACTOR_KEY,
-    PodBill,
-    cpu_limit_factor,
-    describe_change,
-    pod_bill,
-    slot_cpu,
-)
+from policies.bill import PodBill, describe_change, pod_bill, slot_cpu
 
 PRICES = {"cpu_core_price": 1.0, "memory_gib_price": 0.134}
 
@@ -59,13 +52,3 @@ def test_the_change_says_before_after_and_the_price_difference() -> None:
 def test_a_slot_asks_for_its_planned_busyness_in_tenths_of_a_core_up_to_the_footprint(
         busyness: float, footprint: float, cpu: float) -> None:
     assert slot_cpu(busyness, footprint) == cpu
-
-
-@pytest.mark.parametrize(("value", "factor"), [
-    (None, 1.0), ("1.0", 1.0), ("2", 2.0), (1.5, 1.5), ("0.5", 1.0), ("-3", 1.0),
-    ("inf", 1.0), ("nan", 1.0), ("two", 1.0), ([], 1.0)])
-def test_the_cpu_limit_factor_is_flinks_or_its_default(value: object, factor: float) -> None:
-    """The pods' CPU limit over their request, as Flink sets it; what Flink would refuse
-    (below 1, not a finite number) reads as its default, 1."""
-    conf = {} if value is None else {CPU_LIMIT_FACTOR_KEY: value}
-    assert cpu_limit_factor(conf) == factor

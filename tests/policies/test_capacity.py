@@ -1320,34 +1320,6 @@ def test_pods_short_of_cpu_get_new_slots_with_more_cpu_and_the_same_configuratio
     assert not evaluate(g, obs, state, roomy, 360.0).decision.reconfigures
 
 
-def test_throttling_is_judged_at_the_pods_cpu_limit_not_their_request() -> None:
-    """With kubernetes.taskmanager.cpu.limit-factor above 1 the pods may use more than they
-    request: busy time past the request but below the limit waited for nothing, so the
-    window is a measurement and no step for CPU follows. Past the limit it is throttled,
-    and the step asks for what the tasks used over the request, not over the limit."""
-    world, g, state, params = _planned_step()
-    obs, throttled, _ = _throttled(world, g, state, params, growth=5_000.0)
-    c = g.vertex("counter")
-    bursting = replace(throttled, cpu_limit_factor=1.5)
-    e = evaluate(g, obs, state, bursting, 360.0)
-    point = e.state.learned["counter"].point(c.parallelism, c.memory_level)
-    assert point is not None and not point.provisional
-    assert e.state.cpu_short_since is None
-    # Past the limit: busy 1.2 times what pods limited at twice their request may use,
-    # 2.4 times their request. The new slots ask for what the tasks used over the request
-    # (the growth decides every vertex's CPU); over the limit, 1.32 times what each task
-    # had, their own plans would.
-    assert throttled.pods_cpu is not None
-    limited = replace(throttled, pods_cpu=throttled.pods_cpu / 2.0, cpu_limit_factor=2.0)
-    short = evaluate(g, obs, replace(state, cpu_short_since=300.0), limited, 360.0)
-    assert short.decision.reconfigures and "short of CPU" in short.decision.reason
-    assert all(learned.task_cpu_grown for learned in short.state.learned.values())
-    for v in g.vertices:
-        had = state.learned[v.id].task_cpu
-        assert had is not None
-        assert short.task_cpu[v.id] == min(1.0, slot_cpu(had * 2.4 * 1.1 - 1e-9))
-
-
 def test_pods_that_cost_more_than_the_plan_give_their_cpu_back_when_it_pays() -> None:
     """After a drop, the cheapest plan may be the same configuration on smaller slots:
     against what the running pods cost (`pods_price`), that saving is a step of its own

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from policies.model import VertexConfig
 from policies.restart_cost import MEASURED, Enactment, expected_downtime_s
 from simulator.model import Episodes, JobModel, Noise, Reconfiguration, RocksDB, load_model
-from simulator.twin import Twin, paper_resources
+from simulator.twin import CPU_LIMIT_FACTOR_KEY, Twin, cpu_limit_factor, paper_resources
 
 
 def vid(model: JobModel, uid: str) -> str:
@@ -355,8 +355,9 @@ def test_pods_short_of_cpu_throttle_every_task_and_it_shows_as_busy_time():
 
 def test_the_twins_pods_throttle_at_their_cpu_limit_the_request_times_flinks_factor():
     """Flink limits a TaskManager's CPU at its request times kubernetes.taskmanager.cpu.
-    limit-factor: the twin's pods give their tasks that much, whether the loop's in-memory
-    port or the served twin deploys them."""
+    limit-factor: the twin's pods give their tasks that much (an uncontended node lends
+    CPU up to the limit), whether the loop's in-memory port or the served twin deploys
+    them."""
     from controller.adapters.twin import TwinDeployments
     from controller.simulate import flink_deployment
     from simulator.serve import JOB_MODEL_KEY, TwinServer
@@ -365,11 +366,11 @@ def test_the_twins_pods_throttle_at_their_cpu_limit_the_request_times_flinks_fac
     deployment = flink_deployment(model, "q11", "ns")
     twin = Twin(model)
     port = TwinDeployments(twin, deployment)
-    body = {"spec": {"flinkConfiguration": {"kubernetes.taskmanager.cpu.limit-factor": "1.5"},
+    body = {"spec": {"flinkConfiguration": {CPU_LIMIT_FACTOR_KEY: "1.5"},
                      "taskManager": {"replicas": 3, "resource": {"cpu": 2.0}}}}
     port.apply("ns", "q11", body)
     assert twin.cpu_budget == pytest.approx(3 * 2.0 * 1.5)
-    body["spec"]["flinkConfiguration"] = {"kubernetes.taskmanager.cpu.limit-factor": "1"}
+    body["spec"]["flinkConfiguration"] = {CPU_LIMIT_FACTOR_KEY: "1"}
     port.apply("ns", "q11", body)
     assert twin.cpu_budget == pytest.approx(3 * 2.0)
 
@@ -377,8 +378,20 @@ def test_the_twins_pods_throttle_at_their_cpu_limit_the_request_times_flinks_fac
     tm = {"resource": {"cpu": 2.0, "memory": "4096m"}, "replicas": 2}
     with TwinServer(manual_clock=True) as server:
         server.add_job("ns", "plain", conf, tm)
-        server.add_job("ns", "burst", {**conf, "kubernetes.taskmanager.cpu.limit-factor": "2"},
-                       tm)
+        server.add_job("ns", "burst", {**conf, CPU_LIMIT_FACTOR_KEY: "2"}, tm)
         plain, burst = server.twin("ns", "plain"), server.twin("ns", "burst")
         assert plain.cpu_budget is not None and plain.cpu_budget > 0
         assert burst.cpu_budget == pytest.approx(2 * plain.cpu_budget)
+        # A change of the factor alone is an upgrade too (the operator's is): new pods.
+        restarted = server.reconfigure("ns", "plain", {**conf, CPU_LIMIT_FACTOR_KEY: "3"}, tm)
+        assert restarted["state"] == "RESTARTING" and plain.restarts == 1
+        assert plain.cpu_budget == pytest.approx(1.5 * burst.cpu_budget)
+
+
+@pytest.mark.parametrize(("value", "factor"), [
+    (None, 1.0), ("1.0", 1.0), ("2", 2.0), (1.5, 1.5), ("0.5", 1.0), ("-3", 1.0),
+    ("inf", 1.0), ("nan", 1.0), ("two", 1.0), ([], 1.0)])
+def test_the_cpu_limit_factor_is_flinks_or_its_default(value: object, factor: float) -> None:
+    """What Flink would refuse (below 1, not a finite number) reads as its default, 1."""
+    conf = {} if value is None else {CPU_LIMIT_FACTOR_KEY: value}
+    assert cpu_limit_factor(conf) == factor
