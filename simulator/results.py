@@ -252,15 +252,28 @@ def sample(twin: Twin) -> Sample:
                   twin.lag(), cores, memory, twin.running)
 
 
+def sustained(model: JobModel, configuration: Configuration, pods_cpu: float | None,
+              seed: int) -> float:
+    """The highest source rate the configuration sustains on pods that let its tasks use
+    `pods_cpu` cores (None: as many as its tasks want): its tasks' capacity, and what the
+    CPU allows (`cpu_used` is linear in the rate)."""
+    tasks = capacity(model, configuration, seed=seed)
+    if pods_cpu is None:
+        return tasks
+    per_record = cpu_used(model, configuration, 1.0)
+    return min(tasks, pods_cpu / per_record) if per_record > 0 else tasks
+
+
 def finish(result: RunResult, twin: Twin, window_s: float = WINDOW_S) -> None:
-    """Converged: from some step on, every configuration sustains the target while it runs,
-    and the last one ran through a full window (one applied in the last seconds has not
-    shown anything yet, so the run has not converged).
+    """Converged: from some step on, every configuration sustains the target while it runs
+    on the CPU its pods gave it (`sustained`), and the first of them ran through a full
+    window (one applied in the last seconds has not shown anything yet, so a run whose
+    only sustaining configuration is that one has not converged).
 
     `converged_at_s` is when the first of those configurations ran (its restart
     done); `steps_to_target` counts the reconfigurations up to it. Scale-ins
-    afterwards that still sustain the target do not undo convergence; a step or
-    square load that rises past what a later configuration sustains does.
+    afterwards that still sustain the target do not undo convergence, however late; a
+    step or square load that rises past what a later configuration sustains does.
     """
     model = twin.model
     result.phases = phase_reports(model, result.samples, result.steps)
@@ -270,18 +283,20 @@ def finish(result: RunResult, twin: Twin, window_s: float = WINDOW_S) -> None:
     result.achieved_rate = min(result.capacity, model.target_at(twin.time))
     starts = [0.0] + [s.time + s.downtime_s for s in result.steps]
     configs = [model.job_graph().configuration()] + [s.configuration for s in result.steps]
+    # The CPU each configuration ran on: what the pods gave when the next step was
+    # decided, and the last one's now.
+    cpus = [s.pods_cpu_before for s in result.steps] + [twin.cpu_budget]
     ends = [*starts[1:], math.inf]
     sustains = [
-        capacity(model, c, seed=twin.seed)
+        sustained(model, c, cpu, twin.seed)
         >= KEEP_UP * _highest_target(model, result.samples, start, end)
-        for c, start, end in zip(configs, starts, ends, strict=True)
+        for c, cpu, start, end in zip(configs, cpus, starts, ends, strict=True)
     ]
     result.converged, result.converged_at_s, result.steps_to_target = False, None, None
-    if twin.time - starts[-1] < window_s:
-        return
     for n, at in enumerate(starts):
         if all(sustains[n:]):
-            result.converged, result.converged_at_s, result.steps_to_target = True, at, n
+            if twin.time - at >= window_s:
+                result.converged, result.converged_at_s, result.steps_to_target = True, at, n
             break
 
 

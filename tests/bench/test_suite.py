@@ -235,6 +235,23 @@ def test_pod_prices_against_upstream_and_the_pod_oracle():
         "pod price ≤ upstream on ≥ 90 %"]["pass"] is True
 
 
+def test_the_pod_oracle_row_is_reported_again_without_the_daily_peak_runs():
+    """A daily-peak run's final configuration (the evening trough) is judged against an
+    oracle sized for the day's peak: the row without those runs is reported beside it."""
+    peaks = [m for m in range(10) if "daily-peak" in suite.jobgen.features(suite.model_for(m))]
+    assert peaks  # gen-003, gen-008
+    oracles = {key: {**o, "pod_oracle": {"price": 10.0}} for key, o in ORACLES.items()}
+    runs = []
+    for m in range(10):
+        runs += rows_for(m, capacity={"pods": {"price": 10.0 if m in peaks else 12.0}})
+    report = suite.evaluate(runs, oracles)["capacity"]
+    every = report["pod price ≤ 1.10× pod oracle on ≥ 90 %"]
+    flat = report["pod price ≤ 1.10× pod oracle, daily-peak runs left out"]
+    assert every["value"] == f"{10 * len(peaks)} % ({len(peaks)}/10)"
+    assert flat["value"] == f"0 % (0/{10 - len(peaks)})"
+    assert flat["pass"] is None and flat["reported"] is True
+
+
 def test_the_summary_table_marks_misses():
     runs = rows_for(0, capacity={"steps_to_target": 5})
     table = suite.summary_table(suite.evaluate(runs, ORACLES))

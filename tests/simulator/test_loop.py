@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from types import SimpleNamespace
 
 import pytest
@@ -13,7 +14,8 @@ from controller.simulate import PAPER_CATCH_UP_S, closed_loop_policy, note_skew,
 from policies.model import VertexConfig
 from policies.spec import CpuScaling
 from simulator.model import load_model
-from simulator.results import RunResult, capacity, oracle
+from simulator.results import RunResult, capacity, cpu_used, finish, oracle
+from simulator.twin import Twin
 
 
 @pytest.fixture(scope="module")
@@ -164,6 +166,42 @@ def test_a_configuration_applied_in_the_last_window_is_not_converged():
     first = finished.steps[0].time
     cut = run(model, "justin", first + 60)  # the first step ran for less than a window
     assert cut.steps and not cut.converged and cut.converged_at_s is None
+
+
+def _finished_again(result: RunResult, cpu_budget: float | None) -> Twin:
+    """A twin where `result`'s run ended: its final configuration, at its end, on pods
+    that let the tasks use `cpu_budget` cores."""
+    twin = Twin(result.model, configuration=result.final)
+    twin.advance(result.samples[-1].time)
+    twin.cpu_budget = cpu_budget
+    return twin
+
+
+def test_a_late_step_that_still_sustains_the_target_keeps_the_convergence():
+    """A scale-in in the last window that sustains the target does not undo convergence,
+    however little it has run: only a run whose first sustaining configuration is that
+    fresh has not converged."""
+    model = load_model("q1")
+    finished = run(model, "justin", 1200)
+    assert finished.converged and finished.steps_to_target is not None
+    converged = (finished.converged_at_s, finished.steps_to_target)
+    end = finished.samples[-1].time
+    finished.steps.append(replace(finished.steps[-1], time=end - 20.0, downtime_s=5.0))
+    finish(finished, _finished_again(finished, None))
+    assert finished.converged and (finished.converged_at_s, finished.steps_to_target) == converged
+
+
+def test_a_configuration_its_pods_cannot_feed_does_not_sustain_the_target():
+    """Convergence counts the CPU the pods gave each configuration: the same last
+    configuration on pods with half the cores its tasks use at the target has not."""
+    model = load_model("q1")
+    finished = run(model, "justin", 1200)
+    assert finished.converged
+    need = cpu_used(model, finished.final, model.load.rate_at(1200))
+    finish(finished, _finished_again(finished, 2 * need))
+    assert finished.converged
+    finish(finished, _finished_again(finished, need / 2))
+    assert not finished.converged and finished.steps_to_target is None
 
 
 def test_the_oracle_sizes_for_the_peak():
