@@ -198,7 +198,6 @@ class Schedule:
         return any(a <= t < b for a, b in self._spans)
 
 
-
 def cpu_limit_factor(flink_configuration: Mapping[str, Any]) -> float:
     """A deployment's TaskManager CPU limit over its request (`CPU_LIMIT_FACTOR_KEY`):
     Flink's default 1.0 when unset, and when it is no finite number of at least 1 (Flink
@@ -208,6 +207,7 @@ def cpu_limit_factor(flink_configuration: Mapping[str, Any]) -> float:
     except (TypeError, ValueError):
         return 1.0
     return factor if math.isfinite(factor) and factor >= 1.0 else 1.0
+
 
 class Twin:
     """A job model running under a configuration, in virtual time (seconds)."""
