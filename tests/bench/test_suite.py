@@ -225,7 +225,7 @@ def test_pod_prices_against_upstream_and_the_pod_oracle():
     report = suite.evaluate(runs, oracles)
     mine, ds2 = report["capacity"], report["ds2"]
     assert mine["pod price ≤ upstream on ≥ 90 %"]["misses"] == [
-        "gen-000: price 13.00 vs upstream 12.00 (1.08×)"]
+        "gen-000: price 13.00 vs DS2 run the upstream way 12.00 (1.08×)"]
     assert mine["pod price ≤ 1.10× pod oracle on ≥ 90 %"]["pass"] is False
     assert ds2["pod price ≤ upstream on ≥ 90 %"]["pass"] is True
     assert ds2["pod price ≤ 1.10× pod oracle on ≥ 90 %"]["pass"] is True
@@ -233,6 +233,45 @@ def test_pod_prices_against_upstream_and_the_pod_oracle():
                                                       "pods": {"price": 14.0}}}}}
     assert suite.evaluate(runs, oracles, peer)["capacity"][
         "pod price ≤ upstream on ≥ 90 %"]["pass"] is True
+
+
+def test_upstream_is_the_reference_on_its_own_run_seed_and_ds2_where_it_did_not_run():
+    """Upstream's final pods on the run's own seed where it ran; the reference DS2's
+    parallelism gave before (run the upstream way) stays reported beside it."""
+    ds2 = {"pods": {"price": 10.0, "pod_cpu": 8.0}, "upstream_pods": {"price": 9.0, "pod_cpu": 8.0},
+           "cpu_used": 6.0}
+    runs = (rows_for(0, capacity={"pods": {"price": 12.0}}, ds2=ds2)
+            + rows_for(1, capacity={"pods": {"price": 8.0}}, ds2=ds2))
+    for r in runs[:2]:
+        runs.append({**r, "run_seed": 1})
+    oracles = {**ORACLES, (0, 1): ORACLES[(0, 0)]}
+    peer = {"jobs": {"gen-000": {"flink-autoscaler": {"cpu_cores": 1.0, "memory_mb": 1.0}}},
+            "upstream_pods": {"gen-000": {"0": {"price": 20.0}, "1": {"price": 11.0}}}}
+    mine = suite.evaluate(runs, oracles, peer)["capacity"]
+    assert mine["pod price ≤ upstream on ≥ 90 %"]["misses"] == [
+        "gen-000/1: price 12.00 vs upstream 11.00 (1.09×)"]  # gen-001 is below DS2's
+    assert mine["pod price ≤ upstream, where it ran"]["value"] == "50 % (1/2)"
+    ds2_way = mine["pod price ≤ DS2's parallelism run the upstream way"]
+    assert ds2_way["reported"] is True and ds2_way["value"] == "33 % (1/3)"
+    assert mine["the same, where those pods hold the CPU DS2's tasks use"]["value"] == \
+        "33 % (1/3)"
+    assert suite.upstream_price(peer, "gen-000", 2) is None
+    assert suite.upstream_price(peer, "gen-001", 0) is None
+    older = {"jobs": {"gen-000": {"flink-autoscaler": {"pods": {"price": 7.0}}}}}
+    assert suite.upstream_price(older, "gen-000", 2) == 7.0  # one run stands for every seed
+
+
+def test_upstream_runs_where_the_last_phases_load_holds_for_its_hours():
+    """A step or a ramp ends on a load that holds; a daily peak's trough does not."""
+    by_pattern = {}
+    for m in range(10):
+        pattern = next(p for p in suite.jobgen.PATTERNS
+                       if p in suite.jobgen.features(suite.model_for(m)))
+        by_pattern.setdefault(pattern, m)
+    holds = {p: suite.holds(suite.model_for(m), 2400.0, suite.PEER_DURATION_S)
+             for p, m in by_pattern.items()}
+    assert holds == {"constant": True, "step-up": True, "step-down": True, "ramp": True,
+                     "daily-peak": False}
 
 
 def test_the_pod_oracle_row_is_reported_again_without_the_daily_peak_runs():
