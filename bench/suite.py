@@ -1,8 +1,9 @@
 """Issue 14's benchmark: every policy on a generated suite of job models, against the oracle
 and the upstream Flink autoscaler, and where each of the issue's targets is missed.
 
-    .venv/bin/python -m bench.suite                 # 48 models, ~10 min on 2 shared cores,
-                                                    # and ~25 min more for the peer (--peer 0: none)
+    .venv/bin/python -m bench.suite                 # 48 models, one run seed: ~2 min on 2
+                                                    # shared cores, ~15 min more for the peer
+                                                    # (--peer 0: none); --run-seeds 0 1 2: ~4 + ~27
     .venv/bin/python -m bench.suite --quick         # 2 models, 10 virtual min, no peer
     .venv/bin/python -m bench.suite --update-doc    # also rewrite docs/policies.md, README.md
 
@@ -17,7 +18,7 @@ reach, at the lowest reachable utilization, `jobgen.oracle_at_target`). The upst
 autoscaler (bench/peer, unmodified) runs on every model whose last phase's load holds
 for PEER_DURATION_S (its 15-min window, 5-min stabilization and 1-h scale-down interval
 need hours, not the suite's 40 minutes), once per run seed, beside our policies for the
-same time (run seed 0); its final pods are the reference of the pod-price target.
+same time (the first run seed); its final pods are the reference of the pod-price target.
 The suite's runs have no catch-up reserve, as in the paper (`--catch-up paper`;
 `--catch-up spec` runs the spec's default instead); beside the peer, ours run at the
 spec's default catch-up, which is upstream's own (30 min), so both sides size for it.
@@ -60,8 +61,8 @@ Definitions (the targets, `evaluate`):
   fewer cores than its tasks use) is no bar and leaves the run out. On ≥ 90 % of the
   runs. Ours are the 40-min runs without catch-up, upstream's ran 5 h with its 30-min
   catch-up: the like-for-like comparison is the peer's rows, reported beside it.
-* **peer**: cores and memory ≤ the upstream autoscaler's, final configuration, on
-  every peer job, both after PEER_DURATION_S.
+* **peer**: cores and memory (per task) and pod price ≤ the upstream autoscaler's, final
+  configuration, on every peer job, both after PEER_DURATION_S (the first run seed).
 
 Reported beside the targets (not targets): the pods' CPU against the cores the final
 configuration's tasks need at the last phase's target (`results.cpu_used`), and how
