@@ -118,6 +118,8 @@ QUICK_DURATION_S = 600.0
 # each at least an hour after the last rescale; after 100 min it was still holding what
 # it had sized for the catch-up (gen-005: 128 tasks, 32 TaskManagers).
 PEER_DURATION_S = 18000.0
+# What the peer table keeps of each side's run.
+PEER_KEYS = ("steps", "steps_to_target", "cpu_cores", "memory_mb", "final", "pods")
 MEDIAN_STEPS = 2
 RESOURCE_FACTOR = 1.10
 RESOURCE_SHARE = 0.90
@@ -218,22 +220,24 @@ def shown(result: RunResult, vertex_id: str, onset_s: float) -> float | None:
                  if t >= onset_s and parallelism.get(vertex_id, 0) >= 2), None)
 
 
+def _last_phase(model: JobModel, duration_s: float, until_s: float) -> list[float]:
+    """The target every ~5 s from the start of the run's last load phase until `until_s`."""
+    start = max(t for t in model.boundaries(duration_s) if t < duration_s)
+    n = max(1, int((until_s - start) / 5.0))
+    return [model.target_at(start + (until_s - start) * k / n) for k in range(n + 1)]
+
+
 def last_phase_target(model: JobModel, duration_s: float) -> float:
     """The highest target of the run's last load phase: what the final configuration needs."""
-    start = max(t for t in model.boundaries(duration_s) if t < duration_s)
-    n = max(1, int((duration_s - start) / 5.0))
-    return max(model.target_at(start + (duration_s - start) * k / n) for k in range(n + 1))
+    return max(_last_phase(model, duration_s, duration_s))
 
 
 def holds(model: JobModel, duration_s: float, until_s: float) -> bool:
     """The load of the run's last phase holds until `until_s`: the upstream autoscaler,
     which needs hours, is then sized for what the run's final configuration carries (a
     daily peak, whose evening trough ends the run, is not)."""
-    start = max(t for t in model.boundaries(duration_s) if t < duration_s)
     last = last_phase_target(model, duration_s)
-    n = max(1, int((until_s - start) / 5.0))
-    return all(abs(model.target_at(start + (until_s - start) * k / n) - last) <= 1e-9 * last
-               for k in range(n + 1))
+    return all(abs(t - last) <= 1e-9 * last for t in _last_phase(model, duration_s, until_s))
 
 
 def measure(result: RunResult, seed: int, onsets: dict[str, float]) -> dict[str, Any]:
@@ -491,7 +495,7 @@ def evaluate(runs: list[dict[str, Any]], oracles: dict[tuple[int, int], dict[str
         priced: list[str | None] = []
         short = 0  # runs whose reference falls short of the target: no bar to price against
         ran: list[str | None] = []  # where upstream itself ran, carrying the target or not
-        sums = [0.0, 0.0]  # ours and upstream's, where it ran and carries the target
+        carried: list[tuple[float, float]] = []  # (ours, upstream's) where it carries it
         ds2_way: list[str | None] = []  # against DS2's parallelism run the upstream way
         fed: list[str | None] = []  # ... where those pods hold the CPU DS2's tasks use
         for r in mine:
@@ -505,15 +509,14 @@ def evaluate(runs: list[dict[str, Any]], oracles: dict[tuple[int, int], dict[str
                                and ref.get("cpu_used")
                                and ref["upstream_pods"]["pod_cpu"] >= ref["cpu_used"] - 1e-9)
             if ds2 is not None:
-                ds2_way.append(_above(r, price, ds2, "DS2 run the upstream way"))
+                ds2_way.append(_above(_name(r), price, ds2, "DS2 run the upstream way"))
                 if ds2_carries:
                     fed.append(ds2_way[-1])
             if up is not None:
-                ran.append(_above(r, price, up["pods"]["price"], "upstream"))
+                ran.append(_above(_name(r), price, up["pods"]["price"], "upstream"))
                 if up["carries"]:
                     priced.append(ran[-1])
-                    sums[0] += price
-                    sums[1] += up["pods"]["price"]
+                    carried.append((price, up["pods"]["price"]))
                 else:
                     short += 1
             elif ds2 is not None:
@@ -536,10 +539,9 @@ def evaluate(runs: list[dict[str, Any]], oracles: dict[tuple[int, int], dict[str
                             "tasks use", fed)):
             if rows:
                 targets[name] = {**_share(rows), "pass": None, "reported": True}
-        if sums[1]:
+        if carried:
             targets["pod price summed ÷ upstream's, where it ran and carries the target"] = {
-                "value": f"{sums[0]:,.0f} ÷ {sums[1]:,.0f} = {sums[0] / sums[1]:.2f}",
-                "pass": None, "reported": True, "misses": []}
+                "value": _summed(carried), "pass": None, "reported": True, "misses": []}
         bounded: list[str | None] = []
         # Beside it: a daily-peak run ends in the evening trough, and its final
         # configuration is judged against an oracle sized for the day's peak, which a
@@ -585,16 +587,12 @@ def evaluate(runs: list[dict[str, Any]], oracles: dict[tuple[int, int], dict[str
                      if policy in rows and "pods" in rows[policy]
                      and (upstream_final(peer, job, first) or {}).get("carries")]
             if alike:
-                mine_sum = sum(rows[policy]["pods"]["price"] for _, rows in alike)
-                theirs_sum = sum(rows[UPSTREAM]["pods"]["price"] for _, rows in alike)
-                checked = [None if rows[policy]["pods"]["price"]
-                           <= rows[UPSTREAM]["pods"]["price"] + 1e-9 else
-                           f"{job}: price {rows[policy]['pods']['price']:.2f} vs upstream "
-                           f"{rows[UPSTREAM]['pods']['price']:.2f}" for job, rows in alike]
-                met = _share(checked)
+                pairs = [(rows[policy]["pods"]["price"], rows[UPSTREAM]["pods"]["price"])
+                         for _, rows in alike]
+                met = _share([_above(job, *pair, "upstream")
+                              for (job, _), pair in zip(alike, pairs, strict=True)])
                 targets["peer, both after its hours: pod price ≤ upstream (summed)"] = {
-                    **met, "value": f"{met['value']}, {mine_sum:,.0f} ÷ {theirs_sum:,.0f} = "
-                                    f"{mine_sum / theirs_sum:.2f}",
+                    **met, "value": f"{met['value']}, {_summed(pairs)}",
                     "pass": None, "reported": True}
         report[policy] = targets
     return report
@@ -630,23 +628,22 @@ def _cpu_rows(mine: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
 def upstream_final(peer: dict[str, Any] | None, job: str, run_seed: int
                    ) -> dict[str, Any] | None:
     """The upstream autoscaler's final pods on a model and run seed where it ran, with
-    whether they carry the target (`carries`). A file from before it ran once per run seed
-    holds one run, taken to carry it: it stands for every seed."""
-    rows = (peer or {}).get("jobs", {}).get(job)
-    if peer is None or rows is None:
-        return None
-    by_seed = peer.get("upstream", {}).get(job)
-    if by_seed is not None:
-        found: dict[str, Any] | None = by_seed.get(str(run_seed))
-        return found
-    older = rows.get(UPSTREAM, {}).get("pods")
-    return None if older is None else {"pods": older, "carries": True}
+    whether they carry the target (`carries`) and its failed control loops (`errors`)."""
+    found: dict[str, Any] | None = (peer or {}).get("upstream", {}).get(job, {}).get(
+        str(run_seed))
+    return found
 
 
-def _above(row: dict[str, Any], price: float, theirs: float, whose: str) -> str | None:
+def _above(name: str, price: float, theirs: float, whose: str) -> str | None:
     """None where the price is at most theirs, else the miss."""
     return None if price <= theirs + 1e-9 else \
-        f"{_name(row)}: price {price:.2f} vs {whose} {theirs:.2f} ({price / theirs:.2f}×)"
+        f"{name}: price {price:.2f} vs {whose} {theirs:.2f} ({price / theirs:.2f}×)"
+
+
+def _summed(pairs: list[tuple[float, float]]) -> str:
+    """Ours ÷ theirs, each summed over (ours, theirs) pairs."""
+    ours, theirs = sum(p[0] for p in pairs), sum(p[1] for p in pairs)
+    return f"{ours:,.0f} ÷ {theirs:,.0f} = {ours / theirs:.2f}"
 
 
 def _share(checked: list[str | None]) -> dict[str, Any]:
@@ -791,14 +788,13 @@ def run_peer(seeds: list[int], run_seeds: list[int], duration_s: float, workers:
     first = run_seeds[0]
     ours = _map([("run", seed, policy, first, duration_s, {}, None) for seed in seeds
                  for policy in POLICIES], workers, partial)
-    keys = ("steps", "steps_to_target", "cpu_cores", "memory_mb", "final", "pods")
     jobs: dict[str, Any] = {}
     for seed in seeds:
         name = _gen(seed)
-        rows = {UPSTREAM: {k: runs[first]["jobs"][name][k] for k in keys}}
+        rows = {UPSTREAM: runs[first]["jobs"][name]}
         for r in ours:
             if r["model"] == seed:
-                rows[r["policy"]] = {k: r[k] for k in keys}
+                rows[r["policy"]] = {k: r[k] for k in PEER_KEYS}
         jobs[name] = rows
     upstream = {_gen(seed): {str(r): runs[r]["final"][_gen(seed)] for r in run_seeds}
                 for seed in seeds}
@@ -812,8 +808,9 @@ def run_peer(seeds: list[int], run_seeds: list[int], duration_s: float, workers:
 
 def upstream_item(seeds: list[int], run_seed: int, duration_s: float) -> dict[str, Any]:
     """One run of the upstream autoscaler on every model (one TwinServer, one JVM), by
-    model: `jobs`, `bench.peer`'s entry; `final`, its final pods, whether they carry the
-    target (`sustained` on their CPU, at KEEP_UP) and its AutoscalerError events."""
+    model: `jobs`, the table's fields of `bench.peer`'s entry; `final`, its final pods,
+    whether they carry the target (`sustained` on their CPU, at KEEP_UP) and its
+    AutoscalerError events."""
     from bench.peer.__main__ import entry, run_upstream
 
     models = {_gen(seed): model_for(seed) for seed in seeds}
@@ -836,8 +833,8 @@ def upstream_item(seeds: list[int], run_seed: int, duration_s: float) -> dict[st
                        "carries": rate >= KEEP_UP * model.target_at(duration_s),
                        "errors": sum(1 for e in events if e.get("job_model") == paths[name]
                                      and e.get("reason") == "AutoscalerError")}
-    return {"jobs": {name: entry(results[path]) for name, path in paths.items()},
-            "final": final}
+    return {"jobs": {name: {k: v for k, v in entry(results[path]).items() if k in PEER_KEYS}
+                     for name, path in paths.items()}, "final": final}
 
 
 # ---- main --------------------------------------------------------------------------------

@@ -232,7 +232,9 @@ def test_pod_prices_against_upstream_and_the_pod_oracle():
     assert ds2["pod price ≤ upstream on ≥ 90 %"]["pass"] is True
     assert ds2["pod price ≤ 1.10× pod oracle on ≥ 90 %"]["pass"] is True
     peer = {"jobs": {"gen-000": {"flink-autoscaler": {"cpu_cores": 99.0, "memory_mb": 1e6,
-                                                      "pods": {"price": 14.0}}}}}
+                                                      "pods": {"price": 14.0}}}},
+            "upstream": {"gen-000": {"0": {"pods": {"price": 14.0}, "carries": True,
+                                           "errors": 0}}}}
     assert suite.evaluate(runs, oracles, peer)["capacity"][
         "pod price ≤ upstream on ≥ 90 %"]["pass"] is True
 
@@ -273,9 +275,6 @@ def test_upstream_is_the_reference_on_its_own_run_seed_and_ds2_where_it_did_not_
         "value"] == "25 % (1/4)"
     assert suite.upstream_final(peer, "gen-000", 3) is None
     assert suite.upstream_final(peer, "gen-001", 0) is None
-    older = {"jobs": {"gen-000": {"flink-autoscaler": {"pods": {"price": 7.0}}}}}
-    assert suite.upstream_final(older, "gen-000", 2) == {"pods": {"price": 7.0},
-                                                        "carries": True}
 
 
 def test_the_peer_runs_upstream_once_per_run_seed_and_ours_beside_it(monkeypatch):
