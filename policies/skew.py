@@ -33,6 +33,9 @@ What the metrics tell (and what they do not):
   its imbalance comes from elsewhere (uneven source partitions, a skewed upstream chained
   by FORWARD, a slow TaskManager, GC) and is reported, never said to block scale-out.
   Likewise a keyed vertex whose records are balanced while its busyness is not.
+* On asynchronous state (ForSt) busy time counts the task thread only, so a busiest subtask
+  reading well below saturation may not keep up. A keyed vertex there is judged by its
+  records' spread at the saturated vertex's bar, and named without being said to block.
 """
 
 from __future__ import annotations
@@ -133,8 +136,13 @@ def _finding(v: Vertex, m: VertexMetrics, keyed: bool, cpu: CpuScaling,
     records_share = busiest_records_share(m)
     share = records_share if records_share is not None else busy_share
     saturated = hottest >= cpu.utilization_max * slack
-    entry = entry_ratio(p, v.max_parallelism if keyed else 0, saturated, slack)
-    if ratio < entry:
+    # On asynchronous state busy time counts the task thread only (docs/flink-2.md), so
+    # whether the busiest subtask keeps up goes unmeasured: a hot key the records show is
+    # named at the saturated bar, by its records, rather than once it throttles the vertex.
+    unmeasured = keyed and m.asynchronous_state and records_share is not None and not saturated
+    entry = entry_ratio(p, v.max_parallelism if keyed else 0, saturated or unmeasured, slack)
+    spread = records_share * p if unmeasured and records_share is not None else ratio
+    if spread < entry:
         return None
     name = v.name or v.id
     head = (f"{name}: busiest of {p} subtasks {hottest:.0%} busy, mean {mean:.0%} "
@@ -162,7 +170,12 @@ def _finding(v: Vertex, m: VertexMetrics, keyed: bool, cpu: CpuScaling,
     useful = None
     if saturated and not helps:
         useful = _useful_parallelism(hot, p, k)
-    if not saturated:
+    if unmeasured:
+        tail = (f"its state is asynchronous, so busy time (the task thread only) does not "
+                f"show whether the busiest subtask keeps up; about {hot:.0%} of the input is "
+                f"taken for one hot key, which stays on one subtask at any parallelism "
+                f"({hot * k:.1f}× a typical subtask's share at {k} tasks)")
+    elif not saturated:
         tail = "not saturated: scaling by the mean is still sound"
     elif helps:
         tail = (f"more tasks can spread it: at {k} tasks the busiest would be about "

@@ -35,10 +35,12 @@ def group_shares(weights: list[float], p: int) -> list[float]:
 
 
 def measured(shares: list[float], offered: float, capacity: float,
-             errors: list[float] | None = None, with_records: bool = True) -> VertexMetrics:
+             errors: list[float] | None = None, with_records: bool = True,
+             in_flight: float | None = None) -> VertexMetrics:
     """A vertex's window as the collector builds it: `offered` records/s split by `shares`
     over tasks of `capacity` records/s, throttled by the busiest (backpressure), each
-    subtask's busy time off by (1 + its measurement error)."""
+    subtask's busy time off by (1 + its measurement error); `in_flight`: its state is
+    asynchronous, with that many records in flight per subtask."""
     errors = errors or [0.0] * len(shares)
     rate = min(offered, capacity / max(shares))
     busy = [min(1000.0, 1000.0 * s * rate / capacity * (1 + e))
@@ -47,6 +49,7 @@ def measured(shares: list[float], offered: float, capacity: float,
         busy_ms_per_s=sum(busy) / len(busy), busy_ms_per_s_max=max(busy),
         backpressured_ms_per_s=0.0, records_in_per_s=rate, records_out_per_s=rate,
         records_in_per_s_max=max(shares) * rate if with_records else None,
+        async_in_flight_records=in_flight,
     )
 
 
@@ -183,11 +186,40 @@ def test_a_saturated_busiest_subtask_is_named_at_a_smaller_excess() -> None:
     assert skew.entry_ratio(60, K, saturated=True) == skew.SKEW_RATIO  # never above it
 
 
+def test_a_hot_key_on_asynchronous_state_is_named_by_its_records() -> None:
+    """gen-043's keyed ForSt vertex at 8 tasks: its busiest subtask takes 1.43× the mean
+    share of records and reads 64 % busy, which on asynchronous state counts the task
+    thread only. Named (not blocking: nothing measured says it is saturated); the same
+    window on synchronous state is below SKEW_RATIO and not saturated, so it is not."""
+    weights = [0.93 / (K - 1)] * K
+    weights[20] = 0.07
+    shares = group_shares(weights, 8)
+    assert 1.4 < max(shares) * 8 < 1.46
+    for records in (True, False):
+        agg = measured(shares, 8_000.0, 2_250.0, with_records=records, in_flight=50.0)
+        assert 0.6 < agg.busy_ms_per_s_max / 1000 < 0.7
+        found = skew.detect(keyed(8), window(keyed(8), agg), CPU)
+        if not records:  # busy time alone says nothing on asynchronous state
+            assert found == ()
+            continue
+        (finding,) = found
+        assert not finding.saturated and not skew.blocks_scale_out(finding)
+        assert "asynchronous" in finding.message and "7% of the input" in finding.message
+        synchronous = measured(shares, 8_000.0, 2_250.0)
+        assert skew.detect(keyed(8), window(keyed(8), synchronous), CPU) == ()
+    # Not keyed: no key groups, so nothing for the records' spread to name.
+    flat = JobGraph(vertices=keyed(8).vertices,
+                    edges=(Edge("src", "agg", ShipStrategy.REBALANCE),))
+    agg = measured(shares, 8_000.0, 2_250.0, in_flight=50.0)
+    assert skew.detect(flat, window(flat, agg), CPU) == ()
+
+
 @settings(max_examples=200, deadline=None)
 @given(p=st.integers(2, K // 4), load=st.floats(0.05, 1.2), seed=st.integers(0, 2**32 - 1),
-       records=st.booleans())
+       records=st.booleans(), asynchronous=st.booleans())
 def test_uniform_keys_are_never_flagged_under_the_noise(p: int, load: float, seed: int,
-                                                         records: bool) -> None:
+                                                         records: bool,
+                                                         asynchronous: bool) -> None:
     """Uniform keys over K key groups, each subtask's busy time off by up to ±5 % (the
     twin's drift; real Flink's per-subtask spread), records off by up to ±2 %."""
     rng = random.Random(seed)
@@ -196,7 +228,8 @@ def test_uniform_keys_are_never_flagged_under_the_noise(p: int, load: float, see
     shares = group_shares([w / total for w in weights], p)
     errors = [rng.uniform(-0.05, 0.05) for _ in range(p)]
     rate = 1_000.0 * p
-    agg = measured(shares, rate, rate / p / load, errors, with_records=records)
+    agg = measured(shares, rate, rate / p / load, errors, with_records=records,
+                   in_flight=50.0 if asynchronous else None)
     assert skew.detect(keyed(p), window(keyed(p), agg), CPU) == ()
     # Named last time (a transient), it is let go: the hysteresis relaxes the margin
     # over key-group rounding, never down into the noise.
