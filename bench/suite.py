@@ -119,7 +119,8 @@ QUICK_DURATION_S = 600.0
 # it had sized for the catch-up (gen-005: 128 tasks, 32 TaskManagers).
 PEER_DURATION_S = 18000.0
 # What the peer table keeps of each side's run.
-PEER_KEYS = ("steps", "steps_to_target", "cpu_cores", "memory_mb", "final", "pods")
+PEER_KEYS = ("steps", "steps_to_target", "cpu_cores", "memory_mb", "final", "pods",
+             "pod_bill")
 MEDIAN_STEPS = 2
 RESOURCE_FACTOR = 1.10
 RESOURCE_SHARE = 0.90
@@ -263,6 +264,8 @@ def measure(result: RunResult, seed: int, onsets: dict[str, float]) -> dict[str,
         "cpu_used": round(cpu_used(model, result.final, last_phase_target(
             model, result.phases[-1].end_s)), 2) if result.final and result.phases else None,
         "peak_lag": round(max((s.lag for s in result.samples), default=0.0)),
+        # What the cluster bills over the run: the pods' price, hour by hour (price-hours).
+        "pod_bill": None if (bill := result.pod_bill()) is None else round(bill, 3),
         "steady_restarts_at_s": steady_restarts(result, seed),
         "write_memory": write_memory(result),
         "skew": {u: {"onset_s": t, "shown_s": shown(result, vid_of[u], t),
@@ -562,6 +565,11 @@ def evaluate(runs: list[dict[str, Any]], oracles: dict[tuple[int, int], dict[str
             targets["pod price ≤ 1.10× pod oracle, daily-peak runs left out"] = {
                 **_share(flat), "pass": None, "reported": True}
         targets.update(_cpu_rows(mine))
+        billed = [r["pod_bill"] for r in mine if r.get("pod_bill") is not None]
+        if billed:
+            targets["pod bill over the run (price-hours), summed"] = {
+                "value": f"{sum(billed):,.0f} over {len(billed)} runs", "pass": None,
+                "reported": True, "misses": []}
         # 7. peer
         if peer:
             misses, jobs = [], 0
@@ -592,6 +600,19 @@ def evaluate(runs: list[dict[str, Any]], oracles: dict[tuple[int, int], dict[str
                 met = _share([_above(job, *pair, "upstream")
                               for (job, _), pair in zip(alike, pairs, strict=True)])
                 targets["peer, both after its hours: pod price ≤ upstream (summed)"] = {
+                    **met, "value": f"{met['value']}, {_summed(pairs)}",
+                    "pass": None, "reported": True}
+            # The bill over those hours, not the price at their end: catch-up sizing held,
+            # restarts and give-backs all paid for as long as the pods stood.
+            billed_alike = [(job, (rows[policy]["pod_bill"], rows[UPSTREAM]["pod_bill"]))
+                            for job, rows in alike
+                            if rows[policy].get("pod_bill") is not None
+                            and rows[UPSTREAM].get("pod_bill") is not None]
+            if billed_alike:
+                pairs = [pair for _, pair in billed_alike]
+                met = _share([_above(job, *pair, "upstream") for job, pair in billed_alike])
+                targets["peer, both after its hours: pod bill over them ≤ upstream's "
+                        "(price-hours, summed)"] = {
                     **met, "value": f"{met['value']}, {_summed(pairs)}",
                     "pass": None, "reported": True}
         report[policy] = targets
@@ -794,7 +815,7 @@ def run_peer(seeds: list[int], run_seeds: list[int], duration_s: float, workers:
         rows = {UPSTREAM: runs[first]["jobs"][name]}
         for r in ours:
             if r["model"] == seed:
-                rows[r["policy"]] = {k: r[k] for k in PEER_KEYS}
+                rows[r["policy"]] = {k: r[k] for k in PEER_KEYS if k in r}
         jobs[name] = rows
     upstream = {_gen(seed): {str(r): runs[r]["final"][_gen(seed)] for r in run_seeds}
                 for seed in seeds}

@@ -13,7 +13,9 @@ when the experiment starts, so the first decision ends the first 2-minute window
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from types import MappingProxyType
+from typing import Any
 
 from controller.adapters.twin import flink_deployment, twin_ports
 from controller.api import (
@@ -30,6 +32,7 @@ from controller.api import (
     TaskManagerSpec,
 )
 from controller.loop import reconcile
+from controller.realize import current_fields, requested_pods
 from controller.record import bill_of
 from policies.decision import Decision
 from policies.spec import CpuScaling, MemoryScaling, ParallelismOverride, Policy
@@ -89,6 +92,14 @@ def note_skew(result: RunResult, decision: Decision | None, time: float) -> None
         result.skew_named.setdefault(finding.vertex_id, time)
 
 
+def note_bill(result: RunResult, deployment: Mapping[str, Any], hsp: HybridScalingPolicy,
+              time: float) -> None:
+    """The price of the pods the deployment requests from now on (`RunResult.bill`)."""
+    pods = requested_pods(current_fields(deployment), hsp.spec.cost)
+    if pods is not None:
+        result.bill_at(time, pods.price)
+
+
 def run(model: JobModel, policy: PolicyName, duration_s: float = 1200.0, seed: int = 0,
         window_s: float = WINDOW_S, stabilization_s: float = STABILIZATION_S,
         resize: bool = True, task_manager: TaskManagerSpec | None = None,
@@ -107,6 +118,7 @@ def run(model: JobModel, policy: PolicyName, duration_s: float = 1200.0, seed: i
                              catch_up_duration)
     status = Status()
     result = RunResult(policy, model)
+    note_bill(result, deployments.deployment, hsp, twin.time)
     while twin.time + 1e-9 < duration_s:
         twin.advance(min(GRANULARITY_S, duration_s - twin.time))
         result.samples.append(sample(twin))
@@ -115,6 +127,7 @@ def run(model: JobModel, policy: PolicyName, duration_s: float = 1200.0, seed: i
         decided = status.last_decision
         pods_cpu = twin.cpu_budget
         status = reconcile(hsp, 1, status, ports).status
+        note_bill(result, deployments.deployment, hsp, twin.time)
         if status.last_decision is not None and status.last_decision != decided:
             result.evaluations.append((twin.time, MappingProxyType(evaluated)))
         skewed = status.condition(ConditionType.SKEWED)

@@ -210,6 +210,26 @@ class RunResult:
     # Each evaluation (a decision, waiting or not): its virtual time and the parallelism
     # it evaluated (key skew shows only at two tasks or more). Not in the JSON.
     evaluations: list[tuple[float, Mapping[str, int]]] = field(default_factory=list)
+    # What the cluster bills: from each time on, the price per hour of the TaskManager pods
+    # the deployment requests (resource × replicas), a point whenever it changed.
+    bill: list[tuple[float, float]] = field(default_factory=list)
+
+    def bill_at(self, time: float, price: float) -> None:
+        """The pods cost `price` per hour from `time` on (a point only when it changed)."""
+        if not self.bill or abs(self.bill[-1][1] - price) > 1e-9:
+            self.bill.append((time, price))
+
+    def pod_bill(self, until_s: float | None = None) -> float | None:
+        """Price-hours the pods reserved from the first point until `until_s` (default: the
+        last sample): the bill over the run, restarts and catch-up included; None without
+        a price."""
+        if not self.bill:
+            return None
+        end = until_s if until_s is not None else (
+            self.samples[-1].time if self.samples else self.bill[-1][0])
+        ends = [t for t, _ in self.bill[1:]] + [end]
+        return sum(price * max(0.0, min(stop, end) - start) for (start, price), stop
+                   in zip(self.bill, ends, strict=True)) / 3600.0
 
     def steady_restarts_per_hour(self) -> float | None:
         """Restarts per hour over the phases whose target did not move (None: none)."""
@@ -232,6 +252,7 @@ class RunResult:
             "capacity": round(self.capacity, 1),
             "configuration": configuration_json(self.model, self.final),
             "skew_named": dict(self.skew_named),
+            "pod_bill": None if (bill := self.pod_bill()) is None else round(bill, 3),
             "trajectory": [s.as_json() for s in self.samples],
         }
 

@@ -196,6 +196,8 @@ def _lockstep(server: TwinServer, java: Any, watches: dict[str, Watch], urls: di
 def _observe(w: Watch) -> float:
     """Sample the twin (every GRANULARITY_S of virtual time) and note upstream's rescales."""
     twin = w.twin
+    if not w.result.bill:  # the pods it starts on: one paper TaskManager a 4 tasks
+        w.result.bill_at(twin.time, pods.upstream(twin.configuration).pods.price)
     if not w.result.samples or twin.time - w.result.samples[-1].time >= GRANULARITY_S - 1e-9:
         cores, memory = paper_resources(w.model, twin.configuration)
         w.result.samples.append(Sample(
@@ -211,6 +213,8 @@ def _observe(w: Watch) -> float:
         w.result.steps.append(Step(at, downtime, twin.configuration, cores, memory,
                                    sum(before) / max(1, len(before)),
                                    capacity(w.model, twin.configuration), UPSTREAM))
+        # Its new parallelism run the way Flink runs it, billed from the rescale on.
+        w.result.bill_at(at, pods.upstream(twin.configuration).pods.price)
     return twin.time
 
 
@@ -270,10 +274,10 @@ def ratio(ours: float | None, theirs: float | None) -> str:
 def table(report: dict[str, Any]) -> str:
     lines = [
         "| job | autoscaler | reconfigs (to target) | time to target | cores | memory MB | "
-        "pod CPU | pod memory GiB | price / h | "
+        "pod CPU | pod memory GiB | price / h | bill over the run | "
         "peak lag | final configuration (p;MB) | vs upstream: reconfigs / time to target / "
-        "cores / memory / pod CPU / pod memory / price / peak lag |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "cores / memory / pod CPU / pod memory / price / bill / peak lag |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for job, rows in report["jobs"].items():
         up = rows[UPSTREAM]
@@ -290,9 +294,12 @@ def table(report: dict[str, Any]) -> str:
                 ratio(mine.get("pod_cpu"), theirs.get("pod_cpu")),
                 ratio(mine.get("pod_memory_mb"), theirs.get("pod_memory_mb")),
                 ratio(mine.get("price"), theirs.get("price")),
+                ratio(e.get("pod_bill"), up.get("pod_bill")) if policy else "-",
                 ratio(lag, up["peak_lag"])))
             pod = (f"{mine['pod_cpu']:.0f} | {mine['pod_memory_mb'] / 1024:.1f} | "
                    f"{mine['price']:.2f}") if mine else "- | - | -"
+            bill = e.get("pod_bill")
+            pod += f" | {'-' if bill is None or not policy else f'{bill:,.1f}'}"
             lines.append(
                 f"| {job if n == 0 else ''} | {name} | {steps} | {when} | {e['cpu_cores']:.0f} | "
                 f"{e['memory_mb']:,.0f} | {pod} | {'-' if lag is None else f'{lag:,.0f}'} | "

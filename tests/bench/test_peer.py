@@ -9,6 +9,7 @@ from __future__ import annotations
 import pytest
 
 from bench.peer.__main__ import run_upstream
+from simulator import pods
 from simulator.model import load_model
 from simulator.results import capacity
 
@@ -37,3 +38,9 @@ def test_upstream_scales_q11_to_the_target_through_the_rescale_api():
     assert q11.final[sink].parallelism == 1
     assert capacity(model, q11.final) >= model.load.rate
     assert q11.converged and q11.steps_to_target == 1
+    # Billed as Flink runs it: one paper TaskManager until the rescale, then
+    # ceil(max p / 4) of them, from the rescale to the end.
+    before = pods.upstream(model.job_graph().configuration()).pods.price
+    after = pods.upstream(q11.final).pods.price
+    assert q11.bill == [(0.0, before), (240.0, after)] and after > before
+    assert q11.pod_bill() == pytest.approx((before * 240 + after * 480) / 3600)

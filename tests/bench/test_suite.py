@@ -277,6 +277,35 @@ def test_upstream_is_the_reference_on_its_own_run_seed_and_ds2_where_it_did_not_
     assert suite.upstream_final(peer, "gen-001", 0) is None
 
 
+def test_the_bill_over_the_run_is_summed_and_compared_with_upstreams_over_its_hours():
+    """The pods' price-hours: summed over the suite's runs, and, where both ran the peer's
+    hours and upstream's final pods carry the target, against upstream's."""
+    runs = (rows_for(0, capacity={"pods": {"price": 12.0}, "pod_bill": 7.5})
+            + rows_for(1, capacity={"pods": {"price": 8.0}, "pod_bill": 4.0}))
+    oracles = {**ORACLES, (1, 0): ORACLES[(0, 0)]}
+
+    def job(ours: float, theirs: float) -> dict:
+        return {"flink-autoscaler": {"cpu_cores": 1.0, "memory_mb": 1.0,
+                                     "pods": {"price": 9.0}, "pod_bill": theirs},
+                "capacity": {"cpu_cores": 1.0, "memory_mb": 1.0, "pods": {"price": 8.0},
+                             "pod_bill": ours}}
+
+    def final(carries: bool) -> dict:
+        return {"0": {"pods": {"price": 9.0}, "carries": carries, "errors": 0}}
+
+    peer = {"jobs": {"gen-000": job(40.0, 50.0), "gen-001": job(60.0, 50.0),
+                     "gen-002": job(10.0, 90.0)},
+            "upstream": {"gen-000": final(True), "gen-001": final(True),
+                         "gen-002": final(False)}}
+    mine = suite.evaluate(runs, oracles, peer)["capacity"]
+    assert mine["pod bill over the run (price-hours), summed"]["value"] == "12 over 2 runs"
+    # gen-002 left out: upstream's pods there do not carry the target.
+    alike = mine["peer, both after its hours: pod bill over them ≤ upstream's "
+                 "(price-hours, summed)"]
+    assert alike["value"] == "50 % (1/2), 100 ÷ 100 = 1.00"
+    assert alike["misses"] == ["gen-001: price 60.00 vs upstream 50.00 (1.20×)"]
+
+
 def test_the_peer_runs_upstream_once_per_run_seed_and_ours_beside_it(monkeypatch):
     """run_peer's shape, with the upstream and our runs stubbed (one worker: in process)."""
     monkeypatch.setattr("bench.peer.build", lambda: None)

@@ -13,6 +13,7 @@ from controller.cli import app
 from controller.simulate import PAPER_CATCH_UP_S, closed_loop_policy, note_skew, run
 from policies.model import VertexConfig
 from policies.spec import CpuScaling
+from simulator import pods
 from simulator.model import load_model
 from simulator.results import RunResult, capacity, cpu_used, finish, oracle
 from simulator.twin import Twin
@@ -61,6 +62,34 @@ def test_the_trajectory_shows_the_downtime_and_the_target(q11):
     down = [s for s in justin.samples if not s.running]
     assert down and min(s.rate for s in down) == 0
     assert max(s.rate for s in justin.samples) > 100_000  # catching up after a restart
+
+
+def test_the_bill_is_the_deployments_pods_from_each_step_on(q11):
+    """What the cluster bills: the pods the FlinkDeployment requests, priced from each
+    apply on. It starts on one paper TaskManager and ends on the pods last placed."""
+    model, justin, _ = q11
+    first = pods.upstream(model.job_graph().configuration()).pods.price  # 1 × 4 cores, 2 GiB
+    assert justin.bill[0] == (0.0, pytest.approx(first))
+    assert justin.bill[-1][1] == pytest.approx(pods.placed(justin).pods.price, abs=1e-3)
+    # One point a change, each when the pass wrote the pods (a step's time).
+    assert len(justin.bill) >= 2 and all(
+        a[1] != b[1] for a, b in zip(justin.bill, justin.bill[1:], strict=False))
+    assert {t for t, _ in justin.bill[1:]} <= {s.time for s in justin.steps}
+    hours = justin.samples[-1].time / 3600
+    prices = [p for _, p in justin.bill]
+    assert min(prices) * hours < justin.pod_bill() < max(prices) * hours
+    assert justin.as_json()["pod_bill"] == pytest.approx(justin.pod_bill(), abs=1e-3)
+
+
+def test_the_bill_integrates_the_price_over_time():
+    result = RunResult("ds2", load_model("q1"))
+    result.bill_at(0.0, 10.0)
+    result.bill_at(600.0, 10.0)  # no change, no point
+    result.bill_at(1800.0, 30.0)
+    assert result.bill == [(0.0, 10.0), (1800.0, 30.0)]
+    assert result.pod_bill(3600.0) == pytest.approx(10.0 * 0.5 + 30.0 * 0.5)
+    assert result.pod_bill(900.0) == pytest.approx(10.0 * 0.25)
+    assert RunResult("ds2", load_model("q1")).pod_bill() is None
 
 
 @pytest.mark.parametrize("job", ["q1", "q3", "q11"])
