@@ -14,7 +14,8 @@ the wall clock, and upstream's clock follows it. Our side runs `simulate`'s clos
 virtual time: DS2, Justin (DS2 + memory scaling) and capacity (the default: a learned
 capacity surface, planned by cost); the oracle is the physical limit, not a policy.
 Every row is measured the same way (`simulator.results`' definitions): reconfigurations,
-time to target, final configuration, cores and memory as the paper counts them, peak lag.
+time to target, final configuration, cores and memory as the paper counts them, the pods
+(final price, and the bill over the run: `RunResult.pod_bill`), peak lag.
 Writes bench/results/peer.json; `--update-doc` rewrites the table in docs/simulator.md and
 README.md.
 """
