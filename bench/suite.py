@@ -610,7 +610,7 @@ def evaluate(runs: list[dict[str, Any]], oracles: dict[tuple[int, int], dict[str
                             and rows[UPSTREAM].get("pod_bill") is not None]
             if billed_alike:
                 pairs = [pair for _, pair in billed_alike]
-                met = _share([_above(job, *pair, "upstream") for job, pair in billed_alike])
+                met = _share([_above(job, *pair, "upstream", "bill") for job, pair in billed_alike])
                 targets["peer, both after its hours: pod bill over them ≤ upstream's "
                         "(price-hours, summed)"] = {
                     **met, "value": f"{met['value']}, {_summed(pairs)}",
@@ -655,10 +655,11 @@ def upstream_final(peer: dict[str, Any] | None, job: str, run_seed: int
     return found
 
 
-def _above(name: str, price: float, theirs: float, whose: str) -> str | None:
-    """None where the price is at most theirs, else the miss."""
+def _above(name: str, price: float, theirs: float, whose: str,
+           what: str = "price") -> str | None:
+    """None where the price (or `what` else is compared) is at most theirs, else the miss."""
     return None if price <= theirs + 1e-9 else \
-        f"{name}: price {price:.2f} vs {whose} {theirs:.2f} ({price / theirs:.2f}×)"
+        f"{name}: {what} {price:.2f} vs {whose} {theirs:.2f} ({price / theirs:.2f}×)"
 
 
 def _summed(pairs: list[tuple[float, float]]) -> str:

@@ -93,9 +93,12 @@ def note_skew(result: RunResult, decision: Decision | None, time: float) -> None
 
 
 def note_bill(result: RunResult, deployment: Mapping[str, Any], hsp: HybridScalingPolicy,
-              time: float) -> None:
-    """The price of the pods the deployment requests from now on (`RunResult.bill`)."""
-    pods = requested_pods(current_fields(deployment), hsp.spec.cost)
+              status: Status, time: float) -> None:
+    """The price of the pods the deployment requests from now on (`RunResult.bill`); as
+    `pods_now`, the placement's TaskManagers stand in for replicas left unset."""
+    placement = status.placement
+    pods = requested_pods(current_fields(deployment), hsp.spec.cost,
+                          placement.task_managers if placement is not None else None)
     if pods is not None:
         result.bill_at(time, pods.price)
 
@@ -118,7 +121,7 @@ def run(model: JobModel, policy: PolicyName, duration_s: float = 1200.0, seed: i
                              catch_up_duration)
     status = Status()
     result = RunResult(policy, model)
-    note_bill(result, deployments.deployment, hsp, twin.time)
+    note_bill(result, deployments.deployment, hsp, status, twin.time)
     while twin.time + 1e-9 < duration_s:
         twin.advance(min(GRANULARITY_S, duration_s - twin.time))
         result.samples.append(sample(twin))
@@ -127,7 +130,7 @@ def run(model: JobModel, policy: PolicyName, duration_s: float = 1200.0, seed: i
         decided = status.last_decision
         pods_cpu = twin.cpu_budget
         status = reconcile(hsp, 1, status, ports).status
-        note_bill(result, deployments.deployment, hsp, twin.time)
+        note_bill(result, deployments.deployment, hsp, status, twin.time)
         if status.last_decision is not None and status.last_decision != decided:
             result.evaluations.append((twin.time, MappingProxyType(evaluated)))
         skewed = status.condition(ConditionType.SKEWED)

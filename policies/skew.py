@@ -34,8 +34,11 @@ What the metrics tell (and what they do not):
   by FORWARD, a slow TaskManager, GC) and is reported, never said to block scale-out.
   Likewise a keyed vertex whose records are balanced while its busyness is not.
 * On asynchronous state (ForSt) busy time counts the task thread only, so a busiest subtask
-  reading well below saturation may not keep up. A keyed vertex there is judged by its
-  records' spread at the saturated vertex's bar, and named without being said to block.
+  reading well below saturation may not keep up. A keyed vertex there is also judged by
+  its records' spread at the saturated vertex's margin over key-group rounding (not capped
+  at SKEW_RATIO, which rounding alone reaches past about K/2 tasks), and named without
+  being said to block; its saturation is not relaxed by the hysteresis, so being named
+  never makes it blocking.
 """
 
 from __future__ import annotations
@@ -135,14 +138,21 @@ def _finding(v: Vertex, m: VertexMetrics, keyed: bool, cpu: CpuScaling,
     busy_share = min(1.0, ratio / p)
     records_share = busiest_records_share(m)
     share = records_share if records_share is not None else busy_share
-    saturated = hottest >= cpu.utilization_max * slack
     # On asynchronous state busy time counts the task thread only (docs/flink-2.md), so
     # whether the busiest subtask keeps up goes unmeasured: a hot key the records show is
     # named at the saturated bar, by its records, rather than once it throttles the vertex.
-    unmeasured = keyed and m.asynchronous_state and records_share is not None and not saturated
-    entry = entry_ratio(p, v.max_parallelism if keyed else 0, saturated or unmeasured, slack)
-    spread = records_share * p if unmeasured and records_share is not None else ratio
-    if spread < entry:
+    # Its saturation is taken at face value: a vertex named by its records must not turn
+    # blocking at 0.9 × the bound because it was named.
+    by_records = keyed and m.asynchronous_state and records_share is not None
+    saturated = hottest >= cpu.utilization_max * (1.0 if by_records else slack)
+    entry = entry_ratio(p, v.max_parallelism if keyed else 0, saturated, slack)
+    named = ratio >= entry
+    unmeasured = by_records and not saturated
+    if unmeasured and records_share is not None:
+        # Uncapped: past about K/2 tasks rounding alone gives a subtask 1.5× the mean.
+        entry = entry_ratio(p, v.max_parallelism, True, slack, capped=False)
+        named = named or records_share * p >= entry
+    if not named:
         return None
     name = v.name or v.id
     head = (f"{name}: busiest of {p} subtasks {hottest:.0%} busy, mean {mean:.0%} "
@@ -173,8 +183,9 @@ def _finding(v: Vertex, m: VertexMetrics, keyed: bool, cpu: CpuScaling,
     if unmeasured:
         tail = (f"its state is asynchronous, so busy time (the task thread only) does not "
                 f"show whether the busiest subtask keeps up; about {hot:.0%} of the input is "
-                f"taken for one hot key, which stays on one subtask at any parallelism "
-                f"({hot * k:.1f}× a typical subtask's share at {k} tasks)")
+                f"taken for one hot key (several hot keys on this subtask would look the "
+                f"same), which stays on one subtask at any parallelism ({hot * k:.1f}× a "
+                f"typical subtask's share at {k} tasks)")
     elif not saturated:
         tail = "not saturated: scaling by the mean is still sound"
     elif helps:
@@ -191,19 +202,22 @@ def _finding(v: Vertex, m: VertexMetrics, keyed: bool, cpu: CpuScaling,
 
 
 def entry_ratio(parallelism: int, key_groups: int, saturated: bool,
-                slack: float = 1.0) -> float:
+                slack: float = 1.0, capped: bool = True) -> float:
     """The hottest-to-mean ratio from which a vertex is named skewed: SKEW_RATIO; for a
     keyed vertex whose busiest subtask is saturated, SATURATED_MARGIN over the ratio
     key-group rounding alone gives (⌈K/p⌉ against K/p key groups: 1.04 at 7 of 128),
     never above SKEW_RATIO, the bar for any vertex (past about K/2 tasks rounding alone
     comes near it, and a hot key there is told from rounding only by the records).
     `slack` (1 − HYSTERESIS for a vertex named last time) relaxes the margin, not the
-    rounding: a vertex stays named down to 1.18 × rounding, above the noise."""
+    rounding: a vertex stays named down to 1.18 × rounding, above the noise. Uncapped
+    (`capped=False`, for a bar on the records' spread that no busy time backs), it stays
+    above rounding at any parallelism."""
     if not saturated or key_groups <= 0 or parallelism <= 0:
         return SKEW_RATIO * slack
     rounding = math.ceil(key_groups / parallelism) * parallelism / key_groups \
         if parallelism < key_groups else 1.0
-    return min(SKEW_RATIO * slack, rounding * (1.0 + (SATURATED_MARGIN - 1.0) * slack))
+    bar = rounding * (1.0 + (SATURATED_MARGIN - 1.0) * slack)
+    return min(SKEW_RATIO * slack, bar) if capped else bar
 
 
 def hot_key_group_share(share: float, parallelism: int, key_groups: int) -> float:

@@ -303,7 +303,7 @@ def test_the_bill_over_the_run_is_summed_and_compared_with_upstreams_over_its_ho
     alike = mine["peer, both after its hours: pod bill over them ≤ upstream's "
                  "(price-hours, summed)"]
     assert alike["value"] == "50 % (1/2), 100 ÷ 100 = 1.00"
-    assert alike["misses"] == ["gen-001: price 60.00 vs upstream 50.00 (1.20×)"]
+    assert alike["misses"] == ["gen-001: bill 60.00 vs upstream 50.00 (1.20×)"]
 
 
 def test_the_peer_runs_upstream_once_per_run_seed_and_ours_beside_it(monkeypatch):
