@@ -373,6 +373,7 @@ def with_condition(
 
 
 def policy_state(status: Status) -> PolicyState:
+    skew = status.last_decision.skew if status.last_decision is not None else ()
     return PolicyState(
         step=status.step,
         history=status.history,
@@ -380,8 +381,8 @@ def policy_state(status: Status) -> PolicyState:
             {w.vertex_id: w.since for w in status.scale_down_wanted_since}
         ),
         last_reconfiguration_time=status.last_reconfiguration_time,
-        skewed=frozenset(f.vertex_id for f in status.last_decision.skew)
-        if status.last_decision is not None else frozenset(),
+        skewed=frozenset(f.vertex_id for f in skew),
+        skew_saturated=frozenset(f.vertex_id for f in skew if f.saturated),
         learned=MappingProxyType({v.vertex_id: v for v in status.learned}),
         cpu_short_since=status.cpu_short_since,
         last_evaluated=None if status.last_decision is None else status.last_decision.time,

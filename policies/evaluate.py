@@ -3,7 +3,7 @@ the decision and the state to keep."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace
 from types import MappingProxyType
 
@@ -96,8 +96,8 @@ def _scaling(graph: JobGraph, observation: Observation, state: PolicyState,
     current = graph.configuration()
     before = totals(current, params)
     # Skew is reported for every evaluation and every policy; it changes no DS2/Justin step.
-    skewed = skew.detect(graph, observation, params.cpu, state.skewed)
-    state = replace(state, skewed=frozenset(f.vertex_id for f in skewed))
+    skewed = skew.detect(graph, observation, params.cpu, state.skewed, state.skew_saturated)
+    state = _skew_remembered(state, skewed)
 
     missing = observation.missing(graph)
     if missing:
@@ -135,7 +135,7 @@ def _scaling(graph: JobGraph, observation: Observation, state: PolicyState,
         state = replace(state, learned=planned.learned, cpu_short_since=planned.cpu_short_since)
         # A skew-stopped vertex is named (Skewed) with what it sustains and what would lift it.
         skewed = skew_stop.merge(skewed, planned.skew)
-        state = replace(state, skewed=frozenset(f.vertex_id for f in skewed))
+        state = _skew_remembered(state, skewed)
         if not planned.triggered:
             return _unchanged(current, state, params, now, planned.reason, planned.vertices,
                               skewed)
@@ -312,6 +312,13 @@ def _record(
         skewed=state.skewed,
         learned=state.learned,
     )
+
+
+def _skew_remembered(state: PolicyState, findings: Iterable[SkewFinding]) -> PolicyState:
+    """The vertices named skewed, and those saturated, for the next window's hysteresis."""
+    found = tuple(findings)
+    return replace(state, skewed=frozenset(f.vertex_id for f in found),
+                   skew_saturated=frozenset(f.vertex_id for f in found if f.saturated))
 
 
 def _unchanged(

@@ -89,9 +89,11 @@ class PolicyState:
     # vertex id -> first time DS2 wanted fewer tasks for it (the scale-down delay)
     scale_down_wanted_since: Mapping[str, float] = field(default_factory=_empty)
     last_reconfiguration_time: float | None = None
-    # vertex ids the last evaluation found skewed (their thresholds get hysteresis);
-    # the controller reads them back from status.lastDecision.skew
+    # vertex ids the last evaluation found skewed (their thresholds get hysteresis), and
+    # those of them whose busiest subtask was saturated (so is its saturation bound); the
+    # controller reads both back from status.lastDecision.skew
     skewed: frozenset[str] = frozenset()
+    skew_saturated: frozenset[str] = frozenset()
     # The capacity policy's per-vertex data points and judgements (policies/learning.py).
     learned: Mapping[str, VertexLearning] = field(default_factory=lambda: MappingProxyType({}))
     # End of the first of two windows running in which the tasks waited for CPU while

@@ -35,10 +35,12 @@ What the metrics tell (and what they do not):
   Likewise a keyed vertex whose records are balanced while its busyness is not.
 * On asynchronous state (ForSt) busy time counts the task thread only, so a busiest subtask
   reading well below saturation may not keep up. A keyed vertex there is also judged by
-  its records' spread at the saturated vertex's margin over key-group rounding (not capped
-  at SKEW_RATIO, which rounding alone reaches past about K/2 tasks), and named without
-  being said to block; its saturation is not relaxed by the hysteresis, so being named
-  never makes it blocking.
+  its records' spread at the saturated vertex's bar, and named without being said to
+  block. The hysteresis relaxes the saturation bound only for a vertex saturated last
+  time, so being named never makes one blocking.
+* Where the records are measured they name a keyed vertex, not busy time alone: a busy
+  spread the records account for is theirs (key-group rounding, under the bar), not a
+  slow task's. Past K/2 tasks rounding alone gives up to 2× the mean (`entry_ratio`).
 """
 
 from __future__ import annotations
@@ -69,8 +71,9 @@ SKEW_RATIO = 1.5
 # (ratio 1.3–1.45) until more restarts showed it.
 SATURATED_MARGIN = 1.2
 # A vertex found skewed in the previous evaluation stays skewed until each test misses by
-# more than this relative margin (exit at 1.35, at 0.9 × the busyness bounds), so a
-# ratio or busyness hovering at a threshold does not flap the condition.
+# more than this relative margin (exit at 1.35, at 0.9 × MIN_HOTTEST_BUSYNESS; one found
+# saturated stays saturated, and blocked, down to 0.9 × utilizationMax), so a ratio or
+# busyness hovering at a threshold does not flap the condition.
 HYSTERESIS = 0.1
 # Below this hottest busyness an imbalance hurts nobody (and ratios of near-idle tasks
 # are mostly noise): not reported.
@@ -82,11 +85,14 @@ DIMINISHING = 0.1
 
 
 def detect(graph: JobGraph, observation: Observation, cpu: CpuScaling,
-           previous: Collection[str] = ()) -> tuple[SkewFinding, ...]:
+           previous: Collection[str] = (),
+           previous_saturated: Collection[str] = ()) -> tuple[SkewFinding, ...]:
     """The skewed vertices of one window, in the graph's order.
 
-    `previous`: ids of the vertices found skewed last time; their thresholds are
-    relaxed by HYSTERESIS so that noise does not flap the finding.
+    `previous`: ids of the vertices found skewed last time; their ratio thresholds are
+    relaxed by HYSTERESIS so that noise does not flap the finding. `previous_saturated`:
+    those of them whose busiest subtask was saturated; only theirs is the saturation
+    bound relaxed, so being named never makes a vertex saturated (and blocking).
     """
     # A saturated hottest subtask throttles the vertex: DS2's target rate (the sources'
     # rate plus lag growth, propagated) says how much more than the observed input it needs.
@@ -100,7 +106,8 @@ def detect(graph: JobGraph, observation: Observation, cpu: CpuScaling,
         demand = 1.0
         if v.id in targets and m.records_in_per_s > 0:
             demand = max(1.0, targets[v.id] / m.records_in_per_s)
-        finding = _finding(v, m, keyed, cpu, v.id in previous, demand)
+        finding = _finding(v, m, keyed, cpu, v.id in previous,
+                           v.id in previous and v.id in previous_saturated, demand)
         if finding is not None:
             findings.append(finding)
     return tuple(findings)
@@ -124,7 +131,7 @@ def caps(findings: Iterable[SkewFinding]) -> Mapping[str, int]:
 
 
 def _finding(v: Vertex, m: VertexMetrics, keyed: bool, cpu: CpuScaling,
-             was_skewed: bool, demand: float) -> SkewFinding | None:
+             was_skewed: bool, was_saturated: bool, demand: float) -> SkewFinding | None:
     p = v.parallelism
     if not (math.isfinite(m.busy_ms_per_s) and math.isfinite(m.busy_ms_per_s_max)
             and math.isfinite(m.records_in_per_s) and math.isfinite(demand)):
@@ -141,17 +148,18 @@ def _finding(v: Vertex, m: VertexMetrics, keyed: bool, cpu: CpuScaling,
     # On asynchronous state busy time counts the task thread only (docs/flink-2.md), so
     # whether the busiest subtask keeps up goes unmeasured: a hot key the records show is
     # named at the saturated bar, by its records, rather than once it throttles the vertex.
-    # Its saturation is taken at face value: a vertex named by its records must not turn
-    # blocking at 0.9 × the bound because it was named.
-    by_records = keyed and m.asynchronous_state and records_share is not None
-    saturated = hottest >= cpu.utilization_max * (1.0 if by_records else slack)
+    saturated = hottest >= cpu.utilization_max * (1.0 - HYSTERESIS if was_saturated else 1.0)
     entry = entry_ratio(p, v.max_parallelism if keyed else 0, saturated, slack)
     named = ratio >= entry
-    unmeasured = by_records and not saturated
-    if unmeasured and records_share is not None:
-        # Uncapped: past about K/2 tasks rounding alone gives a subtask 1.5× the mean.
-        entry = entry_ratio(p, v.max_parallelism, True, slack, capped=False)
-        named = named or records_share * p >= entry
+    unmeasured = keyed and m.asynchronous_state and records_share is not None and not saturated
+    if keyed and records_share is not None:
+        # The records tell a hot key from key-group rounding past K/2 tasks, where the bar
+        # on busy time is capped; on asynchronous state they are held to the saturated bar.
+        entry = entry_ratio(p, v.max_parallelism, saturated or unmeasured, slack, records=True)
+        spread = records_share * p
+        # A busy-time spread the records account for is theirs (rounding, when they are
+        # under the bar), not a slow task's: named by busy time only beyond the records.
+        named = spread >= entry or (named and ratio >= spread * SATURATED_MARGIN)
     if not named:
         return None
     name = v.name or v.id
@@ -175,8 +183,9 @@ def _finding(v: Vertex, m: VertexMetrics, keyed: bool, cpu: CpuScaling,
     best_share = min(share, max(hot, 1.0 / k))
     # Busyness scales with the records a task gets: its share, and the target over the input.
     best = (hottest * best_share / share if share > 0 else hottest) * demand
-    # A vertex skewed last time stays blocked until the estimate clears the bound by the margin.
-    helps = p < k and best < cpu.utilization_max * slack
+    # A vertex saturated last time stays blocked until the estimate clears the bound by the
+    # margin.
+    helps = p < k and best < cpu.utilization_max * (1.0 - HYSTERESIS if was_saturated else 1.0)
     useful = None
     if saturated and not helps:
         useful = _useful_parallelism(hot, p, k)
@@ -202,22 +211,31 @@ def _finding(v: Vertex, m: VertexMetrics, keyed: bool, cpu: CpuScaling,
 
 
 def entry_ratio(parallelism: int, key_groups: int, saturated: bool,
-                slack: float = 1.0, capped: bool = True) -> float:
+                slack: float = 1.0, records: bool = False) -> float:
     """The hottest-to-mean ratio from which a vertex is named skewed: SKEW_RATIO; for a
     keyed vertex whose busiest subtask is saturated, SATURATED_MARGIN over the ratio
     key-group rounding alone gives (⌈K/p⌉ against K/p key groups: 1.04 at 7 of 128),
-    never above SKEW_RATIO, the bar for any vertex (past about K/2 tasks rounding alone
-    comes near it, and a hot key there is told from rounding only by the records).
-    `slack` (1 − HYSTERESIS for a vertex named last time) relaxes the margin, not the
-    rounding: a vertex stays named down to 1.18 × rounding, above the noise. Uncapped
-    (`capped=False`, for a bar on the records' spread that no busy time backs), it stays
-    above rounding at any parallelism."""
-    if not saturated or key_groups <= 0 or parallelism <= 0:
+    never above SKEW_RATIO, the bar for any vertex.
+    `records`: the bar for the busiest subtask's share of the records. Past K/2 tasks a
+    subtask owns one key group or two, and rounding alone gives up to 2× the mean (1.5×
+    at 96 of 128), over SKEW_RATIO: there the bar is the margin over rounding, uncapped,
+    saturated or not, and only the records tell a hot key from rounding.
+    `slack` (1 − HYSTERESIS for a vertex named last time) relaxes the margin over
+    rounding, never the rounding: a vertex stays named down to 1.18 × rounding (where
+    SKEW_RATIO caps the bar, to 90 % of the way from rounding to it), above the noise."""
+    if key_groups <= 0 or parallelism <= 0:
         return SKEW_RATIO * slack
     rounding = math.ceil(key_groups / parallelism) * parallelism / key_groups \
         if parallelism < key_groups else 1.0
-    bar = rounding * (1.0 + (SATURATED_MARGIN - 1.0) * slack)
-    return min(SKEW_RATIO * slack, bar) if capped else bar
+    margin = rounding * SATURATED_MARGIN
+    past_half = records and 2 * parallelism > key_groups
+    if not saturated and not past_half:
+        return SKEW_RATIO * slack
+    if past_half:
+        bar = margin if saturated else max(SKEW_RATIO, margin)
+    else:
+        bar = min(SKEW_RATIO, margin)
+    return rounding + (bar - rounding) * slack
 
 
 def hot_key_group_share(share: float, parallelism: int, key_groups: int) -> float:
