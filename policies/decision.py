@@ -149,6 +149,8 @@ class SkewFinding(RecordModel):
     useful_parallelism: int | None = Field(
         None, description="where scale-out stops relieving the busiest subtask (blocked only)")
     message: str
+
+
 class Forecast(RecordModel):
     """What the capacity policy expects a decision to cost and save."""
 

@@ -310,6 +310,7 @@ def _record(
         scale_down_wanted_since=MappingProxyType({}),
         last_reconfiguration_time=now,
         skewed=state.skewed,
+        skew_saturated=state.skew_saturated,
         learned=state.learned,
     )
 

@@ -35,12 +35,14 @@ What the metrics tell (and what they do not):
   Likewise a keyed vertex whose records are balanced while its busyness is not.
 * On asynchronous state (ForSt) busy time counts the task thread only, so a busiest subtask
   reading well below saturation may not keep up. A keyed vertex there is also judged by
-  its records' spread at the saturated vertex's bar, and named without being said to
-  block. The hysteresis relaxes the saturation bound only for a vertex saturated last
-  time, so being named never makes one blocking.
+  its records' spread at the saturated vertex's margin over key-group rounding, and named
+  without being said to block. The hysteresis relaxes the saturation bound only for a
+  vertex saturated last time, so being named never makes one blocking.
 * Where the records are measured they name a keyed vertex, not busy time alone: a busy
   spread the records account for is theirs (key-group rounding, under the bar), not a
-  slow task's. Past K/2 tasks rounding alone gives up to 2× the mean (`entry_ratio`).
+  slow task's. Rounding alone gives up to 2× the mean past K/2 tasks, 1.48× at 63 of 128:
+  no bar sits below what it and the noise give, except a saturated vertex's, capped at
+  1.5× so that a hot key throttling the job is named (`entry_ratio`).
 """
 
 from __future__ import annotations
@@ -71,9 +73,10 @@ SKEW_RATIO = 1.5
 # (ratio 1.3–1.45) until more restarts showed it.
 SATURATED_MARGIN = 1.2
 # A vertex found skewed in the previous evaluation stays skewed until each test misses by
-# more than this relative margin (exit at 1.35, at 0.9 × MIN_HOTTEST_BUSYNESS; one found
-# saturated stays saturated, and blocked, down to 0.9 × utilizationMax), so a ratio or
-# busyness hovering at a threshold does not flap the condition.
+# more than this relative margin (a ratio at 0.9 × its bar, never into key-group rounding
+# and noise: `entry_ratio`; 0.9 × MIN_HOTTEST_BUSYNESS; one found saturated stays
+# saturated, and blocked, down to 0.9 × utilizationMax), so a ratio or busyness hovering
+# at a threshold does not flap the condition.
 HYSTERESIS = 0.1
 # Below this hottest busyness an imbalance hurts nobody (and ratios of near-idle tasks
 # are mostly noise): not reported.
@@ -145,17 +148,18 @@ def _finding(v: Vertex, m: VertexMetrics, keyed: bool, cpu: CpuScaling,
     busy_share = min(1.0, ratio / p)
     records_share = busiest_records_share(m)
     share = records_share if records_share is not None else busy_share
-    # On asynchronous state busy time counts the task thread only (docs/flink-2.md), so
-    # whether the busiest subtask keeps up goes unmeasured: a hot key the records show is
-    # named at the saturated bar, by its records, rather than once it throttles the vertex.
     saturated = hottest >= cpu.utilization_max * (1.0 - HYSTERESIS if was_saturated else 1.0)
     entry = entry_ratio(p, v.max_parallelism if keyed else 0, saturated, slack)
     named = ratio >= entry
+    # On asynchronous state busy time counts the task thread only (docs/flink-2.md), so
+    # whether the busiest subtask keeps up goes unmeasured: a hot key the records show is
+    # named by them, at the saturated bar's margin, rather than once it throttles the vertex.
     unmeasured = keyed and m.asynchronous_state and records_share is not None and not saturated
     if keyed and records_share is not None:
-        # The records tell a hot key from key-group rounding past K/2 tasks, where the bar
-        # on busy time is capped; on asynchronous state they are held to the saturated bar.
-        entry = entry_ratio(p, v.max_parallelism, saturated or unmeasured, slack, records=True)
+        # The records tell a hot key from key-group rounding past K/2 tasks, where busy
+        # time cannot.
+        entry = entry_ratio(p, v.max_parallelism, saturated, slack, records=True,
+                            unmeasured=unmeasured)
         spread = records_share * p
         # A busy-time spread the records account for is theirs (rounding, when they are
         # under the bar), not a slow task's: named by busy time only beyond the records.
@@ -211,31 +215,40 @@ def _finding(v: Vertex, m: VertexMetrics, keyed: bool, cpu: CpuScaling,
 
 
 def entry_ratio(parallelism: int, key_groups: int, saturated: bool,
-                slack: float = 1.0, records: bool = False) -> float:
-    """The hottest-to-mean ratio from which a vertex is named skewed: SKEW_RATIO; for a
-    keyed vertex whose busiest subtask is saturated, SATURATED_MARGIN over the ratio
-    key-group rounding alone gives (⌈K/p⌉ against K/p key groups: 1.04 at 7 of 128),
-    never above SKEW_RATIO, the bar for any vertex.
-    `records`: the bar for the busiest subtask's share of the records. Past K/2 tasks a
-    subtask owns one key group or two, and rounding alone gives up to 2× the mean (1.5×
-    at 96 of 128), over SKEW_RATIO: there the bar is the margin over rounding, uncapped,
-    saturated or not, and only the records tell a hot key from rounding.
-    `slack` (1 − HYSTERESIS for a vertex named last time) relaxes the margin over
-    rounding, never the rounding: a vertex stays named down to 1.18 × rounding (where
-    SKEW_RATIO caps the bar, to 90 % of the way from rounding to it), above the noise."""
+                slack: float = 1.0, records: bool = False, unmeasured: bool = False) -> float:
+    """The hottest-to-mean ratio from which a vertex is named skewed.
+
+    Hashing alone gives the busiest subtask ⌈K/p⌉ key groups against K/p (`rounding`:
+    1.04 at 7 of 128 tasks, 1.48 at 63, up to 2× past K/2); SATURATED_MARGIN over it is
+    the noise. The bar is never below that margin where naming says nothing a decision
+    needs (not saturated: SKEW_RATIO or the margin, the higher), and is the margin,
+    capped at SKEW_RATIO, where a saturated hot key would throttle the job: a hot key
+    at 2 % of the input on 55 of 128 tasks gives 1.52 (rounding 1.29, margin 1.55).
+    `records`: the bar for the busiest subtask's share of the records. Past K/2 tasks
+    the saturated bar is the margin, uncapped: rounding alone reaches SKEW_RATIO there,
+    and the records alone tell a hot key from it. `unmeasured`: the records of a vertex
+    whose saturation goes unmeasured (asynchronous state): the margin, uncapped; it is
+    named at the saturated bar's margin and never said to block.
+    `slack` (1 − HYSTERESIS for a vertex named last time): the vertex stays named down
+    to 90 % of its bar, but neither into rounding and noise (1.18 × rounding) nor
+    nearer to rounding than 90 % of the way to the bar. A bar at or below rounding
+    (saturated, busy time only, past 96 of 128 tasks) relaxes to 90 % of it."""
     if key_groups <= 0 or parallelism <= 0:
         return SKEW_RATIO * slack
     rounding = math.ceil(key_groups / parallelism) * parallelism / key_groups \
         if parallelism < key_groups else 1.0
     margin = rounding * SATURATED_MARGIN
-    past_half = records and 2 * parallelism > key_groups
-    if not saturated and not past_half:
-        return SKEW_RATIO * slack
-    if past_half:
-        bar = margin if saturated else max(SKEW_RATIO, margin)
-    else:
+    if unmeasured or (saturated and records and 2 * parallelism > key_groups):
+        bar = margin
+    elif saturated:
         bar = min(SKEW_RATIO, margin)
-    return rounding + (bar - rounding) * slack
+    else:
+        bar = max(SKEW_RATIO, margin)
+    if bar <= rounding:
+        return bar * slack
+    toward_rounding = rounding + (bar - rounding) * slack
+    above_noise = rounding * (1.0 + (SATURATED_MARGIN - 1.0) * slack)
+    return max(bar * slack, min(above_noise, toward_rounding))
 
 
 def hot_key_group_share(share: float, parallelism: int, key_groups: int) -> float:

@@ -26,7 +26,7 @@ from controller.record import (
 )
 from policies import evaluate
 from policies.bill import pod_bill
-from policies.decision import Action, HistoryRecord, epoch_seconds, rfc3339
+from policies.decision import Action, HistoryRecord, SkewFinding, epoch_seconds, rfc3339
 from policies.params import HISTORY_LIMIT
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
@@ -381,6 +381,27 @@ def test_policy_state_round_trip() -> None:
     assert policy_state(status).last_evaluated == status.last_decision.time  # type: ignore[union-attr]
     assert policy_state(again) == replace(policy_state(status), last_evaluated=None)
     assert status.summary.step == status.step
+
+
+def test_policy_state_reads_back_which_skewed_vertices_were_saturated() -> None:
+    """The skew hysteresis relaxes the saturation bound only for a vertex saturated last
+    time: after a restart the controller reads that back from the last decision."""
+    status = rich_status()
+    assert status.last_decision is not None
+
+    def finding(vertex_id: str, saturated: bool) -> SkewFinding:
+        return SkewFinding(vertex_id=vertex_id, parallelism=4, keyed=True,
+                           hottest_busyness=0.9 if saturated else 0.5, mean_busyness=0.3,
+                           ratio=3.0 if saturated else 1.7, hottest_share=0.5,
+                           from_records=True, saturated=saturated, scale_out_helps=False,
+                           message="m")
+
+    decision = status.last_decision.model_copy(
+        update={"skew": (finding("hot", True), finding("warm", False))})
+    back = api.Status.model_validate_json(
+        with_decision(status, decision).model_dump_json(by_alias=True))
+    state = policy_state(back)
+    assert state.skewed == {"hot", "warm"} and state.skew_saturated == {"hot"}
 
 
 def test_with_policy_state_keeps_only_the_newest_records() -> None:
