@@ -53,6 +53,21 @@ def measured(shares: list[float], offered: float, capacity: float,
     )
 
 
+def noisy_uniform(p: int, load: float, seed: int, records: bool,
+                  asynchronous: bool) -> VertexMetrics:
+    """Uniform keys over K key groups, each key group's load off by up to ±2 % and each
+    subtask's busy time by up to ±5 % (the twin's drift; real Flink's per-subtask spread),
+    at `load` of the tasks' capacity (throttled past 1)."""
+    rng = random.Random(seed)
+    weights = [rng.uniform(0.98, 1.02) for _ in range(K)]
+    total = sum(weights)
+    shares = group_shares([w / total for w in weights], p)
+    errors = [rng.uniform(-0.05, 0.05) for _ in range(p)]
+    rate = 1_000.0 * p
+    return measured(shares, rate, rate / p / load, errors, with_records=records,
+                    in_flight=50.0 if asynchronous else None)
+
+
 def window(graph: JobGraph, agg: VertexMetrics, offered: float | None = None) -> Observation:
     """The source offers `offered` records/s; what the vertex does not take is lag growth."""
     taken = agg.records_in_per_s
@@ -320,13 +335,7 @@ def test_uniform_keys_on_asynchronous_state_never_pass_for_a_hot_key(
     mean share of records and of busy time (2 key groups against 1 past 96 of 128 tasks),
     with the noise above: neither the records nor busy time the records account for name
     it (busy time alone says on synchronous state only that scaling by the mean is sound)."""
-    rng = random.Random(seed)
-    weights = [rng.uniform(0.98, 1.02) for _ in range(K)]
-    total = sum(weights)
-    shares = group_shares([w / total for w in weights], p)
-    errors = [rng.uniform(-0.05, 0.05) for _ in range(p)]
-    rate = 1_000.0 * p
-    agg = measured(shares, rate, rate / p / load, errors, in_flight=50.0)
+    agg = noisy_uniform(p, load, seed, records=True, asynchronous=True)
     # Named last time (a transient), it is let go as well.
     found = skew.detect(keyed(p), window(keyed(p), agg), CPU,
                         previous={"agg"} if named else ())
@@ -345,16 +354,8 @@ def test_uniform_keys_on_asynchronous_state_never_pass_for_a_hot_key(
 def test_uniform_keys_are_never_flagged_under_the_noise(p: int, load: float, seed: int,
                                                          records: bool,
                                                          asynchronous: bool) -> None:
-    """Uniform keys over K key groups, each subtask's busy time off by up to ±5 % (the
-    twin's drift; real Flink's per-subtask spread), records off by up to ±2 %."""
-    rng = random.Random(seed)
-    weights = [rng.uniform(0.98, 1.02) for _ in range(K)]
-    total = sum(weights)
-    shares = group_shares([w / total for w in weights], p)
-    errors = [rng.uniform(-0.05, 0.05) for _ in range(p)]
-    rate = 1_000.0 * p
-    agg = measured(shares, rate, rate / p / load, errors, with_records=records,
-                   in_flight=50.0 if asynchronous else None)
+    """Uniform keys (`noisy_uniform`) at up to K/4 tasks, on either backend."""
+    agg = noisy_uniform(p, load, seed, records, asynchronous)
     assert skew.detect(keyed(p), window(keyed(p), agg), CPU) == ()
     # Named last time (a transient), it is let go: the hysteresis relaxes the margin
     # over key-group rounding, never down into the noise.
