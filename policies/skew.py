@@ -187,9 +187,13 @@ def _finding(v: Vertex, m: VertexMetrics, keyed: bool, cpu: CpuScaling,
     best_share = min(share, max(hot, 1.0 / k))
     # Busyness scales with the records a task gets: its share, and the target over the input.
     best = (hottest * best_share / share if share > 0 else hottest) * demand
-    # A vertex saturated last time stays blocked until the estimate clears the bound by the
-    # margin.
-    helps = p < k and best < cpu.utilization_max * (1.0 - HYSTERESIS if was_saturated else 1.0)
+    # A hot key group stands out of a typical one (1/K) by the noise margin. Where none
+    # does (busy time alone, from 3/4 K tasks, where rounding passes the bar), max
+    # parallelism is what limits, not a key: more tasks help up to it. A vertex saturated
+    # last time stays blocked until the estimate clears the bound by the margin.
+    stands_out = hot >= SATURATED_MARGIN / k
+    relieved = best < cpu.utilization_max * (1.0 - HYSTERESIS if was_saturated else 1.0)
+    helps = p < k and (relieved or not stands_out)
     useful = None
     if saturated and not helps:
         useful = _useful_parallelism(hot, p, k)
@@ -201,6 +205,10 @@ def _finding(v: Vertex, m: VertexMetrics, keyed: bool, cpu: CpuScaling,
                 f"typical subtask's share at {k} tasks)")
     elif not saturated:
         tail = "not saturated: scaling by the mean is still sound"
+    elif helps and not relieved:
+        tail = (f"no key group stands out (about {hot:.1%} of the input against "
+                f"{1.0 / k:.1%} each): more tasks spread it, though even at {k} tasks, its "
+                f"max parallelism, the busiest would be about {best:.0%} busy")
     elif helps:
         tail = (f"more tasks can spread it: at {k} tasks the busiest would be about "
                 f"{best:.0%} busy")
@@ -232,7 +240,7 @@ def entry_ratio(parallelism: int, key_groups: int, saturated: bool,
     `slack` (1 − HYSTERESIS for a vertex named last time): the vertex stays named down
     to 90 % of its bar, but neither into rounding and noise (1.18 × rounding) nor
     nearer to rounding than 90 % of the way to the bar. A bar at or below rounding
-    (saturated, busy time only, past 96 of 128 tasks) relaxes to 90 % of it."""
+    (saturated, busy time only, from 96 of 128 tasks) relaxes to 90 % of it."""
     if key_groups <= 0 or parallelism <= 0:
         return SKEW_RATIO * slack
     rounding = math.ceil(key_groups / parallelism) * parallelism / key_groups \
