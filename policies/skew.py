@@ -175,10 +175,12 @@ def _finding(v: Vertex, m: VertexMetrics, keyed: bool, cpu: CpuScaling,
                   saturated=saturated)
     even_records = records_share is not None and records_share * p < entry
     if not keyed or even_records:
-        cause = ("its records are spread evenly: a slow TaskManager, GC pauses or records of "
-                 "unequal cost, not the keys" if keyed else
-                 "its input is not keyed: uneven source partitions, a skewed upstream "
+        cause = ("its input is not keyed: uneven source partitions, a skewed upstream "
                  "forwarded to it, or a slow TaskManager")
+        if keyed and records_share is not None:
+            cause = (f"its records are no more uneven than key-group hashing and noise give "
+                     f"(busiest ×{records_share * p:.2f} the mean, under ×{entry:.2f}): a slow "
+                     f"TaskManager, GC pauses or records of unequal cost, not the keys")
         return SkewFinding(**common, scale_out_helps=True,
                            message=f"{head}; {cause}")
     k = v.max_parallelism
@@ -222,6 +224,20 @@ def _finding(v: Vertex, m: VertexMetrics, keyed: bool, cpu: CpuScaling,
                        message=f"{head}; {tail}")
 
 
+def busiest_key_groups(parallelism: int, key_groups: int) -> int:
+    """How many of the K key groups Flink's range assignment gives the busiest of p
+    subtasks: ⌈K/p⌉ (one at p ≥ K)."""
+    return -(-key_groups // parallelism)
+
+
+def rounding(parallelism: int, key_groups: int) -> float:
+    """The busiest subtask's load over the mean that key-group hashing alone gives:
+    ⌈K/p⌉ key groups against K/p (1.0 at p ≥ K)."""
+    if parallelism >= key_groups:
+        return 1.0
+    return busiest_key_groups(parallelism, key_groups) * parallelism / key_groups
+
+
 def entry_ratio(parallelism: int, key_groups: int, saturated: bool,
                 slack: float = 1.0, records: bool = False, unmeasured: bool = False) -> float:
     """The hottest-to-mean ratio from which a vertex is named skewed.
@@ -238,24 +254,23 @@ def entry_ratio(parallelism: int, key_groups: int, saturated: bool,
     whose saturation goes unmeasured (asynchronous state): the margin, uncapped; it is
     named at the saturated bar's margin and never said to block.
     `slack` (1 − HYSTERESIS for a vertex named last time): the vertex stays named down
-    to 90 % of its bar, but neither into rounding and noise (1.18 × rounding) nor
-    nearer to rounding than 90 % of the way to the bar. A bar at or below rounding
+    to 90 % of its bar, raised to a floor over rounding: the lower of 1.18 × rounding
+    (noise) and 90 % of the way from rounding to the bar. A bar at or below rounding
     (saturated, busy time only, from 96 of 128 tasks) relaxes to 90 % of it."""
     if key_groups <= 0 or parallelism <= 0:
         return SKEW_RATIO * slack
-    rounding = math.ceil(key_groups / parallelism) * parallelism / key_groups \
-        if parallelism < key_groups else 1.0
-    margin = rounding * SATURATED_MARGIN
+    hashing = rounding(parallelism, key_groups)
+    margin = hashing * SATURATED_MARGIN
     if unmeasured or (saturated and records and 2 * parallelism > key_groups):
         bar = margin
     elif saturated:
         bar = min(SKEW_RATIO, margin)
     else:
         bar = max(SKEW_RATIO, margin)
-    if bar <= rounding:
+    if bar <= hashing:
         return bar * slack
-    toward_rounding = rounding + (bar - rounding) * slack
-    above_noise = rounding * (1.0 + (SATURATED_MARGIN - 1.0) * slack)
+    toward_rounding = hashing + (bar - hashing) * slack
+    above_noise = hashing * (1.0 + (SATURATED_MARGIN - 1.0) * slack)
     return max(bar * slack, min(above_noise, toward_rounding))
 
 
@@ -269,7 +284,7 @@ def hot_key_group_share(share: float, parallelism: int, key_groups: int) -> floa
     """
     if parallelism >= key_groups:
         return share
-    groups = -(-key_groups // parallelism)
+    groups = busiest_key_groups(parallelism, key_groups)
     others = (groups - 1) * (1.0 - share) / (key_groups - groups) if groups < key_groups else 0.0
     return max(share - others, 0.0)
 
@@ -279,7 +294,7 @@ def busiest_share(hot: float, parallelism: int, key_groups: int) -> float:
     group of share `hot`: that group and ⌈K/p⌉ − 1 others at the mean of the rest, the
     inverse of `hot_key_group_share` (the running parallelism gives back what was
     measured there)."""
-    groups = -(-key_groups // parallelism)
+    groups = busiest_key_groups(parallelism, key_groups)
     if groups <= 1:
         return hot
     return hot + (groups - 1) * (1.0 - hot) / (key_groups - 1)

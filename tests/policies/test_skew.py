@@ -191,7 +191,7 @@ def test_a_saturated_busiest_subtask_is_named_at_a_smaller_excess() -> None:
         hot = measured(shares, 20_000.0, 2_000.0, with_records=records)  # busiest saturated
         found = skew.detect(keyed(7), window(keyed(7), hot, 20_000.0), CPU)
         assert [f.vertex_id for f in found] == ["agg"] and found[0].saturated
-        assert "spread evenly" not in found[0].message
+        assert "not the keys" not in found[0].message
         cool = measured(shares, 2_000.0, 1_500.0, with_records=records)  # busiest ~25 %
         assert skew.detect(keyed(7), window(keyed(7), cool), CPU) == ()
     assert skew.entry_ratio(7, K, saturated=False) == skew.SKEW_RATIO
@@ -212,11 +212,6 @@ def test_a_saturated_busiest_subtask_is_named_at_a_smaller_excess() -> None:
     assert skew.entry_ratio(100, K, True, 0.9) == pytest.approx(skew.SKEW_RATIO * 0.9)
 
 
-def rounding(p: int, k: int = K) -> float:
-    """What key-group rounding alone gives the busiest of p subtasks over the mean."""
-    return math.ceil(k / p) * p / k if p < k else 1.0
-
-
 @pytest.mark.parametrize("k", [10, K, 256])
 def test_every_bar_relaxes_downwards_and_stays_above_rounding(k: int) -> None:
     """At any parallelism, any bar: named last time, a vertex is let go lower, never
@@ -225,7 +220,7 @@ def test_every_bar_relaxes_downwards_and_stays_above_rounding(k: int) -> None:
     named, sits under the margin over rounding (on busy time alone, from 3/4 K tasks,
     under rounding itself)."""
     for p in range(2, k + 1):
-        r = rounding(p, k)
+        r = skew.rounding(p, k)
         for saturated, records, unmeasured in ((False, False, False), (True, False, False),
                                                (False, True, False), (True, True, False),
                                                (False, True, True)):
@@ -331,7 +326,8 @@ def test_asynchronous_state_keeps_what_busy_time_does_show() -> None:
     slow = measured(even, 8_000.0, 2_500.0, [0.7] + [0.0] * 7, in_flight=50.0)
     assert slow.busy_ms_per_s_max / slow.busy_ms_per_s > 1.5
     (finding,) = skew.detect(keyed(8), window(keyed(8), slow), CPU)
-    assert "spread evenly" in finding.message and not skew.blocks_scale_out(finding)
+    assert "not the keys" in finding.message and not skew.blocks_scale_out(finding)
+    assert "busiest ×1.00 the mean, under ×1.20" in finding.message
 
 
 @settings(max_examples=200, deadline=None)
@@ -348,7 +344,7 @@ def test_uniform_keys_on_asynchronous_state_never_pass_for_a_hot_key(
     found = skew.detect(keyed(p), window(keyed(p), agg), CPU,
                         previous={"agg"} if named else ())
     saturated = agg.busy_ms_per_s_max >= 1000 * CPU.utilization_max
-    if saturated and skew.entry_ratio(p, K, True, records=True) < rounding(p) * 1.2:
+    if saturated and skew.entry_ratio(p, K, True, records=True) < skew.rounding(p, K) * 1.2:
         # Saturated, where SKEW_RATIO caps the bar (41, 42, 54-63 tasks of 128), rounding
         # may be named: never said to block.
         assert not any(skew.blocks_scale_out(f) for f in found)
