@@ -868,9 +868,7 @@ class _Skew:
     records: float | None = None  # busiest / mean records in at the anchor; None: not measured
 
     def rounding(self, p: int) -> float:
-        if not self.key_groups:
-            return 1.0
-        return math.ceil(self.key_groups / p) * p / self.key_groups
+        return skew.rounding(p, self.key_groups) if self.key_groups else 1.0
 
     @property
     def keys(self) -> float:

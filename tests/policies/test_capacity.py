@@ -1016,7 +1016,7 @@ def test_the_skew_model_gives_back_the_share_measured_where_it_runs(
     parallelism, gives the measured share: other parallelisms are predicted from what
     was measured, not from a ratio up to 41 % off it (one key group counted twice)."""
     p = min(parallelism, key_groups - 1)
-    rounding = math.ceil(key_groups / p) * p / key_groups
+    rounding = skew.rounding(p, key_groups)
     share = min(1.0, rounding * above_rounding / p)
     hot = skew.hot_key_group_share(share, p, key_groups)
     if hot > 0:
