@@ -66,7 +66,10 @@ Definitions (the targets, `evaluate`):
 
 Reported beside the targets (not targets): the pods' CPU against the cores the final
 configuration's tasks need at the last phase's target (`results.cpu_used`), and how
-often the same parallelism run the upstream way requests less CPU than its tasks need.
+often the same parallelism run the upstream way requests less CPU than its tasks need;
+the pod bill over the run against the **bill oracle** (`bill_oracle`: the pod oracle
+following the load in BILL_SEGMENT_S steps, resized for free), over the suite's runs
+and, for ours and upstream's, over the peer's hours.
 """
 
 from __future__ import annotations
@@ -84,7 +87,7 @@ import typing
 from collections.abc import Iterable
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from datetime import UTC, datetime
-from functools import lru_cache
+from functools import cache, lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -126,6 +129,8 @@ RESOURCE_FACTOR = 1.10
 RESOURCE_SHARE = 0.90
 WRITE_DOMINATED = 0.8
 SKEW_WINDOWS = 2
+# The bill oracle follows the load in steps this long (`bill_oracle`).
+BILL_SEGMENT_S = 300.0
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results" / "suite.json"
 DOC = ROOT / "docs" / "policies.md"
@@ -287,6 +292,38 @@ def _describe(model: JobModel, configuration: Any) -> str:
 
 # ---- work items (run in worker processes) ------------------------------------------------
 
+def bill_oracle(model: JobModel, duration_s: float, run_seed: int = 0,
+                segment_s: float = BILL_SEGMENT_S) -> float | None:
+    """What the pod oracle bills over [0, duration_s) as it follows the load, in
+    price-hours: each `segment_s` at the pod oracle for that segment's peak target (at
+    the utilization target, or the lowest a hot key leaves in reach, as `oracle_item`),
+    resized at the segment's start, instantly and without a restart. It pays no
+    measuring window, downtime or catch-up, so it is what a clairvoyant policy aiming
+    at the same target would bill; no lower bound, as the pod oracle is none (it holds
+    a hot key's busiest subtask to the utilization it is aimed at, where the capacity
+    planner lets it run to just below saturation). None where a segment is out of
+    reach."""
+    @cache
+    def price(target: float) -> float | None:
+        aimed = jobgen.oracle_at_target(model, target, seed=run_seed)
+        best = None if aimed is None else pods.pod_oracle(
+            model, target, utilization=aimed.utilization, horizon_s=duration_s, seed=run_seed)
+        return None if best is None else best.bill.pods.price
+
+    total, start = 0.0, 0.0
+    while start < duration_s:
+        end = min(duration_s, start + segment_s)
+        samples = max(1, round((end - start) / 5.0))
+        peak = max(model.target_at(start + (end - start) * k / samples)
+                   for k in range(samples))  # [start, end): the next segment has its end
+        hourly = price(round(peak, 6))
+        if hourly is None:
+            return None
+        total += hourly * (end - start) / 3600.0
+        start = end
+    return total
+
+
 def oracle_item(seed: int, run_seed: int, duration_s: float) -> dict[str, Any]:
     model = model_for(seed)
     target = last_phase_target(model, duration_s)
@@ -308,6 +345,8 @@ def oracle_item(seed: int, run_seed: int, duration_s: float) -> dict[str, Any]:
         "pod_oracle": None if in_pods is None else {
             **in_pods.bill.as_json(), "final": _describe(model, in_pods.configuration)},
         "skew_onsets": skew_onsets(model, run_seed, duration_s),
+        "bill_oracle": None if (bill := bill_oracle(model, duration_s, run_seed)) is None
+        else round(bill, 3),
     }
 
 
@@ -570,6 +609,20 @@ def evaluate(runs: list[dict[str, Any]], oracles: dict[tuple[int, int], dict[str
             targets["pod bill over the run (price-hours), summed"] = {
                 "value": f"{sum(billed):,.0f} over {len(billed)} runs", "pass": None,
                 "reported": True, "misses": []}
+        # The bill against the pod oracle's as it follows the load (`bill_oracle`): the
+        # windows, restarts, catch-up and give-backs a policy pays, and what a daily
+        # peak's trough saves, in the one sum.
+        against = [(r, r["pod_bill"], oracles[(r["model"], r["run_seed"])]["bill_oracle"])
+                   for r in mine if r.get("pod_bill") is not None
+                   and oracles[(r["model"], r["run_seed"])].get("bill_oracle")]
+        if against:
+            targets["pod bill ≤ 1.10× the bill oracle"] = {**_share(
+                [None if bill <= RESOURCE_FACTOR * best + 1e-9 else
+                 f"{_name(r)}: {bill / best:.2f}× bill oracle" for r, bill, best in against]),
+                "pass": None, "reported": True}
+            targets["pod bill summed ÷ the bill oracle's"] = {
+                "value": _summed([(bill, best) for _, bill, best in against]),
+                "pass": None, "reported": True, "misses": []}
         # 7. peer
         if peer:
             misses, jobs = [], 0
@@ -615,6 +668,15 @@ def evaluate(runs: list[dict[str, Any]], oracles: dict[tuple[int, int], dict[str
                         "(price-hours, summed)"] = {
                     **met, "value": f"{met['value']}, {_summed(pairs)}",
                     "pass": None, "reported": True}
+                best = peer.get("bill_oracle", {})
+                known: list[tuple[tuple[float, float], float]] = [
+                    (pair, best[job]) for job, pair in billed_alike if best.get(job)]
+                if known:
+                    targets["peer, both after its hours: pod bill ÷ the bill oracle's, "
+                            "ours and upstream's"] = {
+                        "value": f"{_summed([(both[0], b) for both, b in known])}; upstream "
+                                 f"{_summed([(both[1], b) for both, b in known])}",
+                        "pass": None, "reported": True, "misses": []}
         report[policy] = targets
     return report
 
@@ -824,8 +886,11 @@ def run_peer(seeds: list[int], run_seeds: list[int], duration_s: float, workers:
               for r, u in by.items() if u["errors"]]
     if failed:  # a job whose control loops fail stays where it is: an easy reference
         print(f"  the upstream autoscaler reported errors: {', '.join(failed)}", file=log)
+    # What the pod oracle following the load bills over the same hours (`bill_oracle`).
+    best = {_gen(seed): bill_oracle(model_for(seed), duration_s, first) for seed in seeds}
     return {"duration_s": duration_s, "models": seeds, "run_seeds": run_seeds, "jobs": jobs,
-            "upstream": upstream}
+            "upstream": upstream,
+            "bill_oracle": {job: None if b is None else round(b, 3) for job, b in best.items()}}
 
 
 def upstream_item(seeds: list[int], run_seed: int, duration_s: float) -> dict[str, Any]:

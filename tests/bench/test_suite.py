@@ -304,6 +304,44 @@ def test_the_bill_over_the_run_is_summed_and_compared_with_upstreams_over_its_ho
                  "(price-hours, summed)"]
     assert alike["value"] == "50 % (1/2), 100 ÷ 100 = 1.00"
     assert alike["misses"] == ["gen-001: bill 60.00 vs upstream 50.00 (1.20×)"]
+    # Both against the pod oracle's bill over the same hours, where it is known.
+    peer["bill_oracle"] = {"gen-000": 20.0, "gen-001": None, "gen-002": 5.0}
+    against = suite.evaluate(runs, oracles, peer)["capacity"][
+        "peer, both after its hours: pod bill ÷ the bill oracle's, ours and upstream's"]
+    assert against["value"] == "40 ÷ 20 = 2.00; upstream 50 ÷ 20 = 2.50"
+
+
+def test_the_bill_oracle_is_the_pod_oracle_following_the_load():
+    """Segment by segment, the pod oracle for the segment's peak: on a step-up, the trough's
+    price until the segment holding the step, the peak's from there on."""
+    model = suite.model_for(26)  # step-up at 1,200 s
+    assert model.boundaries(2400.0) == [0.0, 1200.0]
+
+    def price(target: float) -> float:
+        aimed = suite.jobgen.oracle_at_target(model, target)
+        return suite.pods.pod_oracle(model, target, utilization=aimed.utilization,
+                                     horizon_s=2400.0).bill.pods.price
+
+    low, high = price(model.target_at(0.0)), price(model.target_at(2399.0))
+    assert high > low
+    # 1,200 s is a segment's start: four segments at the trough, four at the peak.
+    assert suite.bill_oracle(model, 2400.0) == pytest.approx((low + high) * 1200.0 / 3600.0)
+    # A segment that straddles the step pays the peak for all of it.
+    assert suite.bill_oracle(model, 2400.0, segment_s=700.0) == pytest.approx(
+        (low * 700.0 + high * 1700.0) / 3600.0)
+
+
+def test_the_bill_is_reported_against_the_bill_oracle():
+    runs = (rows_for(0, capacity={"pod_bill": 10.0}) + rows_for(1, capacity={"pod_bill": 13.0})
+            + rows_for(2, capacity={"pod_bill": 5.0}))
+    oracles = {**ORACLES, (0, 0): {**ORACLES[(0, 0)], "bill_oracle": 10.0},
+               (1, 0): {**ORACLES[(1, 0)], "bill_oracle": 10.0},
+               (2, 0): {**ORACLES[(2, 0)], "bill_oracle": None}}  # out of reach: left out
+    mine = suite.evaluate(runs, oracles)["capacity"]
+    assert mine["pod bill ≤ 1.10× the bill oracle"]["value"] == "50 % (1/2)"
+    assert mine["pod bill ≤ 1.10× the bill oracle"]["misses"] == [
+        "gen-001: 1.30× bill oracle"]
+    assert mine["pod bill summed ÷ the bill oracle's"]["value"] == "23 ÷ 20 = 1.15"
 
 
 def test_the_peer_runs_upstream_once_per_run_seed_and_ours_beside_it(monkeypatch):
@@ -325,8 +363,11 @@ def test_the_peer_runs_upstream_once_per_run_seed_and_ours_beside_it(monkeypatch
 
     monkeypatch.setattr(suite, "upstream_item", upstream_item)
     monkeypatch.setattr(suite, "run_item", run_item)
+    monkeypatch.setattr(suite, "bill_oracle", lambda model, duration_s, run_seed: (
+        None if model.name == "gen-002" else duration_s / 3600.0))
     log = io.StringIO()
     peer = suite.run_peer([0, 2], [0, 1], 600.0, 1, log)
+    assert peer["bill_oracle"] == {"gen-000": round(600.0 / 3600.0, 3), "gen-002": None}
     assert seen == [((0, 2), 0, 600.0), ((0, 2), 1, 600.0)]
     assert set(peer["jobs"]) == {"gen-000", "gen-002"}
     assert set(peer["jobs"]["gen-000"]) == {"flink-autoscaler", *suite.POLICIES}
