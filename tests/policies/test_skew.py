@@ -152,6 +152,16 @@ def test_keyed_with_even_records_blames_something_else() -> None:
     assert finding.scale_out_helps and "not the keys" in finding.message
 
 
+def test_records_above_hashing_but_under_the_bar_are_not_called_hashing() -> None:
+    # Records at 1.3x the mean: past key-group hashing and noise (1.2x at 4 of 128 tasks),
+    # under the unsaturated bar (1.5x); busy time alone stands out (a slow task on top).
+    agg = measured([0.325, 0.225, 0.225, 0.225], 10_000.0, 8_000.0, errors=[0.4, 0.0, 0.0, 0.0])
+    (finding,) = skew.detect(keyed(4), window(keyed(4), agg), CPU)
+    assert not finding.saturated and "not the keys" in finding.message
+    assert "hashing" not in finding.message
+    assert "busiest ×1.30 the mean, under the bar of ×1.50" in finding.message
+
+
 def test_one_task_and_idle_vertices_are_not_judged() -> None:
     one = measured([1.0], 10_000.0, 4_000.0)
     assert skew.detect(keyed(1), window(keyed(1), one), CPU) == ()
@@ -327,7 +337,8 @@ def test_asynchronous_state_keeps_what_busy_time_does_show() -> None:
     assert slow.busy_ms_per_s_max / slow.busy_ms_per_s > 1.5
     (finding,) = skew.detect(keyed(8), window(keyed(8), slow), CPU)
     assert "not the keys" in finding.message and not skew.blocks_scale_out(finding)
-    assert "busiest ×1.00 the mean, under ×1.20" in finding.message
+    assert "hashing and noise" in finding.message
+    assert "busiest ×1.00 the mean, under the bar of ×1.20" in finding.message
 
 
 @settings(max_examples=200, deadline=None)
