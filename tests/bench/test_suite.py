@@ -338,7 +338,8 @@ def test_the_bill_is_reported_against_the_bill_oracle():
                (1, 0): {**ORACLES[(1, 0)], "bill_oracle": 10.0},
                (2, 0): {**ORACLES[(2, 0)], "bill_oracle": None}}  # out of reach: left out
     mine = suite.evaluate(runs, oracles)["capacity"]
-    assert mine["pod bill ≤ 1.10× the bill oracle"]["value"] == "50 % (1/2)"
+    assert mine["pod bill ≤ 1.10× the bill oracle"]["value"] == (
+        "50 % (1/2); 1 left out: the oracle is out of reach")
     assert mine["pod bill ≤ 1.10× the bill oracle"]["misses"] == [
         "gen-001: 1.30× bill oracle"]
     assert mine["pod bill summed ÷ the bill oracle's"]["value"] == "23 ÷ 20 = 1.15"
@@ -364,7 +365,7 @@ def test_the_peer_runs_upstream_once_per_run_seed_and_ours_beside_it(monkeypatch
     monkeypatch.setattr(suite, "upstream_item", upstream_item)
     monkeypatch.setattr(suite, "run_item", run_item)
     monkeypatch.setattr(suite, "bill_oracle", lambda model, duration_s, run_seed: (
-        None if model.name == "gen-002" else duration_s / 3600.0))
+        None if model.name == "gen-002" else duration_s / 3600.0 + run_seed))
     log = io.StringIO()
     peer = suite.run_peer([0, 2], [0, 1], 600.0, 1, log)
     assert peer["bill_oracle"] == {"gen-000": round(600.0 / 3600.0, 3), "gen-002": None}
