@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import math
 import random
+from collections.abc import Callable
 from typing import Any
 
 import yaml
@@ -266,6 +267,16 @@ def oracle_at_target(model: JobModel, target_rate: float | None = None, seed: in
         if best.feasible:
             return best
     return None
+
+
+def utilization_at_target(model: JobModel, seed: int = 0
+                          ) -> Callable[[float], float | None]:
+    """The utilization `oracle_at_target` aims at for a target rate (None: out of reach),
+    for the oracles priced over time (`simulator.pods.bill_oracle`)."""
+    def at(target_rate: float) -> float | None:
+        aimed = oracle_at_target(model, target_rate, seed=seed)
+        return None if aimed is None else float(aimed.utilization)
+    return at
 
 
 def hot_keyed(model: JobModel) -> list[str]:

@@ -68,7 +68,7 @@ Reported beside the targets (not targets): the pods' CPU against the cores the f
 configuration's tasks need at the last phase's target (`results.cpu_used`), and how
 often the same parallelism run the upstream way requests less CPU than its tasks need;
 the pod bill over the run against the **bill oracle** (`bill_oracle`: the pod oracle
-following the load in BILL_SEGMENT_S steps, resized for free), over the suite's runs
+following the load in `pods.BILL_SEGMENT_S` steps, resized for free), over the suite's runs
 and, for ours and upstream's, over the peer's hours.
 """
 
@@ -87,7 +87,7 @@ import typing
 from collections.abc import Iterable
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from datetime import UTC, datetime
-from functools import cache, lru_cache
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -129,8 +129,6 @@ RESOURCE_FACTOR = 1.10
 RESOURCE_SHARE = 0.90
 WRITE_DOMINATED = 0.8
 SKEW_WINDOWS = 2
-# The bill oracle follows the load in steps this long (`bill_oracle`).
-BILL_SEGMENT_S = 300.0
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results" / "suite.json"
 DOC = ROOT / "docs" / "policies.md"
@@ -293,35 +291,11 @@ def _describe(model: JobModel, configuration: Any) -> str:
 # ---- work items (run in worker processes) ------------------------------------------------
 
 def bill_oracle(model: JobModel, duration_s: float, run_seed: int = 0,
-                segment_s: float = BILL_SEGMENT_S) -> float | None:
-    """What the pod oracle bills over [0, duration_s) as it follows the load, in
-    price-hours: each `segment_s` at the pod oracle for that segment's peak target
-    (sampled every 5 s, as `peak_target`; at the utilization target, or the lowest a
-    hot key leaves in reach, as `oracle_item`), resized at the segment's start,
-    instantly and without a restart. It pays no measuring window, downtime or
-    catch-up, so it is what a clairvoyant policy aiming at the same target would bill;
-    no lower bound, as the pod oracle is none (it holds a hot key's busiest subtask to
-    the utilization it is aimed at, where the capacity planner lets it run to just
-    below saturation). None where a segment is out of reach."""
-    @cache
-    def price(target: float) -> float | None:
-        aimed = jobgen.oracle_at_target(model, target, seed=run_seed)
-        best = None if aimed is None else pods.pod_oracle(
-            model, target, utilization=aimed.utilization, horizon_s=duration_s, seed=run_seed)
-        return None if best is None else best.bill.pods.price
-
-    total, start = 0.0, 0.0
-    while start < duration_s:
-        end = min(duration_s, start + segment_s)
-        samples = max(1, round((end - start) / 5.0))
-        peak = max(model.target_at(start + (end - start) * k / samples)
-                   for k in range(samples))  # [start, end): the next segment has its end
-        hourly = price(round(peak, 6))
-        if hourly is None:
-            return None
-        total += hourly * (end - start) / 3600.0
-        start = end
-    return total
+                segment_s: float = pods.BILL_SEGMENT_S) -> float | None:
+    """The pod oracle's bill as it follows the load (`simulator.pods.bill_oracle`), aimed
+    at the utilization target, or the lowest a hot key leaves in reach, as `oracle_item`."""
+    return pods.bill_oracle(model, duration_s, jobgen.utilization_at_target(model, run_seed),
+                            seed=run_seed, segment_s=segment_s)
 
 
 def oracle_item(seed: int, run_seed: int, duration_s: float) -> dict[str, Any]:

@@ -8,14 +8,15 @@ Three realizations of a final configuration, priced at spec.cost's default price
 * **upstream**: how Flink runs a parallelism with its default slot sharing group on
   the paper's TaskManager: ceil(max parallelism / 4) × (4 cores, 2 GiB);
 * **the pod oracle** (`pod_oracle`): the cheapest (configuration, grouping, shape,
-  packing) that sustains the peak target at a utilization, beside the paper's oracle.
+  packing) that sustains the peak target at a utilization, beside the paper's oracle;
+  and over time, `bill_oracle`: its price-hours as it follows the load.
 """
 
 from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from types import MappingProxyType
 from typing import Any
@@ -35,6 +36,8 @@ SLOTS = PAPER_SHAPE.max_slots or 4
 TASK_CPU = PAPER_SHAPE.cpu_cores / SLOTS
 TASK_HEAP_MIB = PAPER_SHAPE.memory.task_heap_mib / SLOTS
 TASK_NETWORK_MIB = PAPER_SHAPE.memory.network_mib / SLOTS
+# The bill oracle follows the load in steps this long (`bill_oracle`).
+BILL_SEGMENT_S = 300.0
 
 
 @dataclass(frozen=True)
@@ -135,6 +138,39 @@ def pod_oracle(model: JobModel, target_rate: float | None = None, *,
         planned_cpu(model, target, CpuScaling().utilization_max, parallelism, seed))
     screened = math.prod(len(o) for o in options.values())
     return PodOracle(config, Realized.of(model, priced), screened)
+
+
+def bill_oracle(model: JobModel, duration_s: float,
+                utilization: Callable[[float], float | None], *, seed: int = 0,
+                segment_s: float = BILL_SEGMENT_S) -> float | None:
+    """What the pod oracle bills over [0, duration_s) as it follows the load, in
+    price-hours: each `segment_s` at the pod oracle for that segment's peak target
+    (sampled every 5 s, as `JobModel.peak_target`), at the utilization `utilization`
+    gives for that target, resized at the segment's start, instantly and without a
+    restart. It pays no measuring window, downtime or catch-up, so it is what a
+    clairvoyant policy aiming at the same target would bill; no lower bound, as the
+    pod oracle is none (it holds a hot key's busiest subtask to the utilization it is
+    aimed at, where the capacity planner lets it run to just below saturation). None
+    where a segment is out of reach (`utilization` None, or no pod oracle)."""
+    @functools.cache
+    def price(target: float) -> float | None:
+        aimed = utilization(target)
+        best = None if aimed is None else pod_oracle(
+            model, target, utilization=aimed, horizon_s=duration_s, seed=seed)
+        return None if best is None else best.bill.pods.price
+
+    total, start = 0.0, 0.0
+    while start < duration_s:
+        end = min(duration_s, start + segment_s)
+        samples = max(1, round((end - start) / 5.0))
+        peak = max(model.target_at(start + (end - start) * k / samples)
+                   for k in range(samples))  # [start, end): the next segment has its end
+        hourly = price(round(peak, 6))
+        if hourly is None:
+            return None
+        total += hourly * (end - start) / 3600.0
+        start = end
+    return total
 
 
 def planned_cpu(model: JobModel, target_rate: float, utilization: float,

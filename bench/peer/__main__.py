@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from bench.jobgen import utilization_at_target
 from bench.peer import build, peer_command
 from controller.simulate import PAPER_CATCH_UP_S, run
 from policies.spec import parse_duration
@@ -295,12 +296,12 @@ def table(report: dict[str, Any]) -> str:
                 ratio(mine.get("pod_cpu"), theirs.get("pod_cpu")),
                 ratio(mine.get("pod_memory_mb"), theirs.get("pod_memory_mb")),
                 ratio(mine.get("price"), theirs.get("price")),
-                ratio(e.get("pod_bill"), up.get("pod_bill")) if policy else "-",
+                ratio(e.get("pod_bill"), up.get("pod_bill")),
                 ratio(lag, up["peak_lag"])))
             pod = (f"{mine['pod_cpu']:.0f} | {mine['pod_memory_mb'] / 1024:.1f} | "
                    f"{mine['price']:.2f}") if mine else "- | - | -"
             bill = e.get("pod_bill")
-            pod += f" | {'-' if bill is None or not policy else f'{bill:,.1f}'}"
+            pod += f" | {'-' if bill is None else f'{bill:,.1f}'}"  # the pod oracle's too
             lines.append(
                 f"| {job if n == 0 else ''} | {name} | {steps} | {when} | {e['cpu_cores']:.0f} | "
                 f"{e['memory_mb']:,.0f} | {pod} | {'-' if lag is None else f'{lag:,.0f}'} | "
@@ -377,11 +378,16 @@ def main(argv: list[str] | None = None) -> int:
             in_pods = pods.pod_oracle(model)
             if in_pods is not None:
                 cores, memory = paper_resources(model, in_pods.configuration)
+                # Its bill follows the load over the same hours (the utilization as the
+                # suite's oracles aim it): the reference for both sides' bills.
+                bill = pods.bill_oracle(model, duration_s,
+                                        utilization_at_target(model, args.seed), seed=args.seed)
                 rows["pod oracle"] = {
                     "steps": 0, "steps_to_target": None, "converged_at_s": None,
                     "peak_lag": None, "cpu_cores": cores, "memory_mb": round(memory, 1),
                     "final": describe(model, in_pods.configuration),
-                    "pods": in_pods.bill.as_json()}
+                    "pods": in_pods.bill.as_json(),
+                    "pod_bill": None if bill is None else round(bill, 3)}
         report["jobs"][job] = rows
     report["wall_s"]["total"] = round(time.monotonic() - started, 1)
     report["events"] = [e for e in events if e.get("reason") != "Configuration recommendation"]

@@ -69,3 +69,24 @@ def test_busy_cores_are_the_busy_time_of_the_twins_tasks_at_that_rate():
     assert cores == pytest.approx({vid: measured[vid] for vid in cores}, rel=0.02)
     assert cpu_used(model, configuration, rate) == pytest.approx(sum(measured.values()),
                                                                   rel=0.02)
+
+
+def test_the_bill_oracle_prices_each_segment_at_the_utilization_it_is_given():
+    """A constant load: one pod oracle, billed for the hours; the utilization asked for
+    each segment's target is the one priced; a segment out of reach makes it None."""
+    model = load_model("q1")
+    asked: list[float] = []
+
+    def half(target: float) -> float:
+        asked.append(target)
+        return 0.5
+
+    price = pods.pod_oracle(model, model.target_at(0.0), utilization=0.5,
+                            horizon_s=1800.0).bill.pods.price
+    assert pods.bill_oracle(model, 1800.0, half) == pytest.approx(price * 0.5)
+    assert set(asked) == {round(model.target_at(0.0), 6)}  # one target, priced once
+    busier = pods.pod_oracle(model, model.target_at(0.0), utilization=0.9,
+                             horizon_s=1800.0).bill.pods.price
+    assert busier < price
+    assert pods.bill_oracle(model, 1800.0, lambda _: 0.9) == pytest.approx(busier * 0.5)
+    assert pods.bill_oracle(model, 1800.0, lambda _: None) is None
