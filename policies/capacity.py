@@ -868,7 +868,7 @@ class _Skew:
     records: float | None = None  # busiest / mean records in at the anchor; None: not measured
 
     def rounding(self, p: int) -> float:
-        return skew.rounding(p, self.key_groups) if self.key_groups else 1.0
+        return skew.rounding(p, self.key_groups)  # 1.0 unhashed (K = 0)
 
     @property
     def keys(self) -> float:
