@@ -20,6 +20,7 @@ from controller.api import ConditionType, Mode, OperatorStatus, Realization
 from controller.place import Placed
 from controller.ports import Collected
 from controller.realize import (
+    UPSTREAM_KEYS,
     OwnedFields,
     as_target,
     cache_budget_bytes,
@@ -104,12 +105,20 @@ def decide(run: Run, graph: JobGraph, collected: Collected) -> Evaluation:
     return evaluation
 
 
+def upstream_switches(run: Run) -> Mapping[str, str] | None:
+    """The Flink operator's autoscaler switches as the job's JobManager runs them: its
+    default configuration, which the spec does not show. Read only before a step."""
+    if run.job is None:
+        return None
+    return run.ports.flink(run.namespace, run.target).configuration(run.job.jid, UPSTREAM_KEYS)
+
+
 def commit(run: Run, graph: JobGraph, collected: Collected, evaluation: Evaluation,
            placed: Placed) -> None:
     """The step as `status.target`, saved before any patch; or `Stop` with a refusal."""
     deployment = run.deployment or {}
     decision = evaluation.decision
-    why = refusal(deployment) or unrealizable(run, graph, decision)
+    why = refusal(deployment, upstream_switches(run)) or unrealizable(run, graph, decision)
     if why is not None:
         raise run.refuse(Reason.REFUSED, why)
     why = memory_not_honoured(run, deployment, graph, decision, collected)

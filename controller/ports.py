@@ -119,6 +119,12 @@ class JobReader(Protocol):
         operator_ids: Mapping[str, Iterable[str]] | None = None,
     ) -> JobGraph: ...
 
+    def configuration(self, jid: str, keys: Iterable[str]) -> Mapping[str, str] | None:
+        """Those of `keys` the job's JobManager configuration sets, and their values (GET
+        /jobs/<jid>/jobmanager/config: what the Flink operator deployed, its default
+        configuration under the spec's); None when not answered."""
+        ...
+
 
 # --- metrics --------------------------------------------------------------------------------
 

@@ -371,3 +371,27 @@ def test_refuses_a_stateless_upgrade_mode(
                == "Refused", 30, "Scaling=Refused")
     assert generation(cluster, namespace, "q11") == initial
 
+
+def test_refuses_a_deployment_the_flink_operators_autoscaler_scales(
+    controller: ControllerProcess, cluster: Cluster, namespace: str
+) -> None:
+    """Both autoscalers on one job: the operator's would write its own parallelism
+    overrides over every step. Refused, naming the key; once it only recommends, the
+    step lands."""
+    deployment = flink_deployment(namespace, "q11")
+    deployment["spec"]["flinkConfiguration"]["job.autoscaler.enabled"] = "true"
+    deploy(cluster, deployment)
+    cluster.wait_flink(namespace, "q11")
+    deploy(cluster, policy(namespace, "q11", "q11"))
+    refused = wait_until(
+        lambda: [m for r, m in events(cluster, namespace, "q11") if r == "Refused"], 120,
+        "a Refused event")
+    assert 'spec.flinkConfiguration["job.autoscaler.enabled"] is true' in refused[0]
+    wait_until(lambda: condition(hsp(cluster, namespace, "q11"), "Scaling").get("reason")
+               == "Refused", 30, "Scaling=Refused")
+    assert hsp(cluster, namespace, "q11")["status"].get("target") is None
+    deployment["spec"]["flinkConfiguration"]["job.autoscaler.scaling.enabled"] = "false"
+    deploy(cluster, deployment)  # the stand-in restarts the job, as the operator would
+    wait_until(lambda: (hsp(cluster, namespace, "q11")["status"].get("target") or {})
+               .get("step"), 240, "a step committed once the operator's only recommends")
+

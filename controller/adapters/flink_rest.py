@@ -3,7 +3,9 @@
 Endpoints (shapes pinned by the golden samples of Flink 1.20.5):
 `/jobs/overview` (which job, its state), `/jobs/<jid>` (vertices, parallelism, max
 parallelism), `/jobs/<jid>/plan` (edges and ship strategies), `/jobs/<jid>/config`
-(user config, where flink-plugin lists operator uids).
+(user config, where flink-plugin lists operator uids), and before a step
+`/jobs/<jid>/jobmanager/config` (the configuration the operator deployed: whether its own
+autoscaler is on, `controller.realize.upstream_scaling`).
 
 Flink never reports operator uids, but it derives ids from them: a vertex id is the
 128-bit murmur3 (seed 0) of its chain head's uid, and every chained operator's
@@ -222,6 +224,18 @@ class FlinkRest:
                     return None
                 return int(value) if math.isfinite(value) and value >= 0 else None
         return None
+
+    def configuration(self, jid: str, keys: Iterable[str]) -> Mapping[str, str] | None:
+        try:
+            answer = self._get_json(f"/jobs/{quote(jid, safe='')}/jobmanager/config")
+        except FlinkRestError:
+            return None
+        if not isinstance(answer, list):
+            return None
+        wanted = set(keys)  # only these are kept: nothing else of the answer is repeated
+        return {e["key"]: e["value"] for e in answer
+                if isinstance(e, dict) and e.get("key") in wanted
+                and isinstance(e.get("value"), str)}
 
     def job_graph(
         self,

@@ -196,6 +196,9 @@ class TwinJob:
                   operator_ids: Mapping[str, Iterable[str]] | None = None) -> JobGraph:
         return self.twin.job_graph()
 
+    def configuration(self, jid: str, keys: Iterable[str]) -> Mapping[str, str] | None:
+        return {}  # no Flink operator, so no default configuration under the spec's
+
 
 @dataclass
 class TwinMetrics:

@@ -92,6 +92,7 @@ class GoldenJobManager:
             # The job's metrics answer as the JobManager's do (jobmanager-metrics.json,
             # recorded from Flink 1.20): a list of ids and string values.
             f"/jobs/{JID}/metrics?get=numRestarts": [{"id": "numRestarts", "value": "2"}],
+            f"/jobs/{JID}/jobmanager/config": sample("job-jobmanager-config.json"),
             f"/jobs/{JID}/config": {
                 **sample("job-config.json"),
                 "execution-config": {"user-config": {
@@ -130,6 +131,30 @@ def test_client_reads_the_graph_over_http(jobmanager: GoldenJobManager) -> None:
     graph = client.job_graph(job.jid)
     assert graph.vertex(SOURCE).operator_uids == ("random-key-source",)
     assert graph.vertex(COUNTER).operator_uids == ("stateful-counter",)
+
+
+def test_client_reads_only_the_keys_it_asks_of_the_jobmanagers_configuration(
+        jobmanager: GoldenJobManager) -> None:
+    client = FlinkRest(jobmanager.url)
+    keys = ["metrics.job.status.enable", "job.autoscaler.enabled"]
+    assert client.configuration(JID, keys) == {
+        "metrics.job.status.enable": "STATE;CURRENT_TIME;TOTAL_TIME"}  # Flink 1.20.5's
+    assert client.configuration("0" * 32, keys) is None  # 404: not answered
+
+
+@pytest.mark.parametrize("answer, read", [
+    ({"errors": ["x"]}, None), ("true", None),
+    ([{"key": "job.autoscaler.enabled", "value": True}, ["job.autoscaler.enabled", "true"],
+      {"key": "rest.address", "value": "http://evil.example"},
+      {"key": "job.autoscaler.scaling.enabled", "value": "false"}],
+     {"job.autoscaler.scaling.enabled": "false"}),
+])
+def test_an_unusable_jobmanager_configuration_is_not_read(answer: object,
+                                                          read: object) -> None:
+    client = FlinkRest("http://127.0.0.1:9")
+    client._get_json = lambda path, params=None: answer  # type: ignore[method-assign]
+    assert client.configuration(JID, ["job.autoscaler.enabled",
+                                      "job.autoscaler.scaling.enabled"]) == read
 
 
 @pytest.mark.parametrize("answer", [

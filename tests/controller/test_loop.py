@@ -27,7 +27,13 @@ from controller.api import (
 from controller.loop import reconcile
 from controller.place import slots
 from controller.ports import Collected, JobSummary, MetricsUnavailable, PatchRefused, Ports
-from controller.realize import OVERRIDES_KEY, RESOURCES_KEY, SHAPE_KEYS, memory_levels
+from controller.realize import (
+    OVERRIDES_KEY,
+    RESOURCES_KEY,
+    SHAPE_KEYS,
+    UPSTREAM_KEYS,
+    memory_levels,
+)
 from controller.record import Pass, Reason, bill_of
 from policies.bill import describe_change
 from policies.model import (
@@ -122,6 +128,9 @@ class FakeFlink:
     graph: JobGraph
     start_ms: int = 0
     graph_reads: int = 0
+    # The JobManager's configuration (None: not answered), and the keys asked of it.
+    job_manager: dict[str, str] | None = field(default_factory=dict)
+    configuration_asks: list[tuple[str, ...]] = field(default_factory=list)
 
     def job(self) -> JobSummary | None:
         return JobSummary("j" * 32, "q", "RUNNING", self.start_ms, self.start_ms)
@@ -130,6 +139,12 @@ class FakeFlink:
                   operator_ids: Mapping[str, Iterable[str]] | None = None) -> JobGraph:
         self.graph_reads += 1
         return self.graph
+
+    def configuration(self, jid: str, keys: Iterable[str]) -> Mapping[str, str] | None:
+        self.configuration_asks.append(tuple(keys))
+        if self.job_manager is None:
+            return None
+        return {k: v for k, v in self.job_manager.items() if k in self.configuration_asks[-1]}
 
 
 @dataclass
@@ -645,6 +660,100 @@ def test_refuses_a_deployment_whose_resources_the_operator_reads_before_ours() -
     assert world.run().outcome == "refused"
     assert world.deployments.applied == []
     assert "spec.taskManager.resources" in world.events.events[-1][2]
+
+
+UPSTREAM_ON = "job.autoscaler.enabled"
+
+
+@pytest.mark.parametrize("spec, job_manager, where", [
+    ({UPSTREAM_ON: "true"}, {}, f'spec.flinkConfiguration["{UPSTREAM_ON}"]'),
+    ({"kubernetes.operator.job.autoscaler.enabled": " TRUE "}, {},
+     'spec.flinkConfiguration["kubernetes.operator.job.autoscaler.enabled"]'),
+    # The operator's default configuration: only the JobManager's shows it.
+    ({}, {UPSTREAM_ON: "true"}, f'"{UPSTREAM_ON}" in the JobManager\'s configuration'),
+    # Merged key by key, then the new key before its fallback, as Flink reads them.
+    ({"kubernetes.operator.job.autoscaler.enabled": "false"}, {UPSTREAM_ON: "true"},
+     f'"{UPSTREAM_ON}" in the JobManager'),
+    ({UPSTREAM_ON: "true", "job.autoscaler.scaling.enabled": "yes"}, {}, "spec"),
+])
+def test_refuses_a_step_the_flink_operators_autoscaler_would_write_over(
+        spec: dict[str, str], job_manager: dict[str, str], where: str) -> None:
+    """On and scaling, the upstream autoscaler writes its own parallelism overrides into
+    the spec the operator deploys, on every reconcile: a step would never run."""
+    deployment = flink_deployment()
+    deployment["spec"]["flinkConfiguration"].update(spec)
+    world = World(deployments=FakeDeployments(deployment),
+                  flink=FakeFlink(graph(), job_manager=job_manager))
+    assert world.run().outcome == "refused"
+    assert world.deployments.applied == [] and world.store.last.target is None
+    scaling = world.store.last.condition(ConditionType.SCALING)
+    assert scaling is not None and scaling.reason == Reason.REFUSED
+    assert where in scaling.message and "job.autoscaler.enabled: \"false\"" in scaling.message
+    assert world.events.reasons().count("Refused") == 1
+
+
+@pytest.mark.parametrize("spec, job_manager", [
+    ({}, {}),
+    ({UPSTREAM_ON: "false"}, {UPSTREAM_ON: "true"}),  # the spec's wins over the default
+    ({UPSTREAM_ON: "true", "job.autoscaler.scaling.enabled": "False"}, {}),  # recommends
+    ({}, {UPSTREAM_ON: "true",
+          "kubernetes.operator.job.autoscaler.scaling.enabled": "false"}),
+    ({UPSTREAM_ON: "1"}, {}),  # not a boolean Flink reads as true
+    ({}, None),  # the JobManager did not answer: the spec's switches alone
+])
+def test_steps_where_the_flink_operators_autoscaler_does_not_scale(
+        spec: dict[str, str], job_manager: dict[str, str] | None) -> None:
+    deployment = flink_deployment()
+    deployment["spec"]["flinkConfiguration"].update(spec)
+    flink = FakeFlink(graph(), job_manager=job_manager)
+    world = World(deployments=FakeDeployments(deployment), flink=flink)
+    assert world.run().outcome != "refused"
+    assert len(world.deployments.applied) == 1
+    assert flink.configuration_asks == [UPSTREAM_KEYS]  # asked once, before the step only
+
+
+def reconciled(deployment: dict[str, Any], flink_configuration: dict[str, str],
+               envelope: bool = True) -> dict[str, Any]:
+    """The deployment with the spec the operator last deployed recorded as it records it."""
+    spec = {**deployment["spec"], "flinkConfiguration": flink_configuration}
+    record = {"spec": spec, "resource_metadata": {"metadata": {"generation": 1}}}
+    deployment["status"]["reconciliationStatus"] = {
+        "lastReconciledSpec": json.dumps(record if envelope else spec)}
+    return deployment
+
+
+@pytest.mark.parametrize("envelope", [True, False])
+def test_a_switch_the_spec_dropped_is_not_taken_for_the_operators_default(
+        envelope: bool) -> None:
+    """The spec turned the operator's autoscaler on when it was deployed and has dropped the
+    key since: such keys redeploy nothing, so the JobManager still shows "true", but it is
+    the spec's of then, not a default; the operator now reads its default (off)."""
+    deployment = reconciled(flink_deployment(), {UPSTREAM_ON: "true"}, envelope)
+    world = World(deployments=FakeDeployments(deployment),
+                  flink=FakeFlink(graph(), job_manager={UPSTREAM_ON: "true"}))
+    assert world.run().outcome != "refused"
+    assert len(world.deployments.applied) == 1
+
+
+@pytest.mark.parametrize("record", ["{not json", json.dumps(["a"]), json.dumps({"spec": 1})])
+def test_a_default_is_a_key_the_deployed_spec_did_not_set(record: str) -> None:
+    deployment = reconciled(flink_deployment(), {"taskmanager.numberOfTaskSlots": "4"})
+    world = World(deployments=FakeDeployments(deployment),
+                  flink=FakeFlink(graph(), job_manager={UPSTREAM_ON: "true"}))
+    assert world.run().outcome == "refused"
+    # Unreadable records: the JobManager's switches are all taken for defaults.
+    deployment["status"]["reconciliationStatus"]["lastReconciledSpec"] = record
+    world = World(deployments=FakeDeployments(deployment),
+                  flink=FakeFlink(graph(), job_manager={UPSTREAM_ON: "true"}))
+    assert world.run().outcome == "refused"
+
+
+def test_recommend_does_not_ask_for_the_flink_operators_autoscaler() -> None:
+    """Recommend applies nothing, so nothing is written over: no refusal, no read."""
+    flink = FakeFlink(graph(), job_manager={UPSTREAM_ON: "true"})
+    world = World(flink=flink)
+    assert world.run(policy("Recommend")).outcome != "refused"
+    assert flink.configuration_asks == []
 
 
 @pytest.mark.parametrize("mode", ["Recommend", "Active"])
