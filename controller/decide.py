@@ -38,6 +38,7 @@ from controller.realize import (
     resizable,
     resized_caches,
     unhonoured_memory,
+    upstream_refusal,
     with_enactment,
 )
 from controller.record import (
@@ -106,8 +107,9 @@ def decide(run: Run, graph: JobGraph, collected: Collected) -> Evaluation:
 
 
 def upstream_switches(run: Run) -> Mapping[str, str] | None:
-    """The Flink operator's autoscaler switches as the job's JobManager runs them: its
-    default configuration, which the spec does not show. Read only before a step."""
+    """The Flink operator's autoscaler switch as the job's JobManager runs it: its default
+    configuration, which the spec does not show. Asked only before a step that nothing
+    else refuses."""
     if run.job is None:
         return None
     return run.ports.flink(run.namespace, run.target).configuration(run.job.jid, UPSTREAM_KEYS)
@@ -118,7 +120,8 @@ def commit(run: Run, graph: JobGraph, collected: Collected, evaluation: Evaluati
     """The step as `status.target`, saved before any patch; or `Stop` with a refusal."""
     deployment = run.deployment or {}
     decision = evaluation.decision
-    why = refusal(deployment, upstream_switches(run)) or unrealizable(run, graph, decision)
+    why = (refusal(deployment) or upstream_refusal(deployment, upstream_switches(run))
+           or unrealizable(run, graph, decision))
     if why is not None:
         raise run.refuse(Reason.REFUSED, why)
     why = memory_not_honoured(run, deployment, graph, decision, collected)

@@ -669,63 +669,65 @@ def job_state(deployment: Mapping[str, Any]) -> tuple[str, str]:
             str(status.get("lifecycleState", "") or "UNKNOWN"))
 
 
-# The Flink operator's own autoscaler: on (and scaling), it writes its own
-# pipeline.jobvertex-parallelism-overrides into the spec it deploys, on every reconcile
-# (flink-kubernetes-operator's KubernetesScalingRealizer), over the steps'. Each switch
-# with the older key Flink falls back to.
-UPSTREAM_ENABLED_KEYS = ("job.autoscaler.enabled", "kubernetes.operator.job.autoscaler.enabled")
-UPSTREAM_SCALING_KEYS = ("job.autoscaler.scaling.enabled",
-                         "kubernetes.operator.job.autoscaler.scaling.enabled")
-UPSTREAM_KEYS = (*UPSTREAM_ENABLED_KEYS, *UPSTREAM_SCALING_KEYS)
+# The Flink operator's own autoscaler, switched on by this key (or the older one Flink falls
+# back to). On, it writes its own pipeline.jobvertex-parallelism-overrides into the spec
+# it deploys, on every reconcile (flink-kubernetes-operator's KubernetesScalingRealizer),
+# over the steps' for each vertex it has scaled. With job.autoscaler.scaling.enabled
+# false it stops storing new ones but keeps applying those it stored; only switched off
+# does it clear them.
+UPSTREAM_KEYS = ("job.autoscaler.enabled", "kubernetes.operator.job.autoscaler.enabled")
 
 
-def upstream_scaling(flink_configuration: Mapping[str, Any],
-                     defaults: Mapping[str, str] | None = None) -> str | None:
-    """Where the Flink operator's autoscaler is switched on to scale this job, or None.
+def flat_configuration(flink_configuration: Mapping[str, Any]) -> dict[str, Any]:
+    """spec.flinkConfiguration as the operator reads it: nested maps (operator 1.13 takes
+    YAML objects there) flattened, their keys joined with "."."""
+    flat: dict[str, Any] = {}
+    for key, value in flink_configuration.items():
+        if isinstance(value, Mapping):
+            flat.update({f"{key}.{k}": v for k, v in flat_configuration(value).items()})
+        else:
+            flat[str(key)] = value
+    return flat
 
-    The operator merges the spec's flinkConfiguration over its default configuration
-    (`defaults`), key by key, and reads each switch from its key, else its fallback key:
-    so does this. Off by default; on, it scales unless job.autoscaler.scaling.enabled is
-    false (then it only recommends). A value Flink would not read as true is not true."""
-    spec = {k: flink_configuration[k] for k in UPSTREAM_KEYS if k in flink_configuration}
-    merged = {**{k: v for k, v in (defaults or {}).items() if k in UPSTREAM_KEYS}, **spec}
 
-    def switch(keys: tuple[str, ...]) -> tuple[str | None, str | None]:
-        """The key that sets it and its value as Flink reads booleans, or (None, None)."""
-        key = next((k for k in keys if k in merged), None)
-        return key, None if key is None else str(merged[key]).strip().lower()
+def upstream_switched_on(deployment: Mapping[str, Any],
+                         job_manager: Mapping[str, str] | None) -> str | None:
+    """Where the Flink operator's autoscaler is switched on for this deployment, or None.
 
-    key, enabled = switch(UPSTREAM_ENABLED_KEYS)
-    if enabled != "true" or switch(UPSTREAM_SCALING_KEYS)[1] == "false":
+    The operator reads the switch from its default configuration, under the spec it last
+    deployed, under the current spec's autoscaler keys (which redeploy nothing): a key
+    dropped from the spec stays on until the next deployment. The JobManager's
+    configuration (`job_manager`) is the first two as deployed; the current spec goes
+    over it, key by key, and the key is read before its fallback, as Flink does. Only
+    "true" in any case is true (Flink's boolean parsing)."""
+    spec = flat_configuration(
+        (deployment.get("spec", {}) or {}).get("flinkConfiguration", {}) or {})
+    mine = {k: spec[k] for k in UPSTREAM_KEYS if k in spec}
+    merged = {**{k: v for k, v in (job_manager or {}).items() if k in UPSTREAM_KEYS}, **mine}
+    key = next((k for k in UPSTREAM_KEYS if k in merged), None)
+    if key is None or str(merged[key]).lower() != "true":
         return None
-    return (f'spec.flinkConfiguration["{key}"]' if key in spec
+    return (f'spec.flinkConfiguration["{key}"]' if key in mine
             else f'"{key}" in the JobManager\'s configuration (the Flink operator\'s default '
-                 f'configuration)')
+                 "configuration, or the spec it last deployed)")
 
 
-def operator_defaults(deployment: Mapping[str, Any],
-                      job_manager: Mapping[str, str] | None) -> dict[str, str]:
-    """What of the JobManager's configuration (`job_manager`) is the Flink operator's
-    default configuration: the keys the spec it deployed (status.reconciliationStatus.
-    lastReconciledSpec) did not set. The autoscaler's switches change no deployment, so a
-    key the spec set then and has dropped since may still show there: it is the spec's
-    of then, not a default. Without a readable record, all of it."""
-    record = ((deployment.get("status", {}) or {}).get("reconciliationStatus", {})
-              or {}).get("lastReconciledSpec")
-    try:
-        reconciled = json.loads(record) if isinstance(record, str) else None
-    except ValueError:
-        reconciled = None
-    spec = reconciled.get("spec", reconciled) if isinstance(reconciled, dict) else None
-    deployed = spec.get("flinkConfiguration") if isinstance(spec, dict) else None
-    deployed = deployed if isinstance(deployed, dict) else {}
-    return {k: v for k, v in (job_manager or {}).items() if k not in deployed}
+def upstream_refusal(deployment: Mapping[str, Any],
+                     job_manager: Mapping[str, str] | None) -> str | None:
+    """Why no step may be applied while the Flink operator's autoscaler is on, or None."""
+    where = upstream_switched_on(deployment, job_manager)
+    if where is None:
+        return None
+    return (f"the Flink operator's autoscaler is on ({where} is true): the operator writes "
+            "its parallelism overrides over the steps' in what it deploys, so a step would "
+            'not run; set job.autoscaler.enabled: "false" in spec.flinkConfiguration (its '
+            "scaling.enabled: false is not enough: it keeps applying what it stored)")
 
 
-def refusal(deployment: Mapping[str, Any],
-            job_manager: Mapping[str, str] | None = None) -> str | None:
-    """Why no reconfiguration may be applied to this deployment now, or None.
-    `job_manager`: the upstream autoscaler's switches as its JobManager runs them."""
+def refusal(deployment: Mapping[str, Any]) -> str | None:
+    """Why no reconfiguration may be applied to this deployment now, or None (but for
+    the Flink operator's autoscaler, which takes a question to the JobManager:
+    `upstream_refusal`)."""
     job = (deployment.get("spec", {}) or {}).get("job", {}) or {}
     if str(job.get("upgradeMode", "stateless")) == "stateless":
         return (
@@ -742,16 +744,6 @@ def refusal(deployment: Mapping[str, Any],
             "spec.taskManager.resource, where the controller writes the TaskManagers' CPU "
             "and memory; give them in spec.taskManager.resource (a CPU limit above the "
             "request as kubernetes.taskmanager.cpu.limit-factor)"
-        )
-    upstream = upstream_scaling(
-        (deployment.get("spec", {}) or {}).get("flinkConfiguration", {}) or {},
-        operator_defaults(deployment, job_manager))
-    if upstream is not None:
-        return (
-            f"the Flink operator's autoscaler is on ({upstream} is true): it writes its own "
-            "pipeline.jobvertex-parallelism-overrides over every step; set "
-            'job.autoscaler.enabled: "false" in spec.flinkConfiguration, or '
-            'job.autoscaler.scaling.enabled: "false" to keep only its recommendations'
         )
     state, lifecycle = job_state(deployment)
     if state != "RUNNING" or lifecycle != "STABLE":

@@ -376,8 +376,7 @@ def test_refuses_a_deployment_the_flink_operators_autoscaler_scales(
     controller: ControllerProcess, cluster: Cluster, namespace: str
 ) -> None:
     """Both autoscalers on one job: the operator's would write its own parallelism
-    overrides over every step. Refused, naming the key; once it only recommends, the
-    step lands."""
+    overrides over every step. Refused, naming the key; switched off, the step lands."""
     deployment = flink_deployment(namespace, "q11")
     deployment["spec"]["flinkConfiguration"]["job.autoscaler.enabled"] = "true"
     deploy(cluster, deployment)
@@ -390,8 +389,8 @@ def test_refuses_a_deployment_the_flink_operators_autoscaler_scales(
     wait_until(lambda: condition(hsp(cluster, namespace, "q11"), "Scaling").get("reason")
                == "Refused", 30, "Scaling=Refused")
     assert hsp(cluster, namespace, "q11")["status"].get("target") is None
-    deployment["spec"]["flinkConfiguration"]["job.autoscaler.scaling.enabled"] = "false"
-    deploy(cluster, deployment)  # the stand-in restarts the job, as the operator would
+    deployment["spec"]["flinkConfiguration"]["job.autoscaler.enabled"] = "false"
+    deploy(cluster, deployment)  # the stand-in restarts the job (the operator would not)
     wait_until(lambda: (hsp(cluster, namespace, "q11")["status"].get("target") or {})
-               .get("step"), 240, "a step committed once the operator's only recommends")
+               .get("step"), 240, "a step committed once the operator's is off")
 

@@ -5,7 +5,7 @@ Endpoints (shapes pinned by the golden samples of Flink 1.20.5):
 parallelism), `/jobs/<jid>/plan` (edges and ship strategies), `/jobs/<jid>/config`
 (user config, where flink-plugin lists operator uids), and before a step
 `/jobs/<jid>/jobmanager/config` (the configuration the operator deployed: whether its own
-autoscaler is on, `controller.realize.upstream_scaling`).
+autoscaler is on, `controller.realize.upstream_switched_on`).
 
 Flink never reports operator uids, but it derives ids from them: a vertex id is the
 128-bit murmur3 (seed 0) of its chain head's uid, and every chained operator's
@@ -234,8 +234,8 @@ class FlinkRest:
             return None
         wanted = set(keys)  # only these are kept: nothing else of the answer is repeated
         return {e["key"]: e["value"] for e in answer
-                if isinstance(e, dict) and e.get("key") in wanted
-                and isinstance(e.get("value"), str)}
+                if isinstance(e, dict) and isinstance(e.get("key"), str)
+                and e["key"] in wanted and isinstance(e.get("value"), str)}
 
     def job_graph(
         self,

@@ -145,6 +145,7 @@ def test_client_reads_only_the_keys_it_asks_of_the_jobmanagers_configuration(
 @pytest.mark.parametrize("answer, read", [
     ({"errors": ["x"]}, None), ("true", None),
     ([{"key": "job.autoscaler.enabled", "value": True}, ["job.autoscaler.enabled", "true"],
+      {"key": ["job.autoscaler.enabled"], "value": "true"}, {"key": {"a": 1}, "value": "x"},
       {"key": "rest.address", "value": "http://evil.example"},
       {"key": "job.autoscaler.scaling.enabled", "value": "false"}],
      {"job.autoscaler.scaling.enabled": "false"}),

@@ -663,45 +663,50 @@ def test_refuses_a_deployment_whose_resources_the_operator_reads_before_ours() -
 
 
 UPSTREAM_ON = "job.autoscaler.enabled"
+UPSTREAM_OLD = "kubernetes.operator.job.autoscaler.enabled"
 
 
 @pytest.mark.parametrize("spec, job_manager, where", [
     ({UPSTREAM_ON: "true"}, {}, f'spec.flinkConfiguration["{UPSTREAM_ON}"]'),
-    ({"kubernetes.operator.job.autoscaler.enabled": " TRUE "}, {},
-     'spec.flinkConfiguration["kubernetes.operator.job.autoscaler.enabled"]'),
-    # The operator's default configuration: only the JobManager's shows it.
+    ({UPSTREAM_OLD: "TRUE"}, {}, f'spec.flinkConfiguration["{UPSTREAM_OLD}"]'),
+    ({"job": {"autoscaler": {"enabled": True}}}, {},  # operator 1.13's nested YAML
+     f'spec.flinkConfiguration["{UPSTREAM_ON}"]'),
+    # Scaling switched off still applies the overrides it stored: still refused.
+    ({UPSTREAM_ON: "true", "job.autoscaler.scaling.enabled": "false"}, {}, "spec"),
+    # The operator's default configuration, or a key the spec dropped since it deployed
+    # (autoscaler keys redeploy nothing): only the JobManager's shows it.
     ({}, {UPSTREAM_ON: "true"}, f'"{UPSTREAM_ON}" in the JobManager\'s configuration'),
-    # Merged key by key, then the new key before its fallback, as Flink reads them.
-    ({"kubernetes.operator.job.autoscaler.enabled": "false"}, {UPSTREAM_ON: "true"},
-     f'"{UPSTREAM_ON}" in the JobManager'),
-    ({UPSTREAM_ON: "true", "job.autoscaler.scaling.enabled": "yes"}, {}, "spec"),
+    # Merged key by key, then the key before its fallback, as Flink reads them.
+    ({UPSTREAM_OLD: "false"}, {UPSTREAM_ON: "true"}, f'"{UPSTREAM_ON}" in the JobManager'),
 ])
 def test_refuses_a_step_the_flink_operators_autoscaler_would_write_over(
-        spec: dict[str, str], job_manager: dict[str, str], where: str) -> None:
-    """On and scaling, the upstream autoscaler writes its own parallelism overrides into
-    the spec the operator deploys, on every reconcile: a step would never run."""
+        spec: dict[str, Any], job_manager: dict[str, str], where: str) -> None:
+    """On, the upstream autoscaler writes its own parallelism overrides into the spec the
+    operator deploys, on every reconcile: a step would be recorded but never run."""
     deployment = flink_deployment()
     deployment["spec"]["flinkConfiguration"].update(spec)
-    world = World(deployments=FakeDeployments(deployment),
-                  flink=FakeFlink(graph(), job_manager=job_manager))
+    flink = FakeFlink(graph(), job_manager=job_manager)
+    world = World(deployments=FakeDeployments(deployment), flink=flink)
     assert world.run().outcome == "refused"
     assert world.deployments.applied == [] and world.store.last.target is None
     scaling = world.store.last.condition(ConditionType.SCALING)
     assert scaling is not None and scaling.reason == Reason.REFUSED
     assert where in scaling.message and "job.autoscaler.enabled: \"false\"" in scaling.message
     assert world.events.reasons().count("Refused") == 1
+    world.now += 40  # refused again, not announced again
+    assert world.run().outcome == "refused"
+    assert world.events.reasons().count("Refused") == 1
 
 
 @pytest.mark.parametrize("spec, job_manager", [
     ({}, {}),
-    ({UPSTREAM_ON: "false"}, {UPSTREAM_ON: "true"}),  # the spec's wins over the default
-    ({UPSTREAM_ON: "true", "job.autoscaler.scaling.enabled": "False"}, {}),  # recommends
-    ({}, {UPSTREAM_ON: "true",
-          "kubernetes.operator.job.autoscaler.scaling.enabled": "false"}),
-    ({UPSTREAM_ON: "1"}, {}),  # not a boolean Flink reads as true
-    ({}, None),  # the JobManager did not answer: the spec's switches alone
+    ({UPSTREAM_ON: "false"}, {UPSTREAM_ON: "true"}),  # the spec's wins, key by key
+    ({UPSTREAM_ON: "False"}, {UPSTREAM_OLD: "true"}),
+    ({UPSTREAM_ON: "1"}, {}),  # not a boolean the operator reads as true
+    ({UPSTREAM_ON: " true"}, {}),
+    ({}, None),  # the JobManager did not answer: the spec's switch alone
 ])
-def test_steps_where_the_flink_operators_autoscaler_does_not_scale(
+def test_steps_where_the_flink_operators_autoscaler_is_off(
         spec: dict[str, str], job_manager: dict[str, str] | None) -> None:
     deployment = flink_deployment()
     deployment["spec"]["flinkConfiguration"].update(spec)
@@ -712,40 +717,11 @@ def test_steps_where_the_flink_operators_autoscaler_does_not_scale(
     assert flink.configuration_asks == [UPSTREAM_KEYS]  # asked once, before the step only
 
 
-def reconciled(deployment: dict[str, Any], flink_configuration: dict[str, str],
-               envelope: bool = True) -> dict[str, Any]:
-    """The deployment with the spec the operator last deployed recorded as it records it."""
-    spec = {**deployment["spec"], "flinkConfiguration": flink_configuration}
-    record = {"spec": spec, "resource_metadata": {"metadata": {"generation": 1}}}
-    deployment["status"]["reconciliationStatus"] = {
-        "lastReconciledSpec": json.dumps(record if envelope else spec)}
-    return deployment
-
-
-@pytest.mark.parametrize("envelope", [True, False])
-def test_a_switch_the_spec_dropped_is_not_taken_for_the_operators_default(
-        envelope: bool) -> None:
-    """The spec turned the operator's autoscaler on when it was deployed and has dropped the
-    key since: such keys redeploy nothing, so the JobManager still shows "true", but it is
-    the spec's of then, not a default; the operator now reads its default (off)."""
-    deployment = reconciled(flink_deployment(), {UPSTREAM_ON: "true"}, envelope)
-    world = World(deployments=FakeDeployments(deployment),
-                  flink=FakeFlink(graph(), job_manager={UPSTREAM_ON: "true"}))
-    assert world.run().outcome != "refused"
-    assert len(world.deployments.applied) == 1
-
-
-@pytest.mark.parametrize("record", ["{not json", json.dumps(["a"]), json.dumps({"spec": 1})])
-def test_a_default_is_a_key_the_deployed_spec_did_not_set(record: str) -> None:
-    deployment = reconciled(flink_deployment(), {"taskmanager.numberOfTaskSlots": "4"})
-    world = World(deployments=FakeDeployments(deployment),
-                  flink=FakeFlink(graph(), job_manager={UPSTREAM_ON: "true"}))
+def test_the_jobmanager_is_not_asked_where_the_spec_is_refused_already() -> None:
+    flink = FakeFlink(graph(), job_manager={UPSTREAM_ON: "true"})
+    world = World(deployments=FakeDeployments(flink_deployment("stateless")), flink=flink)
     assert world.run().outcome == "refused"
-    # Unreadable records: the JobManager's switches are all taken for defaults.
-    deployment["status"]["reconciliationStatus"]["lastReconciledSpec"] = record
-    world = World(deployments=FakeDeployments(deployment),
-                  flink=FakeFlink(graph(), job_manager={UPSTREAM_ON: "true"}))
-    assert world.run().outcome == "refused"
+    assert "stateless" in world.events.events[-1][2] and flink.configuration_asks == []
 
 
 def test_recommend_does_not_ask_for_the_flink_operators_autoscaler() -> None:
