@@ -47,6 +47,9 @@ from policies.levels import managed_mib
 from policies.model import Configuration, JobGraph, VertexConfig
 
 EXACT_SHAPES = 3
+# A fitted shape Flink's own first fit would need more TaskManagers of is offered again
+# with room for up to this many more of the largest slot (`_candidate_shapes`).
+GROWN_ROOM = 2
 """Shapes the exact packer prices after the bound has screened all candidates."""
 BALANCED_COUNTS = 24
 """The most TaskManager counts a balanced packing is fitted for (`_candidate_shapes`): two
@@ -384,17 +387,34 @@ def _candidate_shapes(groups: tuple[SlotGroup, ...], bounds: ShapeBounds,
                      prices) is None for g in groups if g.slots):
         return ()  # a slot no TaskManager within the bounds holds: nothing to count
     seen: dict[str, tuple[float, TaskManagerShape]] = {}
-
-    def offer(demand: tuple[float, float, float, float], n: int) -> None:
-        shape = fit_shape(*demand, bounds, prices)
-        if shape is not None and (shape.name not in seen or n * shape.price < seen[shape.name][0]):
-            seen[shape.name] = (n * shape.price, shape)
-
-    # k slots of the largest slot in every dimension: always holds any k slots, so it
-    # prices every mix, also one with more groups than a TaskManager can take one of each.
     slots_total = sum(g.slots for g in groups)
     largest = tuple(max((getattr(g, d) for g in groups), default=0.0)
                     for d in ("cpu_cores", "heap_mib", "managed_mib", "network_mib"))
+    requests = [(g.demand(), g.slots) for g in groups if g.slots]
+
+    def offer(demand: tuple[float, float, float, float], n: int,
+              room: tuple[int, int] = (0, 0)) -> None:
+        cpu_room, memory_room = room
+        grown = (demand[0] + cpu_room * largest[0],
+                 *(d + memory_room * big for d, big in zip(demand[1:], largest[1:],
+                                                            strict=True)))
+        shape = fit_shape(*grown, bounds, prices)
+        if shape is None:
+            return
+        if shape.name not in seen or n * shape.price < seen[shape.name][0]:
+            seen[shape.name] = (n * shape.price, shape)
+        # Flink places slots first-fit in job order, not as this packing does: a shape
+        # fitted tight to it can need more TaskManagers there (what `billed` counts),
+        # where one with room for another largest slot or two, in CPU, in memory or in
+        # both, would not. Without it a larger demand could be priced lower than a
+        # smaller one (its shape, rounded up, has the room).
+        if room == (0, 0) and (flink_count(requests, shape) or math.inf) > n:
+            for more in range(1, GROWN_ROOM + 1):
+                for grow in ((more, 0), (0, more), (more, more)):
+                    offer(demand, n, grow)
+
+    # k slots of the largest slot in every dimension: always holds any k slots, so it
+    # prices every mix, also one with more groups than a TaskManager can take one of each.
     for k in range(1, min(bounds.max_slots, max(slots_total, 1)) + 1):
         offer((k * largest[0], k * largest[1], k * largest[2], k * largest[3]),
               -(-slots_total // k))

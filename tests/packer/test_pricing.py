@@ -7,6 +7,8 @@ from dataclasses import replace
 from types import MappingProxyType
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 import packer.pricing
 from packer import check
@@ -270,6 +272,54 @@ def test_shapes_are_screened_by_what_flinks_own_first_fit_bills() -> None:
     assert priced.replicas == priced.placement.count
     assert priced.price < 11.0
     assert priced.price == pytest.approx(packer.pricing.billed(priced.groups, priced.shape))
+
+
+def planned_chain(*specs: tuple[int, float, float]) -> list[VertexSlot]:
+    """Vertices in a line, each (tasks, planned CPU, managed MiB) with its own group."""
+    ids = [f"v{i}" for i in range(len(specs))]
+    return [VertexSlot(ids[i], p, cpu, HEAP, managed, NET,
+                       tuple(ids[j] for j in (i - 1, i + 1) if 0 <= j < len(ids)), planned=True)
+            for i, (p, cpu, managed) in enumerate(specs)]
+
+
+def test_a_shape_flinks_first_fit_overflows_is_offered_with_room() -> None:
+    """2 slots of 0.2 cores and 158 MiB, then 15 of 0.1 and 316: the shape fitted to 2
+    TaskManagers of the ceil mix (1 core) overflows in Flink's job order (its first slots
+    take 0.4 of the core together), so it bills 3; with the shapes fitted tight only, the
+    mix was priced 5.09/h, above the 4.39/h the same mix costs at 0.3 cores (whose shape,
+    rounded up to 1.5 cores, has the room). With room for another slot's CPU: 2."""
+    priced = cheapest(planned_chain((2, 0.2, 158.0), (15, 0.1, 316.0)), ShapeBounds(), PRICES)
+    at_more = cheapest(planned_chain((2, 0.3, 158.0), (15, 0.1, 316.0)), ShapeBounds(), PRICES)
+    assert priced is not None and at_more is not None
+    assert priced.replicas == 2 and priced.price <= at_more.price < 5.0
+    assert priced.price == pytest.approx(packer.pricing.billed(priced.groups, priced.shape))
+    assert check(priced.placement, [s for g in priced.groups for s in g.task_slots()],
+                 [priced.shape]) == []
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck))
+@given(st.lists(st.tuples(st.integers(1, 24), st.sampled_from([0.1, 0.2, 0.3, 0.5, 0.7, 1.0]),
+                          st.sampled_from([0.0, 158.0, 316.0, 632.0, 1264.0])),
+                min_size=1, max_size=4))
+def test_shapes_with_room_never_price_a_mix_higher(specs: list[tuple[int, float, float]]
+                                                    ) -> None:
+    """The shapes with room are offered beside the tight ones, and every candidate is
+    billed as Flink's first fit places it: the price can only fall."""
+    vertices = planned_chain(*specs)
+    packer.pricing.forget_shapes()
+    with_room = cheapest(vertices, ShapeBounds(), PRICES)
+    packer.pricing.forget_shapes()
+    tight = packer.pricing.GROWN_ROOM
+    try:
+        packer.pricing.GROWN_ROOM = 0
+        without = cheapest(vertices, ShapeBounds(), PRICES)
+    finally:
+        packer.pricing.GROWN_ROOM = tight
+        packer.pricing.forget_shapes()
+    assert with_room is not None and without is not None
+    assert with_room.price <= without.price + 1e-9
+    assert with_room.price == pytest.approx(
+        packer.pricing.billed(with_room.groups, with_room.shape))
 
 
 def test_the_exact_packer_proves_optimality_up_to_200_slots_with_shape_choice() -> None:
