@@ -31,6 +31,7 @@ import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
+from typing import NamedTuple
 
 from packer.flink_memory import (
     DEFAULT_OPTIONS,
@@ -47,8 +48,8 @@ from policies.levels import managed_mib
 from policies.model import Configuration, JobGraph, VertexConfig
 
 EXACT_SHAPES = 3
-# A fitted shape Flink's own first fit would need more TaskManagers of is offered again
-# with room for up to this many more of the largest slot (`_candidate_shapes`).
+# A fitted shape Flink's own first fit would need more TaskManagers of is billed again
+# with room for up to this many more of the largest slot (`_with_room`).
 GROWN_ROOM = 2
 """Shapes the exact packer prices after the bound has screened all candidates."""
 BALANCED_COUNTS = 24
@@ -367,54 +368,51 @@ def candidate_shapes(groups: Sequence[SlotGroup], bounds: ShapeBounds,
     balanced packing of them (`_balanced`), for each n where either changes, and to k
     of the largest slot; each with the price of that (feasible) packing. Or the menu,
     priced by its lower bound. Cheapest first."""
-    return list(_candidate_shapes(tuple(groups), bounds, prices))
+    return [(f.feasible, f.shape) for f in _candidate_shapes(tuple(groups), bounds, prices)]
+
+
+Demand = tuple[float, float, float, float]  # one TaskManager's CPU, heap, managed, network
+
+
+class _Fit(NamedTuple):
+    """A candidate shape, the price of the packing it was fitted to, that packing's
+    TaskManagers and one TaskManager's demand in it (None: a menu's shape)."""
+
+    feasible: float
+    shape: TaskManagerShape
+    task_managers: int
+    demand: Demand | None
 
 
 # The planner's screen and its exact pricing of the finalists ask for the same groups'
 # shapes; remembered, the finalists' are not fitted again (all arguments are frozen).
 @functools.lru_cache(maxsize=256)
 def _candidate_shapes(groups: tuple[SlotGroup, ...], bounds: ShapeBounds,
-                      prices: Prices) -> tuple[tuple[float, TaskManagerShape], ...]:
+                      prices: Prices) -> tuple[_Fit, ...]:
     if bounds.menu:
         slots = [s for g in groups for s in g.task_slots()]
         menu = [s if s.cost is not None else replace(s, cost=prices.of(s.cpu_cores,
                                                                          s.process_mib))
                 for s in bounds.menu]
         fits = [s for s in menu if unfit_slot(slots, s) is None]
-        return tuple(sorted(((lower_bound(slots, s) * s.price, s) for s in fits),
-                            key=lambda x: (x[0], x[1].name)))
+        return tuple(sorted((_Fit(lower_bound(slots, s) * s.price, s, lower_bound(slots, s),
+                                  None) for s in fits),
+                            key=lambda f: (f.feasible, f.shape.name)))
     if any(fit_shape(g.cpu_cores, g.heap_mib, g.managed_mib, g.network_mib, bounds,
                      prices) is None for g in groups if g.slots):
         return ()  # a slot no TaskManager within the bounds holds: nothing to count
-    seen: dict[str, tuple[float, TaskManagerShape]] = {}
-    slots_total = sum(g.slots for g in groups)
-    largest = tuple(max((getattr(g, d) for g in groups), default=0.0)
-                    for d in ("cpu_cores", "heap_mib", "managed_mib", "network_mib"))
-    requests = [(g.demand(), g.slots) for g in groups if g.slots]
+    seen: dict[str, _Fit] = {}
 
-    def offer(demand: tuple[float, float, float, float], n: int,
-              room: tuple[int, int] = (0, 0)) -> None:
-        cpu_room, memory_room = room
-        grown = (demand[0] + cpu_room * largest[0],
-                 *(d + memory_room * big for d, big in zip(demand[1:], largest[1:],
-                                                            strict=True)))
-        shape = fit_shape(*grown, bounds, prices)
-        if shape is None:
-            return
-        if shape.name not in seen or n * shape.price < seen[shape.name][0]:
-            seen[shape.name] = (n * shape.price, shape)
-        # Flink places slots first-fit in job order, not as this packing does: a shape
-        # fitted tight to it can need more TaskManagers there (what `billed` counts),
-        # where one with room for another largest slot or two, in CPU, in memory or in
-        # both, would not. Without it a larger demand could be priced lower than a
-        # smaller one (its shape, rounded up, has the room).
-        if room == (0, 0) and (flink_count(requests, shape) or math.inf) > n:
-            for more in range(1, GROWN_ROOM + 1):
-                for grow in ((more, 0), (0, more), (more, more)):
-                    offer(demand, n, grow)
+    def offer(demand: Demand, n: int) -> None:
+        shape = fit_shape(*demand, bounds, prices)
+        if shape is not None and (shape.name not in seen
+                                  or n * shape.price < seen[shape.name].feasible):
+            seen[shape.name] = _Fit(n * shape.price, shape, n, demand)
 
     # k slots of the largest slot in every dimension: always holds any k slots, so it
     # prices every mix, also one with more groups than a TaskManager can take one of each.
+    slots_total = sum(g.slots for g in groups)
+    largest = _largest(groups)
     for k in range(1, min(bounds.max_slots, max(slots_total, 1)) + 1):
         offer((k * largest[0], k * largest[1], k * largest[2], k * largest[3]),
               -(-slots_total // k))
@@ -452,7 +450,60 @@ def _candidate_shapes(groups: tuple[SlotGroup, ...], bounds: ShapeBounds,
             most, balanced = _balanced(by_weight, n, prices)
             if most <= bounds.max_slots and balanced != need:
                 offer(balanced, n)
-    return tuple(sorted(seen.values(), key=lambda x: (x[0], x[1].name)))
+    return tuple(sorted(seen.values(), key=lambda f: (f.feasible, f.shape.name)))
+
+
+def _largest(groups: Sequence[SlotGroup]) -> Demand:
+    """The largest slot in each dimension (CPU, task heap, managed, network)."""
+    return (max((g.cpu_cores for g in groups), default=0.0),
+            max((g.heap_mib for g in groups), default=0.0),
+            max((g.managed_mib for g in groups), default=0.0),
+            max((g.network_mib for g in groups), default=0.0))
+
+
+def _with_room(groups: Sequence[SlotGroup], fit: _Fit, bounds: ShapeBounds,
+               prices: Prices) -> list[TaskManagerShape]:
+    """Flink places slots first-fit in job order, not as the packing a shape was fitted
+    to: a shape fitted tight can need more TaskManagers there (what `billed` counts),
+    where one with room for another largest slot or two, in CPU, in memory or in both,
+    would not. Without these a larger demand could be priced lower than a smaller one
+    (its shape, rounded up, has the room). Asked only of a shape Flink's first fit needs
+    more of than its packing, and that could still beat the best bill."""
+    if fit.demand is None:
+        return []  # a menu's shape: offered as it is
+    largest = _largest(groups)
+    cpu, *memory = fit.demand
+    shapes = []
+    for more in range(1, GROWN_ROOM + 1):
+        for cpu_room, memory_room in ((more, 0), (0, more), (more, more)):
+            shape = fit_shape(cpu + cpu_room * largest[0],
+                              *(d + memory_room * big
+                                for d, big in zip(memory, largest[1:], strict=True)),
+                              bounds, prices)
+            if shape is not None:
+                shapes.append(shape)
+    return shapes
+
+
+def _billed(groups: Sequence[SlotGroup], fits: Sequence[_Fit], bounds: ShapeBounds,
+            prices: Prices) -> list[tuple[float, float, str, TaskManagerShape]]:
+    """(bill, feasible price, name, shape) of each fitted shape, and of the shapes with
+    room (`_with_room`) of those Flink's first fit overflows that could still beat the
+    best bill: a shape with room costs its packing at least what the tight one does."""
+    bills = {f.shape.name: (billed(groups, f.shape), f.feasible, f.shape.name, f.shape)
+             for f in fits}
+    best = min((b for b, *_ in bills.values()), default=math.inf)
+    for fit in fits:
+        if fit.feasible >= best - 1e-9:
+            break  # sorted by feasible price: no shape with room can beat the best
+        if bills[fit.shape.name][0] > fit.feasible + 1e-9:
+            for shape in _with_room(groups, fit, bounds, prices):
+                if shape.name not in bills:
+                    grown = billed(groups, shape)
+                    bills[shape.name] = (grown, fit.task_managers * shape.price, shape.name,
+                                         shape)
+                    best = min(best, grown)
+    return list(bills.values())
 
 
 def forget_shapes() -> None:
@@ -473,12 +524,13 @@ def price(groups: Sequence[SlotGroup], bounds: ShapeBounds, prices: Prices,
     import packer  # CP-SAT loads on first use
 
     slots = [s for g in groups for s in g.task_slots()]
-    ranked = candidate_shapes(groups, bounds, prices)
+    ranked = list(_candidate_shapes(tuple(groups), bounds, prices))
     if not slots:
-        ranked = ranked or [(0.0, fit_shape(0, 0, 0, 0, bounds, prices) or PAPER_SHAPE)]
+        ranked = ranked or [_Fit(0.0, fit_shape(0, 0, 0, 0, bounds, prices) or PAPER_SHAPE,
+                                 0, None)]
     if not ranked:
         return None
-    screened = _screen(groups, ranked)
+    screened = _screen(groups, ranked, bounds, prices)
     placement = packer.pack(slots, screened, current=current, time_limit_s=time_limit_s)
     chosen = next((s for s in screened if s.name == placement.shape), None)
     if chosen is None:
@@ -497,13 +549,12 @@ def billed(groups: Sequence[SlotGroup], shape: TaskManagerShape) -> float:
     return math.inf if count is None else count * shape.price
 
 
-def _screen(groups: Sequence[SlotGroup],
-            ranked: Sequence[tuple[float, TaskManagerShape]]) -> list[TaskManagerShape]:
-    """The best few by what they are billed (`billed`); ties by the feasible price. A
-    shape fitted tightly to a packing may need more TaskManagers in Flink's slot order
-    than that packing."""
-    bills = sorted(((billed(groups, s), feasible, s.name, s) for feasible, s in ranked),
-                   key=lambda x: x[:3])
+def _screen(groups: Sequence[SlotGroup], ranked: Sequence[_Fit], bounds: ShapeBounds,
+            prices: Prices) -> list[TaskManagerShape]:
+    """The best few by what they are billed (`billed`), with room where Flink's order
+    needs it (`_billed`); ties by the feasible price. A shape fitted tightly to a packing
+    may need more TaskManagers in Flink's slot order than that packing."""
+    bills = sorted(_billed(groups, ranked, bounds, prices), key=lambda x: x[:3])
     return [s for *_, s in bills[:EXACT_SHAPES]]
 
 
@@ -571,9 +622,9 @@ class PodPricing:
         vertices = self.vertices(graph, configuration, task_cpu)
         best = math.inf
         for groups in groupings(vertices):
-            ranked = candidate_shapes(groups, self.bounds, self.prices)
-            for _, shape in ranked[:EXACT_SHAPES]:
-                best = min(best, billed(groups, shape))
+            ranked = _candidate_shapes(tuple(groups), self.bounds, self.prices)
+            for bill, *_ in _billed(groups, ranked[:EXACT_SHAPES], self.bounds, self.prices):
+                best = min(best, bill)
         return best
 
     def exact(self, graph: JobGraph, configuration: Configuration,
