@@ -358,17 +358,22 @@ def test_a_missing_target_is_reported(
                "a TargetNotFound event")
 
 
+def refusal(cluster: Cluster, namespace: str, name: str) -> str:
+    """The first Refused event's message, once the status says Scaling=Refused too."""
+    refused = wait_until(
+        lambda: [m for r, m in events(cluster, namespace, name) if r == "Refused"], 120,
+        "a Refused event")
+    # The pass posts the event first and saves the status after it.
+    wait_until(lambda: condition(hsp(cluster, namespace, name), "Scaling").get("reason")
+               == "Refused", 30, "Scaling=Refused")
+    return str(refused[0])
+
+
 def test_refuses_a_stateless_upgrade_mode(
     controller: ControllerProcess, cluster: Cluster, namespace: str
 ) -> None:
     initial = scale_q11(cluster, namespace, upgrade_mode="stateless")["metadata"]["generation"]
-    refused = wait_until(
-        lambda: [m for r, m in events(cluster, namespace, "q11") if r == "Refused"], 120,
-        "a Refused event")
-    assert "upgradeMode is stateless" in refused[0]
-    # The pass posts the event first and saves the status after it.
-    wait_until(lambda: condition(hsp(cluster, namespace, "q11"), "Scaling").get("reason")
-               == "Refused", 30, "Scaling=Refused")
+    assert "upgradeMode is stateless" in refusal(cluster, namespace, "q11")
     assert generation(cluster, namespace, "q11") == initial
 
 
@@ -382,12 +387,8 @@ def test_refuses_a_deployment_the_flink_operators_autoscaler_scales(
     deploy(cluster, deployment)
     cluster.wait_flink(namespace, "q11")
     deploy(cluster, policy(namespace, "q11", "q11"))
-    refused = wait_until(
-        lambda: [m for r, m in events(cluster, namespace, "q11") if r == "Refused"], 120,
-        "a Refused event")
-    assert 'spec.flinkConfiguration["job.autoscaler.enabled"] is true' in refused[0]
-    wait_until(lambda: condition(hsp(cluster, namespace, "q11"), "Scaling").get("reason")
-               == "Refused", 30, "Scaling=Refused")
+    assert ('spec.flinkConfiguration["job.autoscaler.enabled"] is true'
+            in refusal(cluster, namespace, "q11"))
     assert hsp(cluster, namespace, "q11")["status"].get("target") is None
     deployment["spec"]["flinkConfiguration"]["job.autoscaler.enabled"] = "false"
     deploy(cluster, deployment)  # the stand-in restarts the job (the operator would not)
