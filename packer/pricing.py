@@ -48,10 +48,10 @@ from policies.levels import managed_mib
 from policies.model import Configuration, JobGraph, VertexConfig
 
 EXACT_SHAPES = 3
-# A fitted shape Flink's own first fit would need more TaskManagers of is billed again
-# with room for up to this many more of the largest slot (`_with_room`).
-GROWN_ROOM = 2
 """Shapes the exact packer prices after the bound has screened all candidates."""
+GROWN_ROOM = 2
+"""A fitted shape Flink's own first fit needs more TaskManagers of is billed again with
+room for up to this many more of the largest slot (`_with_room`)."""
 BALANCED_COUNTS = 24
 """The most TaskManager counts a balanced packing is fitted for (`_candidate_shapes`): two
 per slot sharing group, up to this many (BALANCED_WORK lowers it past 10 groups)."""
@@ -468,7 +468,7 @@ def _with_room(groups: Sequence[SlotGroup], fit: _Fit, bounds: ShapeBounds,
     where one with room for another largest slot or two, in CPU, in memory or in both,
     would not. Without these a larger demand could be priced lower than a smaller one
     (its shape, rounded up, has the room). Asked only of a shape Flink's first fit needs
-    more of than its packing, and that could still beat the best bill."""
+    more of than its packing."""
     if fit.demand is None:
         return []  # a menu's shape: offered as it is
     largest = _largest(groups)
@@ -488,22 +488,38 @@ def _with_room(groups: Sequence[SlotGroup], fit: _Fit, bounds: ShapeBounds,
 def _billed(groups: Sequence[SlotGroup], fits: Sequence[_Fit], bounds: ShapeBounds,
             prices: Prices) -> list[tuple[float, float, str, TaskManagerShape]]:
     """(bill, feasible price, name, shape) of each fitted shape, and of the shapes with
-    room (`_with_room`) of those Flink's first fit overflows that could still beat the
-    best bill: a shape with room costs its packing at least what the tight one does."""
+    room (`_with_room`) of those Flink's first fit overflows, where their lower bound
+    (`_lower_bound`) leaves them a chance to beat the best bill so far: with room, a shape
+    can need fewer TaskManagers than the count it was fitted for, so its bill is bounded
+    only by that."""
     bills = {f.shape.name: (billed(groups, f.shape), f.feasible, f.shape.name, f.shape)
              for f in fits}
     best = min((b for b, *_ in bills.values()), default=math.inf)
     for fit in fits:
-        if fit.feasible >= best - 1e-9:
-            break  # sorted by feasible price: no shape with room can beat the best
-        if bills[fit.shape.name][0] > fit.feasible + 1e-9:
-            for shape in _with_room(groups, fit, bounds, prices):
-                if shape.name not in bills:
-                    grown = billed(groups, shape)
-                    bills[shape.name] = (grown, fit.task_managers * shape.price, shape.name,
-                                         shape)
-                    best = min(best, grown)
+        if bills[fit.shape.name][0] <= fit.feasible + 1e-9:
+            continue  # Flink's first fit needs no more than its packing
+        for shape in _with_room(groups, fit, bounds, prices):
+            feasible = fit.task_managers * shape.price  # ties: the least packing's
+            if shape.name in bills:
+                bill, known, *_ = bills[shape.name]
+                bills[shape.name] = (bill, min(known, feasible), shape.name, shape)
+            elif _lower_bound(groups, shape) * shape.price < best - 1e-9:
+                grown = billed(groups, shape)  # else no packing on it beats the best
+                bills[shape.name] = (grown, feasible, shape.name, shape)
+                best = min(best, grown)
     return list(bills.values())
+
+
+def _lower_bound(groups: Sequence[SlotGroup], shape: TaskManagerShape) -> float:
+    """TaskManagers of `shape` no placement of these groups can do with: per dimension,
+    their total demand over its capacity, rounded up (`lower_bound` without its slots)."""
+    capacity = shape.capacity()
+    totals = [0] * len(capacity)
+    for g in groups:
+        for i, d in enumerate(g.demand()):
+            totals[i] += d * g.slots
+    return max((math.ceil(t / c) if c > 0 else (math.inf if t > 0 else 0)
+                for t, c in zip(totals, capacity, strict=True)), default=0)
 
 
 def forget_shapes() -> None:
@@ -616,9 +632,10 @@ class PodPricing:
     def bound(self, graph: JobGraph, configuration: Configuration,
               task_cpu: TaskCpu | None = None) -> float:
         """The screen: over both groupings, the least that the best few candidate shapes
-        (by their fitted packing's price, a menu's by its lower bound) are billed by
-        Flink's own first fit (`billed`). The exact price may be lower where another
-        shape is billed less."""
+        (by their fitted packing's price, a menu's by its lower bound), and their shapes
+        with room where Flink's order overflows them (`_billed`), are billed by Flink's
+        own first fit (`billed`). The exact price may be lower where another shape is
+        billed less, never higher (`_screen` bills a superset)."""
         vertices = self.vertices(graph, configuration, task_cpu)
         best = math.inf
         for groups in groupings(vertices):
