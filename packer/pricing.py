@@ -53,7 +53,7 @@ GROWN_ROOM = 2
 """A fitted shape Flink's own first fit needs more TaskManagers of is billed again with
 room for up to this many more of the largest slot (`_with_room`)."""
 BALANCED_COUNTS = 24
-"""The most TaskManager counts a balanced packing is fitted for (`_candidate_shapes`): two
+"""The most TaskManager counts a balanced packing is fitted for (`candidate_shapes`): two
 per slot sharing group, up to this many (BALANCED_WORK lowers it past 10 groups)."""
 BALANCED_WORK = 240
 """Balanced counts × slot sharing groups at most: 24 counts up to 10 groups, fewer past it
@@ -362,19 +362,10 @@ def _balanced(by_weight: Sequence[SlotGroup], n: int, prices: Prices
              max(a[5] for a in alike)))
 
 
-def candidate_shapes(groups: Sequence[SlotGroup], bounds: ShapeBounds,
-                     prices: Prices) -> list[tuple[float, TaskManagerShape]]:
-    """Every shape fitted to n TaskManagers holding ceil(slots/n) of each group, or a
-    balanced packing of them (`_balanced`), for each n where either changes, and to k
-    of the largest slot; each with the price of that (feasible) packing. Or the menu,
-    priced by its lower bound. Cheapest first."""
-    return [(f.feasible, f.shape) for f in _candidate_shapes(tuple(groups), bounds, prices)]
-
-
 Demand = tuple[float, float, float, float]  # one TaskManager's CPU, heap, managed, network
 
 
-class _Fit(NamedTuple):
+class FittedShape(NamedTuple):
     """A candidate shape, the price of the packing it was fitted to, that packing's
     TaskManagers and one TaskManager's demand in it (None: a menu's shape)."""
 
@@ -387,27 +378,31 @@ class _Fit(NamedTuple):
 # The planner's screen and its exact pricing of the finalists ask for the same groups'
 # shapes; remembered, the finalists' are not fitted again (all arguments are frozen).
 @functools.lru_cache(maxsize=256)
-def _candidate_shapes(groups: tuple[SlotGroup, ...], bounds: ShapeBounds,
-                      prices: Prices) -> tuple[_Fit, ...]:
+def candidate_shapes(groups: tuple[SlotGroup, ...], bounds: ShapeBounds,
+                      prices: Prices) -> tuple[FittedShape, ...]:
+    """Every shape fitted to n TaskManagers holding ceil(slots/n) of each group, or a
+    balanced packing of them (`_balanced`), for each n where either changes, and to k
+    of the largest slot; each with the price of that (feasible) packing. Or the menu,
+    priced by its lower bound. Cheapest first."""
     if bounds.menu:
         slots = [s for g in groups for s in g.task_slots()]
         menu = [s if s.cost is not None else replace(s, cost=prices.of(s.cpu_cores,
                                                                          s.process_mib))
                 for s in bounds.menu]
         fits = [s for s in menu if unfit_slot(slots, s) is None]
-        return tuple(sorted((_Fit(lower_bound(slots, s) * s.price, s, lower_bound(slots, s),
-                                  None) for s in fits),
+        counted = ((s, lower_bound(slots, s)) for s in fits)
+        return tuple(sorted((FittedShape(n * s.price, s, n, None) for s, n in counted),
                             key=lambda f: (f.feasible, f.shape.name)))
     if any(fit_shape(g.cpu_cores, g.heap_mib, g.managed_mib, g.network_mib, bounds,
                      prices) is None for g in groups if g.slots):
         return ()  # a slot no TaskManager within the bounds holds: nothing to count
-    seen: dict[str, _Fit] = {}
+    seen: dict[str, FittedShape] = {}
 
     def offer(demand: Demand, n: int) -> None:
         shape = fit_shape(*demand, bounds, prices)
         if shape is not None and (shape.name not in seen
                                   or n * shape.price < seen[shape.name].feasible):
-            seen[shape.name] = _Fit(n * shape.price, shape, n, demand)
+            seen[shape.name] = FittedShape(n * shape.price, shape, n, demand)
 
     # k slots of the largest slot in every dimension: always holds any k slots, so it
     # prices every mix, also one with more groups than a TaskManager can take one of each.
@@ -461,7 +456,7 @@ def _largest(groups: Sequence[SlotGroup]) -> Demand:
             max((g.network_mib for g in groups), default=0.0))
 
 
-def _with_room(groups: Sequence[SlotGroup], fit: _Fit, bounds: ShapeBounds,
+def _with_room(groups: Sequence[SlotGroup], fit: FittedShape, bounds: ShapeBounds,
                prices: Prices) -> list[TaskManagerShape]:
     """Flink places slots first-fit in job order, not as the packing a shape was fitted
     to: a shape fitted tight can need more TaskManagers there (what `billed` counts),
@@ -485,13 +480,14 @@ def _with_room(groups: Sequence[SlotGroup], fit: _Fit, bounds: ShapeBounds,
     return shapes
 
 
-def _billed(groups: Sequence[SlotGroup], fits: Sequence[_Fit], bounds: ShapeBounds,
+def _billed(groups: Sequence[SlotGroup], fits: Sequence[FittedShape], bounds: ShapeBounds,
             prices: Prices) -> list[tuple[float, float, str, TaskManagerShape]]:
     """(bill, feasible price, name, shape) of each fitted shape, and of the shapes with
     room (`_with_room`) of those Flink's first fit overflows, where their lower bound
-    (`_lower_bound`) leaves them a chance to beat the best bill so far: with room, a shape
-    can need fewer TaskManagers than the count it was fitted for, so its bill is bounded
-    only by that."""
+    (`greedy.lower_bound`) leaves them a chance to beat the best bill so far: with room, a
+    shape can need fewer TaskManagers than the count it was fitted for, so its bill is
+    bounded only by that."""
+    slots: list[TaskSlot] | None = None  # built once, for the first shape with room
     bills = {f.shape.name: (billed(groups, f.shape), f.feasible, f.shape.name, f.shape)
              for f in fits}
     best = min((b for b, *_ in bills.values()), default=math.inf)
@@ -503,28 +499,21 @@ def _billed(groups: Sequence[SlotGroup], fits: Sequence[_Fit], bounds: ShapeBoun
             if shape.name in bills:
                 bill, known, *_ = bills[shape.name]
                 bills[shape.name] = (bill, min(known, feasible), shape.name, shape)
-            elif _lower_bound(groups, shape) * shape.price < best - 1e-9:
-                grown = billed(groups, shape)  # else no packing on it beats the best
+            else:
+                if slots is None:
+                    slots = [s for g in groups for s in g.task_slots()]
+                if unfit_slot(slots, shape) is not None \
+                        or lower_bound(slots, shape) * shape.price >= best - 1e-9:
+                    continue  # no packing on it beats the best
+                grown = billed(groups, shape)
                 bills[shape.name] = (grown, feasible, shape.name, shape)
                 best = min(best, grown)
     return list(bills.values())
 
 
-def _lower_bound(groups: Sequence[SlotGroup], shape: TaskManagerShape) -> float:
-    """TaskManagers of `shape` no placement of these groups can do with: per dimension,
-    their total demand over its capacity, rounded up (`lower_bound` without its slots)."""
-    capacity = shape.capacity()
-    totals = [0] * len(capacity)
-    for g in groups:
-        for i, d in enumerate(g.demand()):
-            totals[i] += d * g.slots
-    return max((math.ceil(t / c) if c > 0 else (math.inf if t > 0 else 0)
-                for t, c in zip(totals, capacity, strict=True)), default=0)
-
-
 def forget_shapes() -> None:
     """Forget the remembered candidate shapes (a benchmark times a cold decision)."""
-    _candidate_shapes.cache_clear()
+    candidate_shapes.cache_clear()
     fit_shape.cache_clear()
 
 
@@ -540,9 +529,9 @@ def price(groups: Sequence[SlotGroup], bounds: ShapeBounds, prices: Prices,
     import packer  # CP-SAT loads on first use
 
     slots = [s for g in groups for s in g.task_slots()]
-    ranked = list(_candidate_shapes(tuple(groups), bounds, prices))
+    ranked = list(candidate_shapes(tuple(groups), bounds, prices))
     if not slots:
-        ranked = ranked or [_Fit(0.0, fit_shape(0, 0, 0, 0, bounds, prices) or PAPER_SHAPE,
+        ranked = ranked or [FittedShape(0.0, fit_shape(0, 0, 0, 0, bounds, prices) or PAPER_SHAPE,
                                  0, None)]
     if not ranked:
         return None
@@ -565,7 +554,7 @@ def billed(groups: Sequence[SlotGroup], shape: TaskManagerShape) -> float:
     return math.inf if count is None else count * shape.price
 
 
-def _screen(groups: Sequence[SlotGroup], ranked: Sequence[_Fit], bounds: ShapeBounds,
+def _screen(groups: Sequence[SlotGroup], ranked: Sequence[FittedShape], bounds: ShapeBounds,
             prices: Prices) -> list[TaskManagerShape]:
     """The best few by what they are billed (`billed`), with room where Flink's order
     needs it (`_billed`); ties by the feasible price. A shape fitted tightly to a packing
@@ -639,7 +628,7 @@ class PodPricing:
         vertices = self.vertices(graph, configuration, task_cpu)
         best = math.inf
         for groups in groupings(vertices):
-            ranked = _candidate_shapes(tuple(groups), self.bounds, self.prices)
+            ranked = candidate_shapes(tuple(groups), self.bounds, self.prices)
             for bill, *_ in _billed(groups, ranked[:EXACT_SHAPES], self.bounds, self.prices):
                 best = min(best, bill)
         return best

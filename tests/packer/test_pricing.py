@@ -105,7 +105,7 @@ def test_a_slot_no_shape_holds_is_refused_without_counting_taskmanagers(
     monkeypatch.setattr(packer.pricing, "_per_task_manager", counted)
     bounds = ShapeBounds(min_cpu=0.001, max_cpu=0.001, cpu_step=0.001)
     groups = own_groups(q11(2_000, 632))
-    assert candidate_shapes(groups, bounds, PRICES) == []
+    assert candidate_shapes(groups, bounds, PRICES) == ()
     assert price(groups, bounds, PRICES) is None
 
 
@@ -159,8 +159,8 @@ def test_every_feasible_ceil_mix_is_offered_at_its_count(
         if sum(counts) > max_slots or shape is None:  # too many slots, or cores
             continue
         checked += 1
-        assert any(s.name == shape.name and bill <= n * shape.price + 1e-9
-                   for bill, s in offered), (n, shape.name)
+        assert any(f.shape.name == shape.name and f.feasible <= n * shape.price + 1e-9
+                   for f in offered), (n, shape.name)
     assert checked or len(groups) > max_slots  # a slot of every group on each: none fits
 
 
@@ -225,7 +225,7 @@ def test_the_price_is_the_placement_it_comes_with() -> None:
     assert priced.price == pytest.approx(PRICES.of(priced.bill.cpu_cores, priced.bill.memory_mib))
     # No candidate shape's feasible packing is cheaper than what was chosen.
     ranked = candidate_shapes(priced.groups, ShapeBounds(), PRICES)
-    assert priced.price <= min(p for p, _ in ranked) + 1e-9
+    assert priced.price <= min(f.feasible for f in ranked) + 1e-9
 
 
 def test_a_group_of_one_slot_takes_room_in_one_taskmanager_not_in_each() -> None:
