@@ -697,19 +697,50 @@ def upstream_switched_on(deployment: Mapping[str, Any],
     The operator reads the switch from its default configuration, under the spec it last
     deployed, under the current spec's autoscaler keys (which redeploy nothing): a key
     dropped from the spec stays on until the next deployment. The JobManager's
-    configuration (`job_manager`) is the first two as deployed; the current spec goes
-    over it, key by key, and the key is read before its fallback, as Flink does. Only
-    "true" in any case is true (Flink's boolean parsing)."""
+    configuration (`job_manager`) is the first two as deployed, the spec the operator last
+    reconciled (`last_reconciled_configuration`) goes over it (it still answers when the
+    JobManager does not), the current spec over both, key by key; the key is read before
+    its fallback, as Flink does. Only "true" in any case is true (Flink's boolean parsing)."""
     spec = flat_configuration(
         (deployment.get("spec", {}) or {}).get("flinkConfiguration", {}) or {})
-    mine = {k: spec[k] for k in UPSTREAM_KEYS if k in spec}
-    merged = {**{k: v for k, v in (job_manager or {}).items() if k in UPSTREAM_KEYS}, **mine}
+    layers = (  # (where it is read, its keys), the later over the earlier
+        ('"{key}" in the JobManager\'s configuration (the Flink operator\'s default '
+         "configuration, or the spec it last deployed)", job_manager or {}),
+        ('"{key}" in the spec the Flink operator last deployed '
+         "(status.reconciliationStatus.lastReconciledSpec)",
+         last_reconciled_configuration(deployment)),
+        ('spec.flinkConfiguration["{key}"]', spec),
+    )
+    merged: dict[str, tuple[str, Any]] = {}
+    for where, configuration in layers:
+        merged.update({k: (where, configuration[k]) for k in UPSTREAM_KEYS if k in configuration})
     key = next((k for k in UPSTREAM_KEYS if k in merged), None)
-    if key is None or str(merged[key]).lower() != "true":
+    if key is None or str(merged[key][1]).lower() != "true":
         return None
-    return (f'spec.flinkConfiguration["{key}"]' if key in mine
-            else f'"{key}" in the JobManager\'s configuration (the Flink operator\'s default '
-                 "configuration, or the spec it last deployed)")
+    return merged[key][0].format(key=key)
+
+
+# A FlinkDeployment is at most etcd's 1.5 MiB; a spec past this is not parsed (no refusal
+# from it: the JobManager's configuration and the current spec still say).
+LAST_RECONCILED_MAX_CHARS = 1 << 20
+
+
+def last_reconciled_configuration(deployment: Mapping[str, Any]) -> dict[str, Any]:
+    """spec.flinkConfiguration of the spec the Flink operator last reconciled, flattened:
+    status.reconciliationStatus.lastReconciledSpec is a JSON string of {"spec": ...,
+    "resource_metadata": ...}. Empty where it is missing or unreadable."""
+    status = deployment.get("status")
+    reconciled = status.get("reconciliationStatus") if isinstance(status, Mapping) else None
+    text = reconciled.get("lastReconciledSpec") if isinstance(reconciled, Mapping) else None
+    if not isinstance(text, str) or len(text) > LAST_RECONCILED_MAX_CHARS:
+        return {}
+    try:  # nested past Python's recursion limit: unreadable too
+        last = json.loads(text)
+        spec = last.get("spec") if isinstance(last, Mapping) else None
+        configuration = spec.get("flinkConfiguration") if isinstance(spec, Mapping) else None
+        return flat_configuration(configuration) if isinstance(configuration, Mapping) else {}
+    except (ValueError, RecursionError):
+        return {}
 
 
 def upstream_refusal(deployment: Mapping[str, Any],

@@ -32,7 +32,9 @@ from controller.realize import (
     RESOURCES_KEY,
     SHAPE_KEYS,
     UPSTREAM_KEYS,
+    last_reconciled_configuration,
     memory_levels,
+    upstream_switched_on,
 )
 from controller.record import Pass, Reason, bill_of
 from policies.bill import describe_change
@@ -696,6 +698,59 @@ def test_refuses_a_step_the_flink_operators_autoscaler_would_write_over(
     world.now += 40  # refused again, not announced again
     assert world.run().outcome == "refused"
     assert world.events.reasons().count("Refused") == 1
+
+
+def last_reconciled(flink_configuration: Any) -> str:
+    """status.reconciliationStatus.lastReconciledSpec as the Flink operator writes it."""
+    return json.dumps({"spec": {"job": {"upgradeMode": "savepoint"},
+                                "flinkConfiguration": flink_configuration},
+                       "resource_metadata": {"apiVersion": "flink.apache.org/v1beta1"}})
+
+
+@pytest.mark.parametrize("job_manager", [{UPSTREAM_ON: "true"}, None])
+def test_refuses_where_the_last_deployed_spec_switched_the_flink_operators_autoscaler_on(
+        job_manager: dict[str, str] | None) -> None:
+    """The key dropped from the spec since the operator deployed it (autoscaler keys
+    redeploy nothing): still on. The spec the operator last reconciled says so, also
+    when the JobManager does not answer."""
+    deployment = flink_deployment()
+    deployment["status"]["reconciliationStatus"] = {
+        "lastReconciledSpec": last_reconciled({UPSTREAM_ON: "true"})}
+    world = World(deployments=FakeDeployments(deployment),
+                  flink=FakeFlink(graph(), job_manager=job_manager))
+    assert world.run().outcome == "refused"
+    assert world.deployments.applied == []
+    scaling = world.store.last.condition(ConditionType.SCALING)
+    assert scaling is not None
+    assert "lastReconciledSpec" in scaling.message and UPSTREAM_ON in scaling.message
+
+
+@pytest.mark.parametrize("spec, reconciled", [
+    ({UPSTREAM_ON: "false"}, {UPSTREAM_ON: "true"}),  # the current spec goes over it
+    ({}, {UPSTREAM_ON: "false"}),  # over the JobManager's "true", as deployed (older)
+])
+def test_the_last_deployed_spec_is_one_layer_of_the_switch(
+        spec: dict[str, str], reconciled: dict[str, str]) -> None:
+    deployment = flink_deployment()
+    deployment["spec"]["flinkConfiguration"].update(spec)
+    deployment["status"]["reconciliationStatus"] = {
+        "lastReconciledSpec": last_reconciled(reconciled)}
+    world = World(deployments=FakeDeployments(deployment),
+                  flink=FakeFlink(graph(), job_manager={UPSTREAM_ON: "true"}))
+    assert world.run().outcome != "refused"
+    assert len(world.deployments.applied) == 1
+
+
+@pytest.mark.parametrize("text", [
+    "{not json", "[]", '{"spec": []}', '{"spec": {"flinkConfiguration": "x"}}',
+    "[" * 100_000 + "]" * 100_000,  # past Python's recursion limit
+    last_reconciled({"pad": "x" * (1 << 20), UPSTREAM_ON: "true"}),  # past the size read
+])
+def test_an_unreadable_last_deployed_spec_counts_for_nothing(text: str) -> None:
+    deployment = flink_deployment()
+    deployment["status"]["reconciliationStatus"] = {"lastReconciledSpec": text}
+    assert last_reconciled_configuration(deployment) == {}
+    assert upstream_switched_on(deployment, None) is None
 
 
 @pytest.mark.parametrize("spec, job_manager", [
