@@ -200,18 +200,26 @@ def lower_bound(slots: Sequence[TaskSlot], shape: TaskManagerShape) -> int:
     dimension, the number of slots larger than half a TaskManager (no two share one).
     Raises ValueError when a slot fits no TaskManager of `shape` at all.
     """
-    if not slots:
-        return 0
     unfit = unfit_slot(slots, shape)
     if unfit is not None:
         raise ValueError(f"slot {unfit.label} does not fit an empty TaskManager {shape.name}")
+    return lower_bound_counts(((g.demand, g.size) for g in group_slots(slots)), shape) or 0
+
+
+def lower_bound_counts(requests: Iterable[tuple[Demand, int]],
+                       shape: TaskManagerShape) -> int | None:
+    """`lower_bound` of (slot demand, slots) requests, counted without building the slots
+    (as `flink_count` counts). None: a slot fits no TaskManager."""
     capacity = bin_capacity(shape)
-    groups = group_slots(slots)
+    demands = [(group_demand(Group("", d, ()), shape), n) for d, n in requests if n > 0]
+    if any(d > c for demand, _ in demands for d, c in zip(demand, capacity, strict=True)):
+        return None
+    if not demands:
+        return 0
     best = 1
     for k, cap in enumerate(capacity):
-        demands = [(group_demand(g, shape)[k], g.size) for g in groups]
-        total = sum(d * n for d, n in demands)
+        total = sum(d[k] * n for d, n in demands)
         if total == 0:
             continue
-        best = max(best, -(-total // cap), sum(n for d, n in demands if 2 * d > cap))
+        best = max(best, -(-total // cap), sum(n for d, n in demands if 2 * d[k] > cap))
     return best

@@ -40,7 +40,7 @@ from packer.flink_memory import (
     process_mib_for,
     task_manager_memory,
 )
-from packer.greedy import flink_count, lower_bound, unfit_slot
+from packer.greedy import flink_count, lower_bound, lower_bound_counts, unfit_slot
 from packer.types import CurrentPlacement, Placement, TaskManagerShape, TaskSlot
 from policies.bill import PodBill, TaskCpu
 from policies.bill import Prices as Prices  # re-exported: the prices pricing is done at
@@ -484,10 +484,10 @@ def _billed(groups: Sequence[SlotGroup], fits: Sequence[FittedShape], bounds: Sh
             prices: Prices) -> list[tuple[float, float, str, TaskManagerShape]]:
     """(bill, feasible price, name, shape) of each fitted shape, and of the shapes with
     room (`_with_room`) of those Flink's first fit overflows, where their lower bound
-    (`greedy.lower_bound`) leaves them a chance to beat the best bill so far: with room, a
-    shape can need fewer TaskManagers than the count it was fitted for, so its bill is
-    bounded only by that."""
-    slots: list[TaskSlot] | None = None  # built once, for the first shape with room
+    (`greedy.lower_bound_counts`) leaves them a chance to beat the best bill so far: with
+    room, a shape can need fewer TaskManagers than the count it was fitted for, so its
+    bill is bounded only by that."""
+    requests = [(g.demand(), g.slots) for g in groups if g.slots]
     bills = {f.shape.name: (billed(groups, f.shape), f.feasible, f.shape.name, f.shape)
              for f in fits}
     best = min((b for b, *_ in bills.values()), default=math.inf)
@@ -500,11 +500,9 @@ def _billed(groups: Sequence[SlotGroup], fits: Sequence[FittedShape], bounds: Sh
                 bill, known, *_ = bills[shape.name]
                 bills[shape.name] = (bill, min(known, feasible), shape.name, shape)
             else:
-                if slots is None:
-                    slots = [s for g in groups for s in g.task_slots()]
-                if unfit_slot(slots, shape) is not None \
-                        or lower_bound(slots, shape) * shape.price >= best - 1e-9:
-                    continue  # no packing on it beats the best
+                least = lower_bound_counts(requests, shape)
+                if least is None or least * shape.price >= best - 1e-9:
+                    continue  # a slot it cannot hold, or no packing on it beats the best
                 grown = billed(groups, shape)
                 bills[shape.name] = (grown, feasible, shape.name, shape)
                 best = min(best, grown)
