@@ -678,16 +678,22 @@ def job_state(deployment: Mapping[str, Any]) -> tuple[str, str]:
 UPSTREAM_KEYS = ("job.autoscaler.enabled", "kubernetes.operator.job.autoscaler.enabled")
 
 
-def flat_configuration(flink_configuration: Mapping[str, Any]) -> dict[str, Any]:
-    """spec.flinkConfiguration as the operator reads it: nested maps (operator 1.13 takes
-    YAML objects there) flattened, their keys joined with "."."""
-    flat: dict[str, Any] = {}
-    for key, value in flink_configuration.items():
-        if isinstance(value, Mapping):
-            flat.update({f"{key}.{k}": v for k, v in flat_configuration(value).items()})
-        else:
-            flat[str(key)] = value
-    return flat
+def configured(flink_configuration: Mapping[str, Any], keys: tuple[str, ...]) -> dict[str, Any]:
+    """The values of `keys` in a spec.flinkConfiguration as the operator reads it: nested
+    maps (operator 1.13 takes YAML objects there) joined with ".". Only the maps on the
+    way to a wanted key are walked: a hostile map costs its size, not depth × keys."""
+    found: dict[str, Any] = {}
+    pending = [("", flink_configuration)]
+    while pending:
+        prefix, level = pending.pop()
+        for key, value in level.items():
+            name = f"{prefix}{key}"
+            if isinstance(value, Mapping):
+                if any(k.startswith(f"{name}.") for k in keys):
+                    pending.append((f"{name}.", value))
+            elif name in keys:
+                found[name] = value
+    return found
 
 
 def upstream_switched_on(deployment: Mapping[str, Any],
@@ -697,12 +703,13 @@ def upstream_switched_on(deployment: Mapping[str, Any],
     The operator reads the switch from its default configuration, under the spec it last
     deployed, under the current spec's autoscaler keys (which redeploy nothing): a key
     dropped from the spec stays on until the next deployment. The JobManager's
-    configuration (`job_manager`) is the first two as deployed, the spec the operator last
-    reconciled (`last_reconciled_configuration`) goes over it (it still answers when the
-    JobManager does not), the current spec over both, key by key; the key is read before
-    its fallback, as Flink does. Only "true" in any case is true (Flink's boolean parsing)."""
-    spec = flat_configuration(
-        (deployment.get("spec", {}) or {}).get("flinkConfiguration", {}) or {})
+    configuration (`job_manager`) is the first two as deployed; the spec the operator last
+    reconciled (`last_reconciled_configuration`, also rewritten by a rescale in place, so
+    at least as new) goes over it and still answers when the JobManager does not; the
+    current spec over both, key by key. The key is read before its fallback, as Flink
+    does. Only "true" in any case is true (Flink's boolean parsing)."""
+    spec = configured(
+        (deployment.get("spec", {}) or {}).get("flinkConfiguration", {}) or {}, UPSTREAM_KEYS)
     layers = (  # (where it is read, its keys), the later over the earlier
         ('"{key}" in the JobManager\'s configuration (the Flink operator\'s default '
          "configuration, or the spec it last deployed)", job_manager or {}),
@@ -726,9 +733,9 @@ LAST_RECONCILED_MAX_CHARS = 1 << 20
 
 
 def last_reconciled_configuration(deployment: Mapping[str, Any]) -> dict[str, Any]:
-    """spec.flinkConfiguration of the spec the Flink operator last reconciled, flattened:
-    status.reconciliationStatus.lastReconciledSpec is a JSON string of {"spec": ...,
-    "resource_metadata": ...}. Empty where it is missing or unreadable."""
+    """The Flink operator's autoscaler keys (`UPSTREAM_KEYS`) in the spec the operator last
+    reconciled: status.reconciliationStatus.lastReconciledSpec is a JSON string of
+    {"spec": ..., "resource_metadata": ...}. Empty where it is missing or unreadable."""
     status = deployment.get("status")
     reconciled = status.get("reconciliationStatus") if isinstance(status, Mapping) else None
     text = reconciled.get("lastReconciledSpec") if isinstance(reconciled, Mapping) else None
@@ -738,7 +745,8 @@ def last_reconciled_configuration(deployment: Mapping[str, Any]) -> dict[str, An
         last = json.loads(text)
         spec = last.get("spec") if isinstance(last, Mapping) else None
         configuration = spec.get("flinkConfiguration") if isinstance(spec, Mapping) else None
-        return flat_configuration(configuration) if isinstance(configuration, Mapping) else {}
+        return (configured(configuration, UPSTREAM_KEYS) if isinstance(configuration, Mapping)
+                else {})
     except (ValueError, RecursionError):
         return {}
 
