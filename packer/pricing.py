@@ -487,7 +487,7 @@ def _billed(groups: Sequence[SlotGroup], fits: Sequence[FittedShape], bounds: Sh
     (`greedy.lower_bound_counts`) leaves them a chance to beat the best bill so far: with
     room, a shape can need fewer TaskManagers than the count it was fitted for, so its
     bill is bounded only by that."""
-    requests = [(g.demand(), g.slots) for g in groups if g.slots]
+    requests: list[tuple[tuple[int, ...], int]] | None = None  # for the first with room
     bills = {f.shape.name: (billed(groups, f.shape), f.feasible, f.shape.name, f.shape)
              for f in fits}
     best = min((b for b, *_ in bills.values()), default=math.inf)
@@ -500,6 +500,8 @@ def _billed(groups: Sequence[SlotGroup], fits: Sequence[FittedShape], bounds: Sh
                 bill, known, *_ = bills[shape.name]
                 bills[shape.name] = (bill, min(known, feasible), shape.name, shape)
             else:
+                if requests is None:
+                    requests = [(g.demand(), g.slots) for g in groups if g.slots]
                 least = lower_bound_counts(requests, shape)
                 if least is None or least * shape.price >= best - 1e-9:
                     continue  # a slot it cannot hold, or no packing on it beats the best
