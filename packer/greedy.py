@@ -201,9 +201,11 @@ def lower_bound(slots: Sequence[TaskSlot], shape: TaskManagerShape) -> int:
     Raises ValueError when a slot fits no TaskManager of `shape` at all.
     """
     unfit = unfit_slot(slots, shape)
-    if unfit is not None:
-        raise ValueError(f"slot {unfit.label} does not fit an empty TaskManager {shape.name}")
-    return lower_bound_counts(((g.demand, g.size) for g in group_slots(slots)), shape) or 0
+    count = lower_bound_counts(((g.demand, g.size) for g in group_slots(slots)), shape)
+    if unfit is not None or count is None:
+        raise ValueError(f"slot {(unfit or slots[0]).label} does not fit an empty "
+                         f"TaskManager {shape.name}")
+    return count
 
 
 def lower_bound_counts(requests: Iterable[tuple[Demand, int]],

@@ -379,7 +379,7 @@ class FittedShape(NamedTuple):
 # shapes; remembered, the finalists' are not fitted again (all arguments are frozen).
 @functools.lru_cache(maxsize=256)
 def candidate_shapes(groups: tuple[SlotGroup, ...], bounds: ShapeBounds,
-                      prices: Prices) -> tuple[FittedShape, ...]:
+                     prices: Prices) -> tuple[FittedShape, ...]:
     """Every shape fitted to n TaskManagers holding ceil(slots/n) of each group, or a
     balanced packing of them (`_balanced`), for each n where either changes, and to k
     of the largest slot; each with the price of that (feasible) packing. Or the menu,
@@ -487,7 +487,8 @@ def _billed(groups: Sequence[SlotGroup], fits: Sequence[FittedShape], bounds: Sh
     (`greedy.lower_bound_counts`) leaves them a chance to beat the best bill so far: with
     room, a shape can need fewer TaskManagers than the count it was fitted for, so its
     bill is bounded only by that."""
-    requests: list[tuple[tuple[int, ...], int]] | None = None  # for the first with room
+    # Each group's (slot demand, slots): built once, when the first shape with room is bounded.
+    requests: list[tuple[tuple[int, ...], int]] | None = None
     bills = {f.shape.name: (billed(groups, f.shape), f.feasible, f.shape.name, f.shape)
              for f in fits}
     best = min((b for b, *_ in bills.values()), default=math.inf)
@@ -531,8 +532,8 @@ def price(groups: Sequence[SlotGroup], bounds: ShapeBounds, prices: Prices,
     slots = [s for g in groups for s in g.task_slots()]
     ranked = list(candidate_shapes(tuple(groups), bounds, prices))
     if not slots:
-        ranked = ranked or [FittedShape(0.0, fit_shape(0, 0, 0, 0, bounds, prices) or PAPER_SHAPE,
-                                 0, None)]
+        ranked = ranked or [FittedShape(
+            0.0, fit_shape(0, 0, 0, 0, bounds, prices) or PAPER_SHAPE, 0, None)]
     if not ranked:
         return None
     screened = _screen(groups, ranked, bounds, prices)

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from packer import TaskManagerShape, first_fit_decreasing, flink_first_fit, lower_bound
+from packer.greedy import flink_count, group_slots, lower_bound_counts
 from tests.packer.conftest import vertex
 
 # Memory is plentiful here, so cpu alone decides.
@@ -60,3 +63,31 @@ def test_slot_cap_is_a_dimension() -> None:
     assert lower_bound(slots, capped) == 3
     ffd = first_fit_decreasing(slots, capped)
     assert ffd is not None and [len(tm) for tm in ffd] == [2, 2, 1]
+
+
+def test_lower_bound_counts_is_lower_bound_without_the_slots() -> None:
+    capped = TaskManagerShape("capped", cpu_cores=4, process_mib=8192, max_slots=2)
+    slots = vertex("v", 3, cpu=0.1) + vertex("w", 2, cpu=2.1)
+    requests = [(g.demand, g.size) for g in group_slots(slots)]
+    for shape in (CPU4, capped):
+        assert lower_bound_counts(requests, shape) == lower_bound(slots, shape)
+    assert lower_bound_counts([], CPU4) == 0
+    assert lower_bound_counts([(vertex("v", 1)[0].demand(), 0)], CPU4) == 0  # no slots
+    assert lower_bound_counts([(vertex("big", 1, cpu=5)[0].demand(), 1)], CPU4) is None
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.integers(1, 12), st.sampled_from([0.1, 0.5, 1.0, 1.5, 2.5]),
+                          st.sampled_from([0, 158, 632, 1264])), min_size=1, max_size=5),
+       st.sampled_from([None, 2, 4]))
+def test_lower_bound_counts_never_exceeds_flinks_first_fit(
+        groups: list[tuple[int, float, int]], max_slots: int | None) -> None:
+    """Shapes with room are pruned by this bound against Flink's first fit (`flink_count`):
+    above it, a shape that would win could be pruned."""
+    shape = TaskManagerShape("s", cpu_cores=4, process_mib=8192, max_slots=max_slots)
+    requests = [(vertex(f"v{i}", 1, cpu=c, managed=m)[0].demand(), n)
+                for i, (n, c, m) in enumerate(groups)]
+    count = flink_count(requests, shape)
+    bound = lower_bound_counts(requests, shape)
+    assert (bound is None) == (count is None)
+    assert count is None or (bound is not None and bound <= count)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
 from dataclasses import replace
 from types import MappingProxyType
 
@@ -37,6 +38,15 @@ from tests.policies.builders import vertex as job_vertex
 PRICES = Prices()
 HEAP = PAPER_SHAPE.memory.task_heap_mib / 4
 NET = PAPER_SHAPE.memory.network_mib / 4
+
+
+@pytest.fixture(autouse=True)
+def _cold_shapes() -> Iterator[None]:
+    """candidate_shapes remembers its answers: a test that counts what it computes (with
+    a patched helper) must not read an earlier test's."""
+    packer.pricing.forget_shapes()
+    yield
+    packer.pricing.forget_shapes()
 
 
 def vertex(vid: str, p: int, managed: float, *neighbours: str) -> VertexSlot:
