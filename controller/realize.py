@@ -678,12 +678,14 @@ def job_state(deployment: Mapping[str, Any]) -> tuple[str, str]:
 UPSTREAM_KEYS = ("job.autoscaler.enabled", "kubernetes.operator.job.autoscaler.enabled")
 
 
-def configured(flink_configuration: Mapping[str, Any], keys: tuple[str, ...]) -> dict[str, Any]:
+def configured_values(flink_configuration: Any, keys: tuple[str, ...]) -> dict[str, Any]:
     """The values of `keys` in a spec.flinkConfiguration as the operator reads it: nested
     maps (operator 1.13 takes YAML objects there) joined with ".". Only the maps on the
-    way to a wanted key are walked: a hostile map costs its size, not depth × keys."""
+    way to a wanted key are walked: a hostile map costs its size, not depth × keys. A key
+    written twice (flat and nested) is "true" if either says so: which one the operator
+    reads depends on its parsing, and a switch on is the safe side. Not a map: nothing."""
     found: dict[str, Any] = {}
-    pending = [("", flink_configuration)]
+    pending = [("", flink_configuration)] if isinstance(flink_configuration, Mapping) else []
     while pending:
         prefix, level = pending.pop()
         for key, value in level.items():
@@ -691,9 +693,14 @@ def configured(flink_configuration: Mapping[str, Any], keys: tuple[str, ...]) ->
             if isinstance(value, Mapping):
                 if any(k.startswith(f"{name}.") for k in keys):
                     pending.append((f"{name}.", value))
-            elif name in keys:
+            elif name in keys and not _true(found.get(name)):
                 found[name] = value
     return found
+
+
+def _true(value: Any) -> bool:
+    """Flink's boolean parsing: only "true", in any case."""
+    return value is not None and str(value).lower() == "true"
 
 
 def upstream_switched_on(deployment: Mapping[str, Any],
@@ -708,8 +715,9 @@ def upstream_switched_on(deployment: Mapping[str, Any],
     at least as new) goes over it and still answers when the JobManager does not; the
     current spec over both, key by key. The key is read before its fallback, as Flink
     does. Only "true" in any case is true (Flink's boolean parsing)."""
-    spec = configured(
-        (deployment.get("spec", {}) or {}).get("flinkConfiguration", {}) or {}, UPSTREAM_KEYS)
+    spec_fields = deployment.get("spec")
+    spec = configured_values(spec_fields.get("flinkConfiguration")
+                             if isinstance(spec_fields, Mapping) else None, UPSTREAM_KEYS)
     layers = (  # (where it is read, its keys), the later over the earlier
         ('"{key}" in the JobManager\'s configuration (the Flink operator\'s default '
          "configuration, or the spec it last deployed)", job_manager or {}),
@@ -722,7 +730,7 @@ def upstream_switched_on(deployment: Mapping[str, Any],
     for where, configuration in layers:
         merged.update({k: (where, configuration[k]) for k in UPSTREAM_KEYS if k in configuration})
     key = next((k for k in UPSTREAM_KEYS if k in merged), None)
-    if key is None or str(merged[key][1]).lower() != "true":
+    if key is None or not _true(merged[key][1]):
         return None
     return merged[key][0].format(key=key)
 
@@ -745,8 +753,7 @@ def last_reconciled_configuration(deployment: Mapping[str, Any]) -> dict[str, An
         last = json.loads(text)
         spec = last.get("spec") if isinstance(last, Mapping) else None
         configuration = spec.get("flinkConfiguration") if isinstance(spec, Mapping) else None
-        return (configured(configuration, UPSTREAM_KEYS) if isinstance(configuration, Mapping)
-                else {})
+        return configured_values(configuration, UPSTREAM_KEYS)
     except (ValueError, RecursionError):
         return {}
 

@@ -742,6 +742,27 @@ def test_the_last_deployed_spec_is_one_layer_of_the_switch(
     assert len(world.deployments.applied) == 1
 
 
+@pytest.mark.parametrize("flink_configuration", [
+    {UPSTREAM_ON: "true", "job": {"autoscaler": {"enabled": False}}},
+    {"job": {"autoscaler": {"enabled": False}}, UPSTREAM_ON: "true"},
+    {"job": {"autoscaler": {"enabled": "TRUE"}}, UPSTREAM_ON: "false"},
+])
+def test_a_switch_written_flat_and_nested_is_on_if_either_says_so(
+        flink_configuration: dict[str, Any]) -> None:
+    """Which copy the operator reads depends on its parsing; on is the safe side."""
+    deployment = flink_deployment()
+    deployment["spec"]["flinkConfiguration"] = flink_configuration
+    assert upstream_switched_on(deployment, None) == f'spec.flinkConfiguration["{UPSTREAM_ON}"]'
+
+
+@pytest.mark.parametrize("flink_configuration", ["job.autoscaler.enabled=true", ["x"], None])
+def test_a_flink_configuration_that_is_no_map_switches_nothing_on(
+        flink_configuration: Any) -> None:
+    deployment = flink_deployment()
+    deployment["spec"]["flinkConfiguration"] = flink_configuration
+    assert upstream_switched_on(deployment, {}) is None
+
+
 def test_a_hostile_last_deployed_spec_costs_its_size_not_its_depth_times_its_keys() -> None:
     """Flattening every key of a chain 100 maps deep, of 2,000-character keys with 10,000
     leaves (320 kB of JSON), took 65 s and 3.9 GB; only the maps on the way to the
