@@ -226,11 +226,15 @@ def record(run: Run, realized: Realized | None) -> Pass:
     if run.decision is not None and realized is not None:  # None: the patch was refused
         decision = run.decision
         bill = pods_change(run.status)
+        # The step's forecast rides on its Events: status.lastDecision is overwritten by
+        # the next evaluation, so the Events are where `kubectl describe` keeps it.
+        forecast = ("" if decision.forecast is None else
+                    "; " + explain.forecast(decision.before, decision.after, decision.forecast))
         for v in decision.vertices:
             if v.action in EVENT_REASONS:
                 run.event("Normal", EVENT_REASONS[v.action],
                           f"step {decision.step}: {vertex_sentence(v, run.spec.memory)}; "
-                          f"{bill}")
+                          f"{bill}{forecast}")
         run.count(decision, "Active")
     elif applied and target is not None:
         run.outcome = "resumed" if applying else "reapplied"

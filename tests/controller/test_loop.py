@@ -38,6 +38,7 @@ from controller.realize import (
     upstream_switched_on,
 )
 from controller.record import Pass, Reason, bill_of
+from policies import explain
 from policies.bill import describe_change
 from policies.model import (
     Edge,
@@ -1246,7 +1247,13 @@ def test_columns_and_events_speak_of_what_the_pods_request() -> None:
     change = describe_change(bill_of(placement.pods_before), bill_of(placement.pods))
     assert change.startswith("pods 3 TaskManagers: 12 cores, 6 GiB, 12.80/h → ")
     step_events = [m for _, r, m in world.events.events if r in ("ScaledUp", "MemoryStripped")]
-    assert step_events and all(m.endswith("; " + change) for m in step_events)
+    # Each step Event ends with the bill's change, then the step's forecast: the next
+    # evaluation overwrites status.lastDecision, the Events keep why the step was taken.
+    decision = status.last_decision
+    assert decision is not None and decision.forecast is not None
+    forecast = explain.forecast(decision.before, decision.after, decision.forecast)
+    assert forecast.startswith("applying this ") and forecast.endswith(" s of downtime")
+    assert step_events and all(m.endswith(f"; {change}; {forecast}") for m in step_events)
     reconfiguring = world.store.saved[0].condition(ConditionType.SCALING)
     assert reconfiguring is not None and reconfiguring.message.endswith(change)
 
