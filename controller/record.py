@@ -226,10 +226,11 @@ def record(run: Run, realized: Realized | None) -> Pass:
     if run.decision is not None and realized is not None:  # None: the patch was refused
         decision = run.decision
         bill = pods_change(run.status)
-        # The step's forecast rides on its Events: status.lastDecision is overwritten by
-        # the next evaluation, so the Events are where `kubectl describe` keeps it.
+        # The step's expected downtime rides on its Events (beside the pods, the bill in
+        # the user's unit): the next evaluation overwrites status.lastDecision, so the
+        # Events are where `kubectl describe` keeps what the step was to cost.
         forecast = ("" if decision.forecast is None else
-                    "; " + explain.forecast(decision.before, decision.after, decision.forecast))
+                    "; " + explain.downtime(decision.forecast))
         for v in decision.vertices:
             if v.action in EVENT_REASONS:
                 run.event("Normal", EVENT_REASONS[v.action],

@@ -103,4 +103,9 @@ def forecast(before: Totals, after: Totals, f: Forecast) -> str:
     if costs:
         parts.append("costs " + " and ".join(costs) + " more")
     change = " and ".join(parts) or "changes no totals"
-    return f"applying this {change}, expected {f.expected_downtime_s:.0f} s of downtime"
+    return f"applying this {change}, {downtime(f)}"
+
+
+def downtime(f: Forecast) -> str:
+    """'expected 60 s of downtime'."""
+    return f"expected {f.expected_downtime_s:.0f} s of downtime"
