@@ -358,8 +358,7 @@ def with_condition(
     """Set one condition; lastTransitionTime moves only when its status changes. A message
     past what a condition holds (a list of hundreds of vertices, or their names as the
     JobManager gives them) is cut, or the status could not be written at all."""
-    if len(message) > CONDITION_MESSAGE_LIMIT:
-        message = message[:CONDITION_MESSAGE_LIMIT - 1] + "…"
+    message = explain.cut(message, CONDITION_MESSAGE_LIMIT)
     if isinstance(value, bool):
         value = ConditionStatus.TRUE if value else ConditionStatus.FALSE
     old = status.condition(type_)

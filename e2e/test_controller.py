@@ -141,6 +141,7 @@ def test_q11_converges_in_one_jump_with_the_capacity_policy(
     decision = status["lastDecision"]
     assert decision["vertices"][0]["branch"] in {
         "deficit", "steady", "surplus", "surplus-waiting", "ride-along", "capacity-unknown"}
+    assert "applying this" in first["reason"], first  # why the step was taken, kept
     described = cluster.kubectl("describe", "hsp", "-n", namespace, "q11").stdout
     # The step's Events say what it costs: the pods' bill and the expected downtime (the
     # decision's own reason is overwritten by the next evaluation).

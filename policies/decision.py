@@ -203,10 +203,21 @@ class VertexHistory(RecordModel):
     scale_down_wanted_since: EpochTime | None = None
 
 
+# A step's reason as its history record keeps it: long enough for any step a person
+# reads, short enough that ten records of a job with thousands of vertices stay a
+# small part of the status object (etcd stores it whole).
+HISTORY_REASON_LIMIT = 2048
+
+
 class HistoryRecord(RecordModel):
     time: EpochTime
     step: int
     vertices: tuple[VertexHistory, ...]
+    # Why the step was taken, kept with the step: Events expire (an hour by default) and
+    # status.lastDecision holds only the latest evaluation. "" in statuses stored before.
+    reason: str = Field("", max_length=HISTORY_REASON_LIMIT, description=(
+        f"why the step was taken: its decision's reason, cut at {HISTORY_REASON_LIMIT} "
+        "characters"))
 
     def vertex(self, vertex_id: str) -> VertexHistory | None:
         for v in self.vertices:

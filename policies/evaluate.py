@@ -10,6 +10,7 @@ from types import MappingProxyType
 from policies import buffering, capacity, ds2, explain, justin, limits, skew, skew_stop
 from policies.bill import TaskCpu
 from policies.decision import (
+    HISTORY_REASON_LIMIT,
     Action,
     Branch,
     Decision,
@@ -289,6 +290,7 @@ def _record(
     record = HistoryRecord(
         time=now,
         step=decision.step,
+        reason=explain.cut(decision.reason, HISTORY_REASON_LIMIT),
         vertices=tuple(
             VertexHistory(
                 vertex_id=d.vertex_id,

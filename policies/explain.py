@@ -9,6 +9,11 @@ from policies.model import Vertex, VertexConfig, VertexMetrics
 from policies.spec import MemoryScaling
 
 
+def cut(text: str, limit: int) -> str:
+    """`text`, or its first `limit` - 1 characters and an ellipsis if it is longer."""
+    return text if len(text) <= limit else text[:limit - 1] + "…"
+
+
 def rate(value: float) -> str:
     if not math.isfinite(value):
         return "unknown"

@@ -1252,6 +1252,8 @@ def test_columns_and_events_speak_of_what_the_pods_request() -> None:
     assert decision is not None and decision.forecast is not None
     downtime = f"expected {decision.forecast.expected_downtime_s:.0f} s of downtime"
     assert step_events and all(m.endswith(f"; {change}; {downtime}") for m in step_events)
+    # The step's record keeps its reason after the next evaluation replaces lastDecision.
+    assert status.history[-1].reason == decision.reason
     reconfiguring = world.store.saved[0].condition(ConditionType.SCALING)
     assert reconfiguring is not None and reconfiguring.message.endswith(change)
 

@@ -7,7 +7,8 @@ from dataclasses import replace
 import pytest
 
 from policies import Evaluation, PolicyState, ScalingParams, evaluate, limits
-from policies.decision import Action, Branch
+from policies.decision import HISTORY_REASON_LIMIT, Action, Branch, HistoryRecord
+from policies.evaluate import _record
 from policies.model import JobGraph, Observation, VertexConfig, VertexMetrics
 from policies.params import totals
 from policies.spec import CpuScaling, Limits, MemoryScaling, Policy
@@ -122,6 +123,19 @@ def test_history_is_bounded() -> None:
         state = e.state
     assert state.step == 12
     assert [r.step for r in state.history] == list(range(3, 13))
+
+
+def test_each_step_keeps_why_it_was_taken_cut_to_the_records_bound() -> None:
+    _, first = step(GRAPH, job(0.95), PolicyState())
+    [record] = first.state.history
+    assert record.reason == first.decision.reason and "Counter scale-out" in record.reason
+    # A reason past what a record holds (hundreds of vertices) is cut, not refused.
+    long = first.decision.model_copy(update={"reason": "x" * (HISTORY_REASON_LIMIT + 50),
+                                             "step": 2})
+    [_, cut] = _record(first.state, long, job(0.95), NOW + 60).history
+    assert len(cut.reason) == HISTORY_REASON_LIMIT and cut.reason.endswith("x…")
+    # A status stored before the field reads as no reason.
+    assert HistoryRecord.model_validate({"time": NOW, "step": 1, "vertices": []}).reason == ""
 
 
 def test_scale_down_delay_survives_between_evaluations() -> None:
