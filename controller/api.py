@@ -34,6 +34,7 @@ from pydantic.alias_generators import to_camel
 
 from controller.adapters import dial
 from packer.pricing import PodPricing, ShapeBounds
+from policies import explain
 from policies.bill import Prices
 from policies.decision import (
     Decision,
@@ -612,10 +613,10 @@ class StepEnactment(StatusModel):
                     "an edit, undone by restart")
 
     def describe(self) -> str:
-        """'by savepoint, expected 45.3 s (last-state would take ~43.7 s)', for messages."""
+        """'by savepoint, expected 45.3 s of downtime (last-state would take ~43.7 s: …)'."""
         how = {"in-place": "in place", "resize": "resized in place (no restart)"}.get(
             self.kind, f"by {self.kind}")
-        text = f"{how}, expected {self.expected_downtime_s:g} s"
+        text = f"{how}, {explain.downtime(self.expected_downtime_s)}"
         if self.last_state_downtime_s is not None:
             text += (f" (last-state would take ~{self.last_state_downtime_s:g} s: "
                      "spec.job.upgradeMode)")

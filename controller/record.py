@@ -190,8 +190,10 @@ class Run:
         c = self.found.condition(ConditionType.SCALING)
         return None if c is None else c.reason
 
-    def event(self, type_: str, reason: Reason, message: str) -> None:
-        self.ports.events.emit(type_, reason, trim(message))
+    def event(self, type_: str, reason: Reason, message: str, keep_end: int = 0) -> None:
+        """Post an Event; past the API server's cap the message is cut before its last
+        `keep_end` characters."""
+        self.ports.events.emit(type_, reason, trim(message, keep_end=keep_end))
 
     def save(self) -> None:
         if self.status != self.saved:
@@ -225,17 +227,21 @@ def record(run: Run, realized: Realized | None) -> Pass:
         Reason.RECONFIGURING, Reason.PATCH_REFUSED))
     if run.decision is not None and realized is not None:  # None: the patch was refused
         decision = run.decision
-        bill = pods_change(run.status)
-        # The step's expected downtime rides on its Events (beside the pods, the bill in
-        # the user's unit): the next evaluation overwrites status.lastDecision, so the
-        # Events are where `kubectl describe` keeps what the step was to cost.
-        forecast = ("" if decision.forecast is None else
-                    "; " + explain.downtime(decision.forecast))
+        # Each step Event ends with what the step costs: the pods' bill and how it is
+        # enacted with its expected downtime (settled at commit; the decision's forecast,
+        # made before placement, assumes a restart). The next evaluation overwrites
+        # status.lastDecision, so the Events are where `kubectl describe` keeps it; a long
+        # vertex sentence is cut, never this end.
+        enacted = run.status.enactment(decision.step)
+        how = (enacted.describe() if enacted is not None
+               else "" if decision.forecast is None
+               else explain.downtime(round(decision.forecast.expected_downtime_s)))
+        costs = f"; {pods_change(run.status)}" + (f"; {how}" if how else "")
         for v in decision.vertices:
             if v.action in EVENT_REASONS:
                 run.event("Normal", EVENT_REASONS[v.action],
-                          f"step {decision.step}: {vertex_sentence(v, run.spec.memory)}; "
-                          f"{bill}{forecast}")
+                          f"step {decision.step}: {vertex_sentence(v, run.spec.memory)}{costs}",
+                          keep_end=len(costs))
         run.count(decision, "Active")
     elif applied and target is not None:
         run.outcome = "resumed" if applying else "reapplied"
@@ -333,9 +339,9 @@ def record_skew(run: Run, previous: Decision | None, decision: Decision) -> None
                   others or "no vertex's busiest subtask is far above its mean")
 
 
-def trim(message: str, limit: int = 1000) -> str:
-    """Event messages are capped by the API server; keep the start, mark the cut."""
-    return message if len(message) <= limit else message[: limit - 1] + "…"
+def trim(message: str, limit: int = 1000, keep_end: int = 0) -> str:
+    """Event messages are capped by the API server; mark the cut (`explain.cut`)."""
+    return explain.cut(message, limit, keep_end)
 
 
 def now_text(epoch_s: float) -> str:

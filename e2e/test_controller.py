@@ -145,7 +145,7 @@ def test_q11_converges_in_one_jump_with_the_capacity_policy(
     described = cluster.kubectl("describe", "hsp", "-n", namespace, "q11").stdout
     # The step's Events say what it costs: the pods' bill and the expected downtime (the
     # decision's own reason is overwritten by the next evaluation).
-    assert re.search(r"step 1: .*; pods .*; expected \d+ s of downtime", described), described
+    assert re.search(r"step 1: .*; pods .*; .*expected [\d.]+ s of downtime", described), described
     announced = reasons(cluster, namespace, "q11")
     assert "ScaledUp" in announced, announced
 

@@ -290,7 +290,9 @@ def _record(
     record = HistoryRecord(
         time=now,
         step=decision.step,
-        reason=explain.cut(decision.reason, HISTORY_REASON_LIMIT),
+        # Cut in the middle (a long list of vertices), keeping the forecast it ends with.
+        reason=explain.cut(decision.reason, HISTORY_REASON_LIMIT,
+                           keep_end=HISTORY_REASON_LIMIT // 4),
         vertices=tuple(
             VertexHistory(
                 vertex_id=d.vertex_id,

@@ -9,9 +9,13 @@ from policies.model import Vertex, VertexConfig, VertexMetrics
 from policies.spec import MemoryScaling
 
 
-def cut(text: str, limit: int) -> str:
-    """`text`, or its first `limit` - 1 characters and an ellipsis if it is longer."""
-    return text if len(text) <= limit else text[:limit - 1] + "…"
+def cut(text: str, limit: int, keep_end: int = 0) -> str:
+    """`text`, or at most `limit` characters of it with an ellipsis where it was cut: from
+    the end, or before its last `keep_end` characters (what a message ends with, kept)."""
+    if len(text) <= limit:
+        return text
+    keep_end = min(keep_end, limit - 1)
+    return text[:limit - 1 - keep_end] + "…" + (text[-keep_end:] if keep_end else "")
 
 
 def rate(value: float) -> str:
@@ -108,9 +112,9 @@ def forecast(before: Totals, after: Totals, f: Forecast) -> str:
     if costs:
         parts.append("costs " + " and ".join(costs) + " more")
     change = " and ".join(parts) or "changes no totals"
-    return f"applying this {change}, {downtime(f)}"
+    return f"applying this {change}, {downtime(round(f.expected_downtime_s))}"
 
 
-def downtime(f: Forecast) -> str:
-    """'expected 60 s of downtime'."""
-    return f"expected {f.expected_downtime_s:.0f} s of downtime"
+def downtime(seconds: float) -> str:
+    """'expected 45.3 s of downtime'."""
+    return f"expected {seconds:g} s of downtime"

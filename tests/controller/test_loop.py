@@ -37,7 +37,8 @@ from controller.realize import (
     memory_levels,
     upstream_switched_on,
 )
-from controller.record import Pass, Reason, bill_of
+from controller.record import EVENT_REASONS, Pass, Reason, bill_of
+from policies import explain
 from policies.bill import describe_change
 from policies.model import (
     Edge,
@@ -180,10 +181,10 @@ def overloaded(hit_rate: float) -> VertexMetrics:
                          has_state_backend_metrics=True)
 
 
-def graph(p: int = 2) -> JobGraph:
+def graph(p: int = 2, counter_name: str = "counter") -> JobGraph:
     return JobGraph(
         (Vertex(SOURCE, "source", 128, 2, 0, ("src",)),
-         Vertex(COUNTER, "counter", 128, p, 0, ("counter",))),
+         Vertex(COUNTER, counter_name, 128, p, 0, ("counter",))),
         (Edge(SOURCE, COUNTER, ShipStrategy.HASH),),
     )
 
@@ -950,6 +951,23 @@ def test_adaptive_parallelism_only_step_is_left_to_rescale_in_place() -> None:
     assert body["spec"]["taskManager"]["replicas"] == 1
     stabilizing = world.store.last.condition(ConditionType.SCALING)
     assert stabilizing is not None and "in place" in stabilizing.message
+    # Its Events say so too, with the in-place downtime, not the forecast's restart.
+    enacted = world.store.last.enactment(world.store.last.step)
+    assert enacted is not None and enacted.kind == "in-place"
+    step_events = [m for _, r, m in world.events.events if r in EVENT_REASONS.values()]
+    assert step_events and all(m.endswith("; in place, " + explain.downtime(
+        enacted.expected_downtime_s)) for m in step_events)
+
+
+def test_a_long_step_event_is_cut_in_its_vertex_sentence_never_in_what_it_costs() -> None:
+    long_name = "GroupAggregate(groupBy=[" + ", ".join(f"k{i}" for i in range(400)) + "])"
+    world = World(flink=FakeFlink(graph(counter_name=long_name)))
+    world.run()
+    step_events = [m for _, r, m in world.events.events if r in EVENT_REASONS.values()]
+    assert step_events
+    for m in step_events:
+        assert len(m) <= 1000 and " s of downtime" in m[-80:]
+    assert any("…; pods " in m for m in step_events)
 
 
 def test_adaptive_in_standalone_mode_scales_the_replicas() -> None:
@@ -1246,12 +1264,15 @@ def test_columns_and_events_speak_of_what_the_pods_request() -> None:
     change = describe_change(bill_of(placement.pods_before), bill_of(placement.pods))
     assert change.startswith("pods 3 TaskManagers: 12 cores, 6 GiB, 12.80/h → ")
     step_events = [m for _, r, m in world.events.events if r in ("ScaledUp", "MemoryStripped")]
-    # Each step Event ends with the bill's change, then the step's expected downtime: the
-    # next evaluation overwrites status.lastDecision, the Events keep what the step cost.
+    # Each step Event ends with the bill's change, then how the step is enacted with its
+    # expected downtime: the next evaluation overwrites status.lastDecision, the Events
+    # keep what the step cost.
     decision = status.last_decision
-    assert decision is not None and decision.forecast is not None
-    downtime = f"expected {decision.forecast.expected_downtime_s:.0f} s of downtime"
-    assert step_events and all(m.endswith(f"; {change}; {downtime}") for m in step_events)
+    enacted = status.enactment(status.step)
+    assert decision is not None and enacted is not None
+    how = enacted.describe()
+    assert how.startswith("by ") and " s of downtime" in how
+    assert step_events and all(m.endswith(f"; {change}; {how}") for m in step_events)
     # The step's record keeps its reason after the next evaluation replaces lastDecision.
     assert status.history[-1].reason == decision.reason
     reconfiguring = world.store.saved[0].condition(ConditionType.SCALING)

@@ -129,11 +129,14 @@ def test_each_step_keeps_why_it_was_taken_cut_to_the_records_bound() -> None:
     _, first = step(GRAPH, job(0.95), PolicyState())
     [record] = first.state.history
     assert record.reason == first.decision.reason and "Counter scale-out" in record.reason
-    # A reason past what a record holds (hundreds of vertices) is cut, not refused.
-    long = first.decision.model_copy(update={"reason": "x" * (HISTORY_REASON_LIMIT + 50),
-                                             "step": 2})
+    # A reason past what a record holds (hundreds of vertices) is cut in the middle, not
+    # refused: it keeps the trigger and the forecast it ends with.
+    ends = "; applying this saves 3 cores, expected 60 s of downtime"
+    reason = "DS2 triggered: " + "x" * HISTORY_REASON_LIMIT + ends
+    long = first.decision.model_copy(update={"reason": reason, "step": 2})
     [_, cut] = _record(first.state, long, job(0.95), NOW + 60).history
-    assert len(cut.reason) == HISTORY_REASON_LIMIT and cut.reason.endswith("x…")
+    assert len(cut.reason) == HISTORY_REASON_LIMIT and cut.reason.count("…") == 1
+    assert cut.reason.startswith("DS2 triggered: x") and cut.reason.endswith("x" + ends)
     # A status stored before the field reads as no reason.
     assert HistoryRecord.model_validate({"time": NOW, "step": 1, "vertices": []}).reason == ""
 
