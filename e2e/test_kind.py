@@ -115,6 +115,9 @@ def kube(cluster: Kube, host_twin: HostTwin, tmp_path_factory: pytest.TempPathFa
          "-f", str(values_file)],
         capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, f"helm install failed:\n{done.stdout}\n{done.stderr}"
+    # helm's --wait counts replicas less the rollout's maxUnavailable (1 of 2 here), so it
+    # can return with one pod still being created: wait for both, as docs/install.md does.
+    cluster("rollout", "status", f"deploy/{RELEASE}", "-n", NS, "--timeout=600s")
     yield cluster
     subprocess.run([helm, "--kubeconfig", cluster.kubeconfig, "uninstall", RELEASE, "-n", NS],
                    capture_output=True, timeout=300)

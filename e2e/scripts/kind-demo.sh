@@ -30,6 +30,8 @@ say "helm install hybrid-scaler charts/hybrid-scaler (replicas=2)"
 "$BIN/helm" upgrade --install hybrid-scaler charts/hybrid-scaler \
   --namespace hybrid-scaler-system --create-namespace --wait --timeout 10m \
   --set image.repository=localhost/hybrid-scaler --set replicas=2 -f "$values"
+# --wait counts replicas less maxUnavailable (1 of 2): wait for both pods.
+kubectl -n hybrid-scaler-system rollout status deploy/hybrid-scaler --timeout=600s
 kubectl -n hybrid-scaler-system get pods -o wide
 
 say "q11 (a twin job) and its HybridScalingPolicy (Active, short windows)"
