@@ -218,7 +218,9 @@ def test_q11_reaches_its_target_rate_with_justins_decisions(
     # kubectl created the deployment, so it owned spec.taskManager.replicas: the first
     # change of replicas met a server-side apply conflict and took over that field only.
     assert "FieldsTakenOver" in announced, announced
-    assert condition(hsp(cluster, namespace, "q11"), "Ready")["status"] == "True"
+    # One pass may fail transiently on a loaded machine: Ready comes back at the next.
+    wait_until(lambda: condition(hsp(cluster, namespace, "q11"), "Ready").get("status")
+               == "True", 60, "Ready=True")
     described = cluster.kubectl("describe", "hsp", "-n", namespace, "q11").stdout
     assert "ScaledUp" in described and "cache hit rate" in described
     managed = cluster.flink(namespace, "q11")["metadata"]["managedFields"]

@@ -213,8 +213,10 @@ def test_an_admission_refusal_of_our_patch_is_named_once_and_the_step_lands_afte
         obj = hsp(cluster, namespace, "q11")
         return obj if condition(obj, "Scaling").get("reason") != "PatchRefused" else None
 
-    obj = wait_until(recovered, 60, "the PatchRefused condition cleared")
-    assert condition(obj, "Ready")["status"] == "True", condition(obj, "Ready")
+    wait_until(recovered, 120, "the PatchRefused condition cleared")
+    # One pass may fail transiently on a loaded machine: Ready comes back at the next.
+    wait_until(lambda: condition(hsp(cluster, namespace, "q11"), "Ready").get("status")
+               == "True", 60, "Ready=True")
     # The step committed before the first failure is applied once, not decided again.
     settled = assert_steps_are_consecutive(cluster, namespace, "q11", initial)
     assert settled["history"][0]["step"] == 1

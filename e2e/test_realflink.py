@@ -49,7 +49,9 @@ def _events(cluster: Cluster, namespace: str, name: str) -> list[tuple[str, str]
         namespace, field_selector=f"involvedObject.name={name},involvedObject.kind="
         "HybridScalingPolicy")
     return [(e.reason or "", e.message or "") for e in sorted(
-        found.items, key=lambda e: (e.first_timestamp or e.event_time or 0, e.metadata.name))]
+        # eventTime (microseconds, set by the controller) orders one step's Events, which
+        # share firstTimestamp's second.
+        found.items, key=lambda e: (e.event_time or e.first_timestamp or 0, e.metadata.name))]
 
 
 class Verifier:
