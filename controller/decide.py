@@ -18,9 +18,8 @@ from typing import Any
 from controller import telemetry
 from controller.api import ConditionType, Mode, OperatorStatus, Realization
 from controller.place import Placed
-from controller.ports import Collected
+from controller.ports import Collected, OperatorDefaultsUnreadable
 from controller.realize import (
-    UPSTREAM_KEYS,
     OwnedFields,
     as_target,
     cache_budget_bytes,
@@ -38,7 +37,6 @@ from controller.realize import (
     resizable,
     resized_caches,
     unhonoured_memory,
-    upstream_refusal,
     with_enactment,
 )
 from controller.record import (
@@ -53,6 +51,7 @@ from controller.record import (
     with_operators,
     with_policy_state,
 )
+from controller.upstream import UPSTREAM_KEYS, upstream_refusal
 from policies import Evaluation, buffering, evaluate, skew
 from policies.decision import Decision
 from policies.model import JobGraph, memory_only
@@ -115,12 +114,26 @@ def upstream_switches(run: Run) -> Mapping[str, str] | None:
     return run.ports.flink(run.namespace, run.target).configuration(run.job.jid, UPSTREAM_KEYS)
 
 
+def upstream_gate(run: Run, deployment: Mapping[str, Any]) -> str | None:
+    """Why the Flink operator's autoscaler keeps the step from running, or None: read
+    from the JobManager, the operator's default configuration (where the controller is
+    told where it is) and the deployment (controller/upstream.py)."""
+    try:
+        defaults = None if run.ports.operator_defaults is None else run.ports.operator_defaults()
+    except OperatorDefaultsUnreadable as e:
+        return (f"the Flink operator's default configuration, which can switch its autoscaler "
+                f"on, could not be read ({e}); give the controller's ServiceAccount get on "
+                "that ConfigMap (the chart's flinkOperator.configMap), or stop reading it "
+                "(--flink-operator-config)")
+    return upstream_refusal(deployment, upstream_switches(run), defaults)
+
+
 def commit(run: Run, graph: JobGraph, collected: Collected, evaluation: Evaluation,
            placed: Placed) -> None:
     """The step as `status.target`, saved before any patch; or `Stop` with a refusal."""
     deployment = run.deployment or {}
     decision = evaluation.decision
-    why = (refusal(deployment) or upstream_refusal(deployment, upstream_switches(run))
+    why = (refusal(deployment) or upstream_gate(run, deployment)
            or unrealizable(run, graph, decision))
     if why is not None:
         raise run.refuse(Reason.REFUSED, why)

@@ -199,6 +199,16 @@ class Resized:
     changed: tuple[str, ...] = ()
 
 
+class OperatorDefaultsUnreadable(RuntimeError):
+    """The Flink operator's default configuration could not be read: only where it is and
+    the HTTP code are kept, never what answered."""
+
+
+# The Flink operator's default configuration as the autoscaler's switches in it
+# (`controller.upstream.operator_defaults`); raises `OperatorDefaultsUnreadable`.
+OperatorDefaults = Callable[[], Mapping[str, Any]]
+
+
 class Resizer(Protocol):
     """The agents on one FlinkDeployment's TaskManagers (docs/flink-plugin.md)."""
 
@@ -230,3 +240,5 @@ class Ports:
     # (namespace, deployment name, spec.resize) -> its TaskManagers' agents; None: the
     # controller cannot resize (every step restarts).
     resizers: Callable[[str, str, ResizeSpec], Resizer] | None = None
+    # None: the Flink operator's default configuration is not read (--flink-operator-config)
+    operator_defaults: OperatorDefaults | None = None

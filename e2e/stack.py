@@ -50,6 +50,7 @@ HSP_CRD = REPO / "crds" / "hybridscalingpolicy.yaml"
 CHART = REPO / "charts" / "hybrid-scaler"
 CONTROLLER_NAMESPACE = "hybrid-scaler-system"
 CONTROLLER_SERVICE_ACCOUNT = "hybrid-scaler"
+FLINK_OPERATOR_NAMESPACE = "flink-operator"  # where the e2e tests put its ConfigMap
 KWOK_NODES = 4
 KWOK_NODE_CAPACITY = {"cpu": "32", "memory": "128Gi", "pods": "110"}
 SCRAPE_INTERVAL_S = 5
@@ -659,12 +660,16 @@ def _controller_identity(info: StackInfo, tools: Tools, echo: Callable[[str], No
          "--set", "operatorServiceAccount.create=false",
          "--set", f"operatorServiceAccount.name={CONTROLLER_SERVICE_ACCOUNT}",
          # What a user who opts in to resizing in place grants (e2e/test_realflink.py).
-         "--set", "resize.enabled=true"],
+         "--set", "resize.enabled=true",
+         # And who tells it where the Flink operator's ConfigMap is
+         # (e2e/test_controller_upstream.py).
+         "--set", f"flinkOperator.configMap.namespace={FLINK_OPERATOR_NAMESPACE}"],
         capture_output=True, text=True)
     if rendered.returncode != 0:
         echo(f"warning: helm template of the chart's RBAC failed, the controller's "
              f"ServiceAccount has no rights: {rendered.stderr.strip()}")
         return False
+    kubectl(admin, "create", "namespace", FLINK_OPERATOR_NAMESPACE)
     kubectl(admin, "apply", "-f", "-", stdin=rendered.stdout)
     return True
 

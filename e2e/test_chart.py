@@ -45,10 +45,12 @@ HELM = str(cache_dir() / "bin" / "helm")
 # Value sets a user would install: one replica cluster-wide (the default), two
 # peered replicas cluster-wide, two peered replicas serving chosen namespaces.
 WATCHED = ("team-a", "team-b")
+FLINK_OPERATOR_NS = "flink-ops"  # where the namespaced variant reads the operator's defaults
 VARIANTS: dict[str, list[str]] = {
     "default": [],
     "ha": ["--set", "replicas=2"],
-    "namespaced-ha": ["--set", "replicas=2", "--set", f"watchNamespaces={{{','.join(WATCHED)}}}"],
+    "namespaced-ha": ["--set", "replicas=2", "--set", f"watchNamespaces={{{','.join(WATCHED)}}}",
+                      "--set", f"flinkOperator.configMap.namespace={FLINK_OPERATOR_NS}"],
 }
 
 
@@ -239,7 +241,9 @@ def test_watch_namespaces_gives_roles_and_peerings_per_namespace() -> None:
     assert peerings == {options["peering"]}
     for kind in ("Role", "RoleBinding", "KopfPeering"):
         namespaces = sorted(d["metadata"]["namespace"] for d in docs if d["kind"] == kind)
-        assert namespaces == list(WATCHED)
+        # and where the variant reads the Flink operator's ConfigMap
+        assert namespaces == sorted([*WATCHED, *([FLINK_OPERATOR_NS] if kind != "KopfPeering"
+                                                 else [])])
     # Nothing cluster-wide: the controller reads no nodes (nor pods).
     assert not [d for d in docs if d["kind"] in ("ClusterRole", "ClusterRoleBinding")]
 
@@ -259,6 +263,24 @@ def test_listing_pods_is_granted_only_with_resize_enabled() -> None:
     args = one(render("hs", "ops", "--set", "resize.agentUrl=http://{pod}.tm:{port}"),
                "Deployment")["spec"]["template"]["spec"]["containers"][0]["args"]
     assert "--resize-agent-url=http://{pod}.tm:{port}" in args
+
+
+def test_the_flink_operators_configmap_is_read_only_where_the_chart_is_told_where_it_is() -> None:
+    """Its default configuration can switch the operator's own autoscaler on; reading it
+    takes a Role in the operator's namespace, so it is off until a namespace is given."""
+    def config_map_rules(*values: str) -> list[dict[str, Any]]:
+        return [d for d in render("hs", "ops", *values) if d["kind"].endswith("Role")
+                and any("configmaps" in r.get("resources", []) for r in d.get("rules") or [])]
+
+    assert config_map_rules() == []
+    assert run_options(render("hs", "ops"))["flink_operator_config"] is None
+    given = ("--set", "flinkOperator.configMap.namespace=flink-ops")
+    [role] = config_map_rules(*given)
+    assert role["kind"] == "Role" and role["metadata"]["namespace"] == "flink-ops"
+    assert role["rules"] == [{"apiGroups": [""], "resources": ["configmaps"],
+                              "resourceNames": ["flink-operator-config"], "verbs": ["get"]}]
+    assert (run_options(render("hs", "ops", *given))["flink_operator_config"]
+            == "flink-ops/flink-operator-config")
 
 
 def test_the_owned_fields_admission_policy_is_optional_and_names_the_service_account() -> None:
@@ -482,7 +504,7 @@ def kube(admin_kubeconfig: Path) -> Kube:
 @pytest.fixture(scope="module")
 def installed(kube: Kube) -> Iterator[dict[str, list[dict[str, Any]]]]:
     """Every variant's CRDs and manifests applied to the control plane, each in its namespace."""
-    kube.namespaces(*RELEASE_NS.values(), *WATCHED, "elsewhere")
+    kube.namespaces(*RELEASE_NS.values(), *WATCHED, "elsewhere", FLINK_OPERATOR_NS)
     # One release name per variant: ClusterRoles are cluster-scoped and would collide.
     docs = {v: render(v, RELEASE_NS[v], *VARIANTS[v], crds=True) for v in VARIANTS}
     crds = [d for d in docs["default"] if d["kind"] == "CustomResourceDefinition"]
@@ -566,6 +588,9 @@ def test_service_account_holds_exactly_what_the_controller_needs(
             assert kube.rules(sa, ns) - EVERYONE == needed(peering, "kopfpeerings")
         assert kube.rules(sa, "elsewhere") - EVERYONE == set()
         assert kube.rules(sa, RELEASE_NS[variant]) - EVERYONE == set()
+        # The Flink operator's default configuration: its one ConfigMap, read by name.
+        assert kube.rules(sa, FLINK_OPERATOR_NS) - EVERYONE == {
+            ("", "configmaps", "get", "flink-operator-config")}
     else:
         want = needed(peering, "clusterkopfpeerings")
         for ns in ("elsewhere", RELEASE_NS[variant]):
@@ -615,6 +640,9 @@ def test_service_account_cannot_list_secrets_or_patch_anything_else(
                        ("patch", "clusterkopfpeerings.kopf.dev/someone-else")]:
         assert not kube.can_i(sa, verb, what), f"{sa} may {verb} {what}"
     if variant == "namespaced-ha":
+        assert can("get", "configmaps/flink-operator-config", FLINK_OPERATOR_NS)
+        assert not can("get", "configmaps/other", FLINK_OPERATOR_NS)
+        assert not can("list", "configmaps", FLINK_OPERATOR_NS)
         assert not can("patch", FD, "elsewhere")
         assert not can("list", "hybridscalingpolicies.hybridscaler.dev", "elsewhere")
 

@@ -5,7 +5,7 @@ Endpoints (shapes pinned by the golden samples of Flink 1.20.5):
 parallelism), `/jobs/<jid>/plan` (edges and ship strategies), `/jobs/<jid>/config`
 (user config, where flink-plugin lists operator uids), and before a step
 `/jobs/<jid>/jobmanager/config` (the configuration the operator deployed: whether its own
-autoscaler is on, `controller.realize.upstream_switched_on`).
+autoscaler is on, `controller.upstream.upstream_switched_on`).
 
 Flink never reports operator uids, but it derives ids from them: a vertex id is the
 128-bit murmur3 (seed 0) of its chain head's uid, and every chained operator's

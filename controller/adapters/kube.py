@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime
 import logging
 import re
+import threading
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -13,12 +14,14 @@ from typing import Any, TypeVar
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 from pydantic import ValidationError
+from urllib3.exceptions import HTTPError
 
 from controller import api
 from controller.api import Status
 from controller.owner import OWNER_ANNOTATION
-from controller.ports import PatchRefused, StatusConflict
+from controller.ports import OperatorDefaultsUnreadable, PatchRefused, StatusConflict
 from controller.realize import FIELD_MANAGER, FLINK_GROUP, FLINK_PLURAL, FLINK_VERSION
+from controller.upstream import operator_defaults
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -276,3 +279,39 @@ class KubeEvents:
                         self.ref.get("name"), type_, reason, type(e).__name__)
             return
         log.info("%s %s: %s", type_, reason, message)
+
+
+class KubeOperatorDefaults:
+    """The Flink operator's default configuration (its ConfigMap, `namespace/name`), as
+    the autoscaler's switches in it: one read every `ttl_s` at most, for every policy (the
+    operator itself re-reads it every 5 minutes), a failed one included."""
+
+    def __init__(self, core: client.CoreV1Api, where: str, ttl_s: float = 60.0,
+                 timeout_s: float = 5.0, clock: Callable[[], float] = time.monotonic) -> None:
+        self.core, self.where, self.ttl_s, self.timeout_s = core, where, ttl_s, timeout_s
+        self.namespace, _, self.name = where.partition("/")
+        self.clock = clock
+        self._lock = threading.Lock()
+        self._read_at: float | None = None
+        self._read: Mapping[str, Any] | OperatorDefaultsUnreadable = {}
+
+    def __call__(self) -> Mapping[str, Any]:
+        with self._lock:
+            if self._read_at is None or self.clock() - self._read_at >= self.ttl_s:
+                self._read = self._get()
+                self._read_at = self.clock()
+            read = self._read
+        if isinstance(read, OperatorDefaultsUnreadable):
+            raise read
+        return read
+
+    def _get(self) -> Mapping[str, Any] | OperatorDefaultsUnreadable:
+        try:
+            found = self.core.read_namespaced_config_map(
+                self.name, self.namespace, _request_timeout=self.timeout_s)
+        except ApiException as e:
+            return OperatorDefaultsUnreadable(f"ConfigMap {self.where}: HTTP {e.status}")
+        except (HTTPError, OSError):
+            return OperatorDefaultsUnreadable(f"ConfigMap {self.where}: the API server did "
+                                              f"not answer within {self.timeout_s:.0f}s")
+        return operator_defaults(found.data or {})

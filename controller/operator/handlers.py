@@ -25,7 +25,13 @@ from controller import api, telemetry
 from controller.adapters import dial, secrets
 from controller.adapters.agents import AgentResizer, TaskManagerPods, kube_task_managers
 from controller.adapters.flink_rest import FlinkRest
-from controller.adapters.kube import KubeDeployments, KubeEvents, KubeOwners, KubeStatusStore
+from controller.adapters.kube import (
+    KubeDeployments,
+    KubeEvents,
+    KubeOperatorDefaults,
+    KubeOwners,
+    KubeStatusStore,
+)
 from controller.adapters.outbound import AllowList
 from controller.adapters.prometheus import Prometheus, PrometheusMetrics, RefusedMetrics
 from controller.loop import reconcile
@@ -126,6 +132,12 @@ def _flink(namespace: str, name: str) -> FlinkRest:
     return FlinkRest(RUNTIME.flink_rest_url.format(namespace=namespace, name=name))
 
 
+@cache
+def _operator_defaults(where: str) -> KubeOperatorDefaults:
+    """One reader, one cache, for every policy."""
+    return KubeOperatorDefaults(_core(), where)
+
+
 def ports_for(body: Mapping[str, Any], store: KubeStatusStore,
               spec: api.MetricsSpec | None = None) -> Ports:
     namespace = str((body.get("metadata") or {}).get("namespace") or "default")
@@ -139,6 +151,8 @@ def ports_for(body: Mapping[str, Any], store: KubeStatusStore,
         default_prometheus_url=RUNTIME.prometheus_url,
         owners=KubeOwners(_objects()),
         resizers=_resizer,
+        operator_defaults=(None if RUNTIME.flink_operator_config is None
+                           else _operator_defaults(RUNTIME.flink_operator_config)),
     )
 
 

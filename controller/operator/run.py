@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 import os
 import random
+import re
 from typing import Annotated
 
 import typer
@@ -53,6 +54,10 @@ def run(
     prometheus_token_file: Annotated[str | None, typer.Option(
         help="file holding a bearer token for the default Prometheus (re-read per request)")]
         = None,
+    flink_operator_config: Annotated[str | None, typer.Option(
+        help="namespace/name of the Flink operator's ConfigMap (flink-operator-config): its "
+        "default configuration can switch the operator's own autoscaler on, which no step "
+        "may run beside; read every 60 s at most (default: not read)")] = None,
     shard_index: Annotated[int, typer.Option(
         envvar="HYBRID_SCALER_SHARD_INDEX",
         help="serve the policies of namespaces whose murmur3 hash mod --shards is this")] = 0,
@@ -80,6 +85,12 @@ def run(
     except ValueError as e:
         raise typer.BadParameter(str(e), param_hint="--resize-agent-url") from e
 
+    if flink_operator_config is not None:
+        try:
+            check_config_map(flink_operator_config)
+        except ValueError as e:
+            raise typer.BadParameter(str(e), param_hint="--flink-operator-config") from e
+
     logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
@@ -95,6 +106,7 @@ def run(
     RUNTIME.prometheus_ca_file = prometheus_ca_file
     RUNTIME.prometheus_token_file = prometheus_token_file
     RUNTIME.shard_index, RUNTIME.shards = shard_index, shards
+    RUNTIME.flink_operator_config = flink_operator_config
     RUNTIME.hold_apply_dir = os.environ.get(HOLD_APPLY_ENV) or None  # tests only
     telemetry.serve(metrics_port)
     kopf.run(
@@ -111,6 +123,17 @@ def run(
     # (controller/adapters/kube.py KubeEvents), and the process exits once they end.
     logging.getLogger(__name__).info(
         "operator stopped; passes still running finish before the process exits")
+
+
+# A namespace is a DNS label; a ConfigMap's name a DNS subdomain.
+_CONFIG_MAP = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?/[a-z0-9]([-.a-z0-9]{0,251}[a-z0-9])?")
+
+
+def check_config_map(where: str) -> None:
+    """`--flink-operator-config` names one ConfigMap: namespace/name."""
+    if not _CONFIG_MAP.fullmatch(where):
+        raise ValueError(f"namespace/name of a ConfigMap (e.g. flink-operator/"
+                         f"flink-operator-config), not {where[:100]!r}")
 
 
 def check_agent_url(template: str) -> None:

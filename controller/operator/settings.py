@@ -54,6 +54,9 @@ class Runtime:
     # see controller/operator/shard.py.
     shard_index: int = 0
     shards: int = 1
+    # namespace/name of the Flink operator's ConfigMap; None: not read
+    # (controller/upstream.py, controller/adapters/kube.py KubeOperatorDefaults)
+    flink_operator_config: str | None = None
     hold_apply_dir: str | None = None  # TEST ONLY, from $HYBRID_SCALER_TEST_HOLD_APPLY
 
 

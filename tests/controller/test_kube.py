@@ -4,10 +4,19 @@ Events that never fail a pass."""
 from __future__ import annotations
 
 import pytest
+from kubernetes.client import V1ConfigMap
 from kubernetes.client.exceptions import ApiException
+from urllib3.exceptions import MaxRetryError
 
-from controller.adapters.kube import RETRIED, KubeDeployments, KubeEvents, KubeOwners, retrying
-from controller.ports import PatchRefused
+from controller.adapters.kube import (
+    RETRIED,
+    KubeDeployments,
+    KubeEvents,
+    KubeOperatorDefaults,
+    KubeOwners,
+    retrying,
+)
+from controller.ports import OperatorDefaultsUnreadable, PatchRefused
 
 
 class Flaky:
@@ -148,3 +157,50 @@ def test_an_owner_holds_its_deployment_only_while_it_is_active_and_points_at_it(
     assert not alive(owner(mode="Recommend"))
     # Its spec.targetRef edited to another deployment: it lets this one go.
     assert not alive(owner(target="q12"))
+
+
+class ConfigMaps:
+    """CoreV1Api's read_namespaced_config_map: `answers` in turn (an exception is raised)."""
+
+    def __init__(self, *answers: object) -> None:
+        self.answers = list(answers)
+        self.reads: list[tuple[str, str]] = []
+
+    def read_namespaced_config_map(self, name: str, namespace: str, **_: object) -> object:
+        self.reads.append((namespace, name))
+        answer = self.answers.pop(0) if len(self.answers) > 1 else self.answers[0]
+        if isinstance(answer, Exception):
+            raise answer
+        return V1ConfigMap(data=answer)
+
+
+def test_the_operators_defaults_are_read_once_per_ttl_for_every_policy() -> None:
+    core = ConfigMaps({"flink-conf.yaml": "job.autoscaler.enabled: true\nother: 1"},
+                      {"flink-conf.yaml": "job.autoscaler.enabled: false"})
+    now = [0.0]
+    read = KubeOperatorDefaults(core, "flink-operator/flink-operator-config",  # type: ignore[arg-type]
+                                ttl_s=60, clock=lambda: now[0])
+    assert read() == {"job.autoscaler.enabled": "true"}
+    now[0] = 59
+    assert read() == {"job.autoscaler.enabled": "true"}
+    assert core.reads == [("flink-operator", "flink-operator-config")]
+    now[0] = 60
+    assert read() == {"job.autoscaler.enabled": "false"}
+    assert len(core.reads) == 2
+
+
+@pytest.mark.parametrize("error, said", [
+    (ApiException(status=403, reason="Forbidden: <a webhook's text>"), "HTTP 403"),
+    (ApiException(status=404, reason="Not Found"), "HTTP 404"),
+    (MaxRetryError(None, "/api", "refused"), "did not answer"),  # type: ignore[arg-type]
+])
+def test_an_unreadable_configmap_says_where_and_why_and_is_not_asked_again_within_the_ttl(
+        error: Exception, said: str) -> None:
+    core = ConfigMaps(error)
+    read = KubeOperatorDefaults(core, "ops/cm", clock=lambda: 0.0)  # type: ignore[arg-type]
+    for _ in range(3):
+        with pytest.raises(OperatorDefaultsUnreadable) as raised:
+            read()
+        assert said in str(raised.value) and "ConfigMap ops/cm" in str(raised.value)
+        assert "webhook" not in str(raised.value)  # never what answered
+    assert len(core.reads) == 1

@@ -27,17 +27,27 @@ from controller.api import (
 )
 from controller.loop import reconcile
 from controller.place import slots
-from controller.ports import Collected, JobSummary, MetricsUnavailable, PatchRefused, Ports
+from controller.ports import (
+    Collected,
+    JobSummary,
+    MetricsUnavailable,
+    OperatorDefaults,
+    OperatorDefaultsUnreadable,
+    PatchRefused,
+    Ports,
+)
 from controller.realize import (
     OVERRIDES_KEY,
     RESOURCES_KEY,
     SHAPE_KEYS,
-    UPSTREAM_KEYS,
-    last_reconciled_configuration,
     memory_levels,
-    upstream_switched_on,
 )
 from controller.record import EVENT_REASONS, Pass, Reason, bill_of
+from controller.upstream import (
+    UPSTREAM_KEYS,
+    last_reconciled_configuration,
+    upstream_switched_on,
+)
 from policies import explain
 from policies.bill import describe_change
 from policies.model import (
@@ -220,11 +230,12 @@ class World:
     flink: FakeFlink = field(default_factory=lambda: FakeFlink(graph()))
     metrics: FakeMetrics = field(default_factory=lambda: FakeMetrics(overloaded(0.5)))
     now: float = T0
+    operator_defaults: OperatorDefaults | None = None
 
     def ports(self) -> Ports:
         return Ports(self.deployments, self.store, self.events,
                      flink=lambda ns, name: self.flink, metrics=lambda url: self.metrics,
-                     clock=lambda: self.now)
+                     clock=lambda: self.now, operator_defaults=self.operator_defaults)
 
     def run(self, p: HybridScalingPolicy | None = None, generation: int = 1) -> Pass:
         return reconcile(p or policy(), generation, self.store.last, self.ports())
@@ -813,6 +824,54 @@ def test_steps_where_the_flink_operators_autoscaler_is_off(
     assert world.run().outcome != "refused"
     assert len(world.deployments.applied) == 1
     assert flink.configuration_asks == [UPSTREAM_KEYS]  # asked once, before the step only
+
+
+class Defaults:
+    """The Flink operator's default configuration as the port gives it; `error` raised."""
+
+    def __init__(self, found: dict[str, Any], error: Exception | None = None) -> None:
+        self.found, self.error, self.reads = found, error, 0
+
+    def __call__(self) -> dict[str, Any]:
+        self.reads += 1
+        if self.error is not None:
+            raise self.error
+        return self.found
+
+
+def test_refuses_where_the_operators_default_configuration_switched_its_autoscaler_on() -> None:
+    """Switched on in the operator's ConfigMap for this namespace since the JobManager was
+    deployed: the operator reads it at its next reconcile, so the step is refused."""
+    key = f"kubernetes.operator.default-configuration.namespace.ns.{UPSTREAM_ON}"
+    defaults = Defaults({key: "true"})
+    world = World(flink=FakeFlink(graph(), job_manager={UPSTREAM_ON: "false"}),
+                  operator_defaults=defaults)
+    assert world.run().outcome == "refused"
+    scaling = world.store.last.condition(ConditionType.SCALING)
+    assert scaling is not None and scaling.reason == Reason.REFUSED
+    assert f'"{key}" in the Flink operator\'s default configuration' in scaling.message
+    defaults.found = {key: "false"}
+    world.now += 40
+    assert world.run().outcome != "refused" and len(world.deployments.applied) == 1
+
+
+def test_an_unreadable_operator_configuration_refuses_the_step_naming_where_and_the_code() -> None:
+    """Told to read it and unable to: a step could run beside the operator's autoscaler."""
+    defaults = Defaults({}, OperatorDefaultsUnreadable("ConfigMap ops/cm: HTTP 403"))
+    world = World(operator_defaults=defaults)
+    assert world.run().outcome == "refused"
+    assert world.deployments.applied == []
+    scaling = world.store.last.condition(ConditionType.SCALING)
+    assert scaling is not None and scaling.reason == Reason.REFUSED
+    assert "ConfigMap ops/cm: HTTP 403" in scaling.message
+    assert "--flink-operator-config" in scaling.message
+
+
+def test_the_operators_defaults_are_read_only_before_a_step() -> None:
+    defaults = Defaults({UPSTREAM_ON: "true"})
+    world = World(operator_defaults=defaults)
+    assert world.run(policy("Recommend")).outcome != "refused"
+    assert defaults.reads == 0
 
 
 def test_the_jobmanager_is_not_asked_where_the_spec_is_refused_already() -> None:
