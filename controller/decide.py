@@ -122,9 +122,9 @@ def upstream_gate(run: Run, deployment: Mapping[str, Any]) -> str | None:
         defaults = None if run.ports.operator_defaults is None else run.ports.operator_defaults()
     except OperatorDefaultsUnreadable as e:
         return (f"the Flink operator's default configuration, which can switch its autoscaler "
-                f"on, could not be read ({e}); give the controller's ServiceAccount get on "
-                "that ConfigMap (the chart's flinkOperator.configMap), or stop reading it "
-                "(--flink-operator-config)")
+                f"on, could not be read ({e}); the controller reads it where "
+                "--flink-operator-config (the chart's flinkOperator.configMap) names it, with "
+                "get on it (HTTP 403: not granted; 404: no such ConfigMap)")
     return upstream_refusal(deployment, upstream_switches(run), defaults)
 
 

@@ -204,9 +204,9 @@ class OperatorDefaultsUnreadable(RuntimeError):
     the HTTP code are kept, never what answered."""
 
 
-# The Flink operator's default configuration as the autoscaler's switches in it
-# (`controller.upstream.operator_defaults`); raises `OperatorDefaultsUnreadable`.
-OperatorDefaults = Callable[[], Mapping[str, Any]]
+# The Flink operator's default configuration as the autoscaler's switches in each of its
+# files (`controller.upstream.operator_defaults`); raises `OperatorDefaultsUnreadable`.
+OperatorDefaults = Callable[[], Mapping[str, Mapping[str, Any]]]
 
 
 class Resizer(Protocol):

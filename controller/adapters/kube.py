@@ -21,7 +21,7 @@ from controller.api import Status
 from controller.owner import OWNER_ANNOTATION
 from controller.ports import OperatorDefaultsUnreadable, PatchRefused, StatusConflict
 from controller.realize import FIELD_MANAGER, FLINK_GROUP, FLINK_PLURAL, FLINK_VERSION
-from controller.upstream import operator_defaults
+from controller.upstream import DefaultsUnreadable, operator_defaults
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -283,29 +283,45 @@ class KubeEvents:
 
 class KubeOperatorDefaults:
     """The Flink operator's default configuration (its ConfigMap, `namespace/name`), as
-    the autoscaler's switches in it: one read every `ttl_s` at most, for every policy (the
-    operator itself re-reads it every 5 minutes), a failed one included."""
+    the autoscaler's switches in each of its files: read at most every `ttl_s` for every
+    policy (the operator itself re-reads it every 5 minutes), `retry_s` after a failure.
+    One caller reads while the others go on with what was read before; only the first
+    read is waited for."""
 
     def __init__(self, core: client.CoreV1Api, where: str, ttl_s: float = 60.0,
-                 timeout_s: float = 5.0, clock: Callable[[], float] = time.monotonic) -> None:
-        self.core, self.where, self.ttl_s, self.timeout_s = core, where, ttl_s, timeout_s
+                 retry_s: float = 10.0, timeout_s: float = 5.0,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.core, self.where, self.timeout_s = core, where, timeout_s
+        self.ttl_s, self.retry_s = ttl_s, retry_s
         self.namespace, _, self.name = where.partition("/")
         self.clock = clock
-        self._lock = threading.Lock()
-        self._read_at: float | None = None
-        self._read: Mapping[str, Any] | OperatorDefaultsUnreadable = {}
+        self._changed = threading.Condition()
+        self._reading = False
+        self._due: float | None = None  # None: never read
+        self._read: Mapping[str, Mapping[str, Any]] | OperatorDefaultsUnreadable = {}
 
-    def __call__(self) -> Mapping[str, Any]:
-        with self._lock:
-            if self._read_at is None or self.clock() - self._read_at >= self.ttl_s:
-                self._read = self._get()
-                self._read_at = self.clock()
+    def __call__(self) -> Mapping[str, Mapping[str, Any]]:
+        with self._changed:
+            while self._reading and self._due is None:
+                self._changed.wait()
+            mine = not self._reading and (self._due is None or self.clock() >= self._due)
+            self._reading = self._reading or mine
             read = self._read
+        if mine:
+            read = OperatorDefaultsUnreadable(f"ConfigMap {self.where}: not read")
+            try:
+                read = self._get()
+            finally:
+                with self._changed:
+                    failed = isinstance(read, OperatorDefaultsUnreadable)
+                    self._read, self._reading = read, False
+                    self._due = self.clock() + (self.retry_s if failed else self.ttl_s)
+                    self._changed.notify_all()
         if isinstance(read, OperatorDefaultsUnreadable):
-            raise read
+            raise OperatorDefaultsUnreadable(str(read))  # one per caller: no shared traceback
         return read
 
-    def _get(self) -> Mapping[str, Any] | OperatorDefaultsUnreadable:
+    def _get(self) -> Mapping[str, Mapping[str, Any]] | OperatorDefaultsUnreadable:
         try:
             found = self.core.read_namespaced_config_map(
                 self.name, self.namespace, _request_timeout=self.timeout_s)
@@ -314,4 +330,7 @@ class KubeOperatorDefaults:
         except (HTTPError, OSError):
             return OperatorDefaultsUnreadable(f"ConfigMap {self.where}: the API server did "
                                               f"not answer within {self.timeout_s:.0f}s")
-        return operator_defaults(found.data or {})
+        try:
+            return operator_defaults(found.data or {})
+        except DefaultsUnreadable as e:
+            return OperatorDefaultsUnreadable(f"ConfigMap {self.where}: {e}")

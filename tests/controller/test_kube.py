@@ -3,6 +3,8 @@ Events that never fail a pass."""
 
 from __future__ import annotations
 
+import threading
+
 import pytest
 from kubernetes.client import V1ConfigMap
 from kubernetes.client.exceptions import ApiException
@@ -180,12 +182,12 @@ def test_the_operators_defaults_are_read_once_per_ttl_for_every_policy() -> None
     now = [0.0]
     read = KubeOperatorDefaults(core, "flink-operator/flink-operator-config",  # type: ignore[arg-type]
                                 ttl_s=60, clock=lambda: now[0])
-    assert read() == {"job.autoscaler.enabled": "true"}
+    assert read() == {"flink-conf.yaml": {"job.autoscaler.enabled": "true"}}
     now[0] = 59
-    assert read() == {"job.autoscaler.enabled": "true"}
+    assert read() == {"flink-conf.yaml": {"job.autoscaler.enabled": "true"}}
     assert core.reads == [("flink-operator", "flink-operator-config")]
     now[0] = 60
-    assert read() == {"job.autoscaler.enabled": "false"}
+    assert read() == {"flink-conf.yaml": {"job.autoscaler.enabled": "false"}}
     assert len(core.reads) == 2
 
 
@@ -193,14 +195,52 @@ def test_the_operators_defaults_are_read_once_per_ttl_for_every_policy() -> None
     (ApiException(status=403, reason="Forbidden: <a webhook's text>"), "HTTP 403"),
     (ApiException(status=404, reason="Not Found"), "HTTP 404"),
     (MaxRetryError(None, "/api", "refused"), "did not answer"),  # type: ignore[arg-type]
+    ({"config.yaml": "job: [unclosed"}, "its config.yaml does not parse"),
 ])
-def test_an_unreadable_configmap_says_where_and_why_and_is_not_asked_again_within_the_ttl(
-        error: Exception, said: str) -> None:
-    core = ConfigMaps(error)
-    read = KubeOperatorDefaults(core, "ops/cm", clock=lambda: 0.0)  # type: ignore[arg-type]
-    for _ in range(3):
-        with pytest.raises(OperatorDefaultsUnreadable) as raised:
+def test_an_unreadable_configmap_says_where_and_why_and_is_read_again_after_retry_s(
+        error: object, said: str) -> None:
+    core = ConfigMaps(error, {"config.yaml": "job.autoscaler.enabled: false"})
+    now = [0.0]
+    read = KubeOperatorDefaults(core, "ops/cm", retry_s=10,  # type: ignore[arg-type]
+                                clock=lambda: now[0])
+    raised = []
+    for _ in range(2):
+        with pytest.raises(OperatorDefaultsUnreadable) as caught:
             read()
-        assert said in str(raised.value) and "ConfigMap ops/cm" in str(raised.value)
-        assert "webhook" not in str(raised.value)  # never what answered
+        raised.append(caught.value)
+        assert said in str(caught.value) and "ConfigMap ops/cm" in str(caught.value)
+        assert "webhook" not in str(caught.value) and "unclosed" not in str(caught.value)
+    assert raised[0] is not raised[1]  # one per caller: no traceback shared between threads
     assert len(core.reads) == 1
+    now[0] = 10
+    assert read() == {"config.yaml": {"job.autoscaler.enabled": False}}
+
+
+def test_callers_go_on_with_what_was_read_while_one_reads_again() -> None:
+    """Only the first read is waited for: a slow API server holds one caller, not all."""
+    release = threading.Event()
+    entered = threading.Event()
+
+    class Slow(ConfigMaps):
+        def read_namespaced_config_map(self, name: str, namespace: str, **_: object) -> object:
+            if self.reads:
+                entered.set()
+                assert release.wait(10)
+            return super().read_namespaced_config_map(name, namespace)
+
+    core = Slow({"flink-conf.yaml": "job.autoscaler.enabled: false"},
+                {"flink-conf.yaml": "job.autoscaler.enabled: true"})
+    now = [0.0]
+    read = KubeOperatorDefaults(core, "ops/cm", ttl_s=60,  # type: ignore[arg-type]
+                                clock=lambda: now[0])
+    first = {"flink-conf.yaml": {"job.autoscaler.enabled": "false"}}
+    assert read() == first
+    now[0] = 61
+    reader = threading.Thread(target=read)
+    reader.start()
+    assert entered.wait(10)
+    assert read() == first  # not held by the read in flight
+    release.set()
+    reader.join(10)
+    assert read() == {"flink-conf.yaml": {"job.autoscaler.enabled": "true"}}
+    assert len(core.reads) == 2

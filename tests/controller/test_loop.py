@@ -829,10 +829,11 @@ def test_steps_where_the_flink_operators_autoscaler_is_off(
 class Defaults:
     """The Flink operator's default configuration as the port gives it; `error` raised."""
 
-    def __init__(self, found: dict[str, Any], error: Exception | None = None) -> None:
+    def __init__(self, found: dict[str, dict[str, Any]], error: Exception | None = None
+                 ) -> None:
         self.found, self.error, self.reads = found, error, 0
 
-    def __call__(self) -> dict[str, Any]:
+    def __call__(self) -> dict[str, dict[str, Any]]:
         self.reads += 1
         if self.error is not None:
             raise self.error
@@ -843,14 +844,14 @@ def test_refuses_where_the_operators_default_configuration_switched_its_autoscal
     """Switched on in the operator's ConfigMap for this namespace since the JobManager was
     deployed: the operator reads it at its next reconcile, so the step is refused."""
     key = f"kubernetes.operator.default-configuration.namespace.ns.{UPSTREAM_ON}"
-    defaults = Defaults({key: "true"})
+    defaults = Defaults({"flink-conf.yaml": {key: "true"}})
     world = World(flink=FakeFlink(graph(), job_manager={UPSTREAM_ON: "false"}),
                   operator_defaults=defaults)
     assert world.run().outcome == "refused"
     scaling = world.store.last.condition(ConditionType.SCALING)
     assert scaling is not None and scaling.reason == Reason.REFUSED
     assert f'"{key}" in the Flink operator\'s default configuration' in scaling.message
-    defaults.found = {key: "false"}
+    defaults.found = {"flink-conf.yaml": {key: "false"}}
     world.now += 40
     assert world.run().outcome != "refused" and len(world.deployments.applied) == 1
 
@@ -864,11 +865,11 @@ def test_an_unreadable_operator_configuration_refuses_the_step_naming_where_and_
     scaling = world.store.last.condition(ConditionType.SCALING)
     assert scaling is not None and scaling.reason == Reason.REFUSED
     assert "ConfigMap ops/cm: HTTP 403" in scaling.message
-    assert "--flink-operator-config" in scaling.message
+    assert "--flink-operator-config" in scaling.message and "403: not granted" in scaling.message
 
 
 def test_the_operators_defaults_are_read_only_before_a_step() -> None:
-    defaults = Defaults({UPSTREAM_ON: "true"})
+    defaults = Defaults({"flink-conf.yaml": {UPSTREAM_ON: "true"}})
     world = World(operator_defaults=defaults)
     assert world.run(policy("Recommend")).outcome != "refused"
     assert defaults.reads == 0
