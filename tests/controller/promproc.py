@@ -39,6 +39,7 @@ class PrometheusProcess:
                      f"--web.listen-address=127.0.0.1:{self.port}"]
         self.log_path = workdir / "prometheus.log"
         self.process: subprocess.Popen[bytes] | None = None
+        self.ready_at = 0.0
         self.start()
 
     def start(self) -> None:
@@ -48,6 +49,7 @@ class PrometheusProcess:
         while time.monotonic() < deadline:
             try:
                 if requests.get(f"{self.url}/-/ready", timeout=1).status_code == 200:
+                    self.ready_at = time.time()  # its scrapes start from here
                     return
             except requests.RequestException:
                 pass

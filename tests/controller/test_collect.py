@@ -64,7 +64,10 @@ def per_task(samples: list[tuple[dict[str, str], float]], how: str) -> dict[str,
 def source(prometheus: PrometheusProcess, exporter: Exporter) -> Prometheus:
     client = Prometheus(prometheus.url)
     # rate() needs its 15 s range filled before the window's first point.
-    wait_for(lambda: time.time() - exporter.started > 15 + WINDOW + 2, 60, "a full window")
+    # From Prometheus' first scrape, not the exporter's start: a slow start under load
+    # would leave the window's first points short.
+    since = max(exporter.started, prometheus.ready_at)
+    wait_for(lambda: time.time() - since > 15 + WINDOW + 2, 60, "a full window")
     return client
 
 

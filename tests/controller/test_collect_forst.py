@@ -79,7 +79,10 @@ def of(name: str, task: str) -> list[float]:
 @pytest.fixture(scope="module")
 def observed(prometheus: PrometheusProcess, exporter: Exporter) -> Collected:
     # rate() needs its 15 s range filled before the window's first point.
-    wait_for(lambda: time.time() - exporter.started > 15 + WINDOW + 2, 60, "a full window")
+    # From Prometheus' first scrape, not the exporter's start: a slow start under load
+    # would leave the window's first points short.
+    since = max(exporter.started, prometheus.ready_at)
+    wait_for(lambda: time.time() - since > 15 + WINDOW + 2, 60, "a full window")
     result = collect(Prometheus(prometheus.url), graph(), JID, time.time(), WINDOW, RESOLUTION)
     assert isinstance(result, Collected), result
     return result
