@@ -476,10 +476,12 @@ def timestamp(epoch_seconds: float) -> datetime:
 
 
 class StatusModel(BaseModel):
-    """Base for status parts: camelCase, immutable; fields of a newer controller are ignored."""
+    """Base for status parts: camelCase, immutable. Fields of a newer controller are kept
+    as read and written back with the rest: the status is saved whole, and in a rolling
+    upgrade the older replica may be the one saving it."""
 
     model_config = ConfigDict(
-        alias_generator=to_camel, populate_by_name=True, frozen=True, extra="ignore"
+        alias_generator=to_camel, populate_by_name=True, frozen=True, extra="allow"
     )
 
 

@@ -94,7 +94,11 @@ class Branch(StrEnum):
 
 
 class RecordModel(BaseModel):
-    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, frozen=True)
+    """Base for what the status stores: camelCase, immutable; fields of a newer controller
+    are kept as read (controller.api.StatusModel says why)."""
+
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, frozen=True,
+                              extra="allow")
 
 
 class VertexDecision(RecordModel):

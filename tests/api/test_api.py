@@ -216,6 +216,28 @@ def test_status_round_trips_exactly_through_json() -> None:
     assert policy_state(back) == policy_state(status)
 
 
+def test_fields_of_a_newer_controller_are_written_back_as_read() -> None:
+    """A rolling upgrade: the older replica may save the status a newer one wrote (whole,
+    with its own fields). What it does not know it keeps, at every depth."""
+    wire = rich_status().model_dump(mode="json", by_alias=True)
+    assert wire["history"] and wire["history"][0]["vertices"] and wire["lastDecision"]
+    wire["newTopLevel"] = {"kept": [1, 2]}
+    wire["history"][0]["newReason"] = "why, from a newer controller"
+    wire["history"][0]["vertices"][0]["newField"] = 7
+    wire["lastDecision"]["newForecast"] = "x"
+    wire["conditions"][0]["newDetail"] = "y"
+    back = api.Status.model_validate(json.loads(json.dumps(wire)))
+    # The older replica changes what it knows (a new history entry), and saves it all.
+    saved = back.model_copy(update={"step": back.step + 1}).model_dump(mode="json",
+                                                                      by_alias=True)
+    assert saved["newTopLevel"] == {"kept": [1, 2]}
+    assert saved["history"][0]["newReason"] == "why, from a newer controller"
+    assert saved["history"][0]["vertices"][0]["newField"] == 7
+    assert saved["lastDecision"]["newForecast"] == "x"
+    assert saved["conditions"][0]["newDetail"] == "y"
+    assert {**saved, "step": wire["step"]} == wire
+
+
 def test_times_are_rfc3339_on_the_wire_and_round_trip_at_microseconds() -> None:
     now = 1795330707.2511103  # a clock reading with more digits than the wire keeps
     waits = {"count": now - 30.123456789}
